@@ -1,0 +1,28 @@
+"""datapipes: composable, lazy, typed pipes that feed ML training.
+
+>>> import datapipes
+>>> from datapipes.iter import IterableWrapper
+>>> pipe = IterableWrapper(range(10)).map(lambda x: x * x).filter(lambda x: x % 2 == 0).batch(3)
+>>> list(pipe)
+[[0, 4, 16], [36, 64]]
+
+``datapipes.iter`` and ``datapipes.map`` hold the pipe classes; they are reached as attributes and are
+not exported by ``from datapipes import *`` (they would shadow the builtins).
+"""
+
+from .datapipe import IterDataPipe, MapDataPipe, functional_datapipe
+from .errors import ErrorPolicy, FailureLog
+from . import graph
+from . import iter  # noqa: A004 - a submodule, deliberately not in __all__
+from . import map  # noqa: A004 - a submodule, deliberately not in __all__
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ErrorPolicy",
+    "FailureLog",
+    "IterDataPipe",
+    "MapDataPipe",
+    "functional_datapipe",
+    "graph",
+]

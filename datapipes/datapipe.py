@@ -1,0 +1,308 @@
+"""The two base classes, :class:`IterDataPipe` and :class:`MapDataPipe`, and the functional registry.
+
+A pipe is a cheap, picklable *description* of a step. ``iter(pipe)`` returns a new iterator that owns
+all the runtime state of one pass, so iterating a pipe twice gives two independent passes.
+
+``@functional_datapipe("name")`` registers a pipe class as a real method of its base class, so
+``IterableWrapper(xs).map(f).batch(8)`` builds ``Batcher(Mapper(IterableWrapper(xs), f), 8)``:
+
+>>> from datapipes.iter import IterableWrapper
+>>> pipe = IterableWrapper(range(5)).map(lambda x: x * 10).batch(2)
+>>> list(pipe)
+[[0, 10], [20, 30], [40]]
+>>> len(pipe)
+3
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import inspect
+from typing import Any, Callable, Iterator, TypeVar
+
+import cloudpickle
+from torch.utils.data import Dataset, IterableDataset
+
+__all__ = [
+    "DataPipe",
+    "IterDataPipe",
+    "MapDataPipe",
+    "functional_datapipe",
+    "len_unknown",
+    "require_callable",
+    "require_int",
+    "require_pipe",
+    "sources_of",
+    "stage_label",
+]
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+def _rebuild(payload: bytes) -> Any:
+    cls, state = cloudpickle.loads(payload)
+    obj = cls.__new__(cls)
+    setstate = getattr(obj, "__setstate__", None)
+    if setstate is not None:
+        setstate(state)
+    elif state:
+        obj.__dict__.update(state)
+    return obj
+
+
+def _derive_seed(seed: int, *salt: object) -> int:
+    """A 64-bit seed derived from ``seed`` and ``salt``, the same in every process and run."""
+    text = "/".join(str(s) for s in (seed, *salt)).encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
+
+
+def _draw_seed() -> int:
+    """A fresh seed from torch's global generator (so ``torch.manual_seed`` reproduces a run)."""
+    import torch
+
+    return int(torch.empty((), dtype=torch.int64).random_().item())
+
+
+class _DataPipeMixin:
+    """What both bases share: repr, truthiness, pickling, seeds. Nothing here runs per item."""
+
+    #: Attributes shown in a stage's repr, e.g. ``("batch_size",)`` gives ``Batcher(32)``.
+    _repr_fields: tuple[str, ...] = ()
+    #: True on stages that draw random numbers (shuffle, sample, split); they get seeds from
+    #: :meth:`set_seed` and a fresh draw from torch's global generator when unseeded.
+    _is_random: bool = False
+    _seed: int | None = None
+    _epoch: int = 0
+
+    def __bool__(self) -> bool:
+        # Always true, so ``if pipe:`` never calls ``__len__`` (which may raise).
+        return True
+
+    def __repr__(self) -> str:
+        from .graph import chain_repr
+
+        return chain_repr(self)  # type: ignore[arg-type]
+
+    # -- pickling: lambdas and local functions travel through cloudpickle --------------------------
+    def __reduce_ex__(self, protocol: Any) -> tuple[Callable[[bytes], Any], tuple[bytes]]:
+        return _rebuild, (cloudpickle.dumps((type(self), self.__getstate__())),)
+
+    def __copy__(self) -> Any:
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return new
+
+    # -- seeds -------------------------------------------------------------------------------------
+    def set_seed(self, seed: int | None) -> Any:
+        """Seed every random stage of this pipe's graph; returns the pipe.
+
+        Each random stage gets its own seed derived from ``seed`` and its place in the graph, so the
+        same seed and the same graph give the same output order. ``None`` goes back to drawing a
+        fresh seed from torch's global generator at every pass.
+        """
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+        from .graph import traverse
+
+        for index, stage in enumerate(s for s in traverse(self) if s._is_random):  # type: ignore[arg-type]
+            stage._seed = None if seed is None else _derive_seed(seed, "stage", index)
+        return self
+
+    def set_epoch(self, epoch: int) -> Any:
+        """Set the epoch of every random stage: seeded stages reshuffle per epoch; returns the pipe."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
+        from .graph import traverse
+
+        for stage in traverse(self):  # type: ignore[arg-type]
+            if stage._is_random:
+                stage._epoch = epoch
+        return self
+
+    def _pass_seed(self) -> int:
+        """The seed of one pass of a random stage: derived from (seed, epoch), or freshly drawn."""
+        if self._seed is None:
+            return _draw_seed()
+        return _derive_seed(self._seed, "epoch", self._epoch)
+
+
+class IterDataPipe(IterableDataset[T_co], _DataPipeMixin):
+    """Base of iterable-style pipes: a lazy, re-iterable stream of items.
+
+    Subclasses implement ``__iter__`` (a new, independent pass each call) and, where the length can
+    be known from the sources at call time, ``__len__``; where it cannot, ``__len__`` raises
+    ``TypeError`` naming the stage (:func:`len_unknown`).
+    """
+
+    #: functional name -> class, for the methods registered on IterDataPipe
+    _functions: dict[str, type] = {}
+
+    def __iter__(self) -> Iterator[T_co]:
+        raise TypeError(f"{type(self).__name__} is an IterDataPipe but defines no __iter__")
+
+
+class MapDataPipe(Dataset[T_co], _DataPipeMixin):
+    """Base of map-style pipes: ``pipe[index]`` and ``len(pipe)``.
+
+    Iterating a map-style pipe yields ``pipe[0], pipe[1], ...`` up to ``len(pipe)``.
+    """
+
+    #: functional name -> class, for the methods registered on MapDataPipe
+    _functions: dict[str, type] = {}
+
+    def __getitem__(self, index: Any) -> T_co:
+        raise TypeError(f"{type(self).__name__} is a MapDataPipe but defines no __getitem__")
+
+    def __len__(self) -> int:
+        raise TypeError(f"{type(self).__name__} is a MapDataPipe but defines no __len__")
+
+    def __iter__(self) -> Iterator[T_co]:
+        for i in range(len(self)):
+            yield self[i]
+
+
+DataPipe = IterDataPipe | MapDataPipe
+
+
+def stage_label(pipe: Any) -> str:
+    """A stage's short label: its class name and its main arguments, e.g. ``Batcher(32)``."""
+    args = []
+    for field in pipe._repr_fields:
+        value = getattr(pipe, field, None)
+        if callable(value) and not isinstance(value, type):
+            value = getattr(value, "__qualname__", None) or getattr(value, "__name__", None) or repr(value)
+            args.append(value)
+        else:
+            args.append(repr(value))
+    return f"{type(pipe).__name__}({', '.join(args)})" if args else type(pipe).__name__
+
+
+def len_unknown(pipe: Any, why: str) -> TypeError:
+    """The ``TypeError`` a stage's ``__len__`` raises when its length cannot be known."""
+    return TypeError(f"{stage_label(pipe)} has no len(): {why}")
+
+
+def require_pipe(value: Any, stage: str, name: str = "datapipe", kind: type | tuple[type, ...] | None = None) -> None:
+    """Raise ``TypeError`` naming ``stage`` and ``name`` unless ``value`` is a pipe of ``kind``
+    (default: :class:`IterDataPipe`)."""
+    kind = IterDataPipe if kind is None else kind
+    if not isinstance(value, kind):
+        want = " or ".join(k.__name__ for k in kind) if isinstance(kind, tuple) else kind.__name__
+        raise TypeError(f"{stage}: {name} must be an {want}, got {type(value).__name__}")
+
+
+def require_callable(value: Any, stage: str, name: str, optional: bool = False) -> None:
+    """Raise ``TypeError`` naming ``stage`` and ``name`` unless ``value`` is callable (or None when
+    ``optional``)."""
+    if value is None and optional:
+        return
+    if not callable(value):
+        raise TypeError(f"{stage}: {name} must be callable, got {type(value).__name__}")
+
+
+def require_int(value: Any, stage: str, name: str, minimum: int | None = None, optional: bool = False) -> None:
+    """Raise ``TypeError``/``ValueError`` naming ``stage`` and ``name`` unless ``value`` is an int
+    (not a bool) of at least ``minimum`` (or None when ``optional``)."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{stage}: {name} must be an int, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{stage}: {name} must be >= {minimum}, got {value}")
+
+
+def sources_of(pipe: Any) -> list[Any]:
+    """The pipes ``pipe`` reads from, in the order they were given.
+
+    Found by scanning the pipe's attributes (pipes, or lists/tuples of pipes); a class whose sources
+    live elsewhere defines ``_sources()``.
+    """
+    custom = getattr(pipe, "_sources", None)
+    if custom is not None:
+        return list(custom())
+    found: list[Any] = []
+    for value in vars(pipe).values():
+        if isinstance(value, (IterDataPipe, MapDataPipe)):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(v for v in value if isinstance(v, (IterDataPipe, MapDataPipe)))
+    return found
+
+
+# -- the functional registry -----------------------------------------------------------------------
+
+
+def _same_class(a: type, b: type) -> bool:
+    # A module reloaded (importlib.reload, notebooks) defines an equal class anew: not a conflict.
+    return a is b or (a.__module__ == b.__module__ and a.__qualname__ == b.__qualname__)
+
+
+def _make_method(name: str, cls: type, base: type) -> Callable[..., Any]:
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return cls(self, *args, **kwargs)
+
+    method.__name__ = name
+    method.__qualname__ = f"{base.__name__}.{name}"
+    method.__module__ = cls.__module__
+    method.__doc__ = cls.__doc__
+    try:
+        params = list(inspect.signature(cls).parameters.values())
+        method.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *params[1:]]
+        )
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        pass
+    method._datapipe_class = cls  # type: ignore[attr-defined]
+    return method
+
+
+def functional_datapipe(name: str, *, source: type | None = None) -> Callable[[type], type]:
+    """Register a pipe class as the method ``name`` of its base class.
+
+    Args:
+        name: the functional name, a Python identifier (``"map"``, ``"batch"``).
+        source: the base the method is added to: by default :class:`IterDataPipe` for an
+            iterable-style class and :class:`MapDataPipe` for a map-style one. A class that turns one
+            kind into the other names its source (the map-style ``shuffle`` returns an
+            ``IterDataPipe`` but is called on a ``MapDataPipe``).
+
+    Raises:
+        ValueError: ``name`` is not an identifier, or is taken by another class or attribute.
+        TypeError: the class is not a pipe class.
+
+    The method takes the source pipe as its first argument, exactly as the constructor does:
+    ``pipe.map(f)`` is ``Mapper(pipe, f)``. Registering the same class again is a no-op.
+    """
+    if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
+        raise ValueError(f"functional name must be a public Python identifier, got {name!r}")
+
+    def register(cls: type) -> type:
+        if not isinstance(cls, type) or not issubclass(cls, (IterDataPipe, MapDataPipe)):
+            raise TypeError(f"functional_datapipe({name!r}) decorates an IterDataPipe or MapDataPipe class, got {cls!r}")
+        base = source
+        if base is None:
+            base = IterDataPipe if issubclass(cls, IterDataPipe) else MapDataPipe
+        if base not in (IterDataPipe, MapDataPipe):
+            raise ValueError(f"source must be IterDataPipe or MapDataPipe, got {base!r}")
+        registry: dict[str, type] = base._functions  # type: ignore[attr-defined]
+        taken = registry.get(name)
+        if taken is not None and not _same_class(taken, cls):
+            raise ValueError(
+                f"functional name {name!r} on {base.__name__} is already registered by "
+                f"{taken.__module__}.{taken.__qualname__}; cannot register {cls.__module__}.{cls.__qualname__}"
+            )
+        if taken is None and hasattr(base, name):
+            raise ValueError(f"functional name {name!r} clashes with the attribute {base.__name__}.{name}")
+        registry[name] = cls
+        setattr(base, name, _make_method(name, cls, base))
+        cls._functional_name = name  # type: ignore[attr-defined]
+        return cls
+
+    return register

@@ -1,0 +1,120 @@
+"""Walking a pipe's graph: its stages, a one-line chain, a text description and a Mermaid diagram.
+
+>>> from datapipes.iter import IterableWrapper
+>>> a = IterableWrapper([1, 2]).map(str)
+>>> b = IterableWrapper([3])
+>>> pipe = a.concat(b).batch(2)
+>>> pipe
+Concater[IterableWrapper -> Mapper(str) | IterableWrapper] -> Batcher(2)
+>>> [type(s).__name__ for s in traverse(pipe)]
+['Batcher', 'Concater', 'Mapper', 'IterableWrapper', 'IterableWrapper']
+>>> print(to_mermaid(pipe))
+flowchart LR
+    s0["IterableWrapper"] --> s1["Mapper(str)"]
+    s1 --> s2["Concater"]
+    s3["IterableWrapper"] --> s2
+    s2 --> s4["Batcher(2)"]
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from .datapipe import sources_of, stage_label
+
+__all__ = ["traverse", "stages", "chain_repr", "describe", "to_mermaid"]
+
+
+def traverse(pipe: Any) -> Iterator[Any]:
+    """Every stage of ``pipe``'s graph once, the pipe first, then depth-first through its sources."""
+    seen: set[int] = set()
+    stack = [pipe]
+    while stack:
+        stage = stack.pop()
+        if id(stage) in seen:
+            continue
+        seen.add(id(stage))
+        yield stage
+        stack.extend(reversed(sources_of(stage)))
+
+
+def stages(pipe: Any) -> list[Any]:
+    """The stages of ``pipe``'s graph in data-flow order (sources first, ``pipe`` last)."""
+    order: list[Any] = []
+    seen: set[int] = set()
+
+    def visit(stage: Any) -> None:
+        if id(stage) in seen:
+            return
+        seen.add(id(stage))
+        for src in sources_of(stage):
+            visit(src)
+        order.append(stage)
+
+    # Iterative deepening would avoid recursion limits, but graphs are tens of stages deep at most.
+    visit(pipe)
+    return order
+
+
+def chain_repr(pipe: Any) -> str:
+    """``IterableWrapper -> Mapper(f) -> Batcher(32)``; stages with several sources show them in
+    brackets separated by ``|``."""
+    srcs = sources_of(pipe)
+    label = stage_label(pipe)
+    if not srcs:
+        return label
+    if len(srcs) == 1:
+        return f"{chain_repr(srcs[0])} -> {label}"
+    name = type(pipe).__name__
+    inner = " | ".join(chain_repr(s) for s in srcs)
+    rest = label[len(name):]
+    return f"{name}{rest}[{inner}]"
+
+
+def describe(pipe: Any) -> str:
+    """A multi-line text view of the graph, one stage a line, sources indented under their consumer.
+
+    >>> from datapipes.iter import IterableWrapper
+    >>> print(describe(IterableWrapper(range(4)).map(abs).batch(2)))
+    Batcher(2)
+    └── Mapper(abs)
+        └── IterableWrapper
+    """
+    lines: list[str] = []
+
+    def walk(stage: Any, prefix: str, last: bool, root: bool, seen: frozenset[int]) -> None:
+        branch = "" if root else ("└── " if last else "├── ")
+        again = " (shared, shown above)" if id(stage) in seen else ""
+        lines.append(f"{prefix}{branch}{stage_label(stage)}{again}")
+        if again:
+            return
+        srcs = sources_of(stage)
+        child_prefix = prefix if root else prefix + ("    " if last else "│   ")
+        for i, src in enumerate(srcs):
+            walk(src, child_prefix, i == len(srcs) - 1, False, seen | {id(stage)})
+
+    walk(pipe, "", True, True, frozenset())
+    return "\n".join(lines)
+
+
+def to_mermaid(pipe: Any) -> str:
+    """A Mermaid ``flowchart LR`` of the graph: one node per stage, an edge per source."""
+    order = stages(pipe)
+    ids = {id(s): f"s{i}" for i, s in enumerate(order)}
+    lines = ["flowchart LR"]
+    declared: set[int] = set()
+
+    def node(stage: Any) -> str:
+        sid = ids[id(stage)]
+        if id(stage) in declared:
+            return sid
+        declared.add(id(stage))
+        label = stage_label(stage).replace('"', "'")
+        return f'{sid}["{label}"]'
+
+    for stage in order:
+        for src in sources_of(stage):
+            lines.append(f"    {node(src)} --> {node(stage)}")
+    if len(lines) == 1:
+        lines.append(f"    {node(pipe)}")
+    return "\n".join(lines)

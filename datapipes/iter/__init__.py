@@ -1,0 +1,42 @@
+"""Iterable-style pipes (``IterDataPipe``), one module per family, named as in torch DataPipes.
+
+Importing this package registers every pipe's functional name on :class:`IterDataPipe`.
+"""
+
+from ..datapipe import IterDataPipe
+from . import (
+    archive as _archive,
+    callable as _callable,
+    combinatorics as _combinatorics,
+    combining as _combining,
+    fileio as _fileio,
+    grouping as _grouping,
+    image as _image,
+    parsing as _parsing,
+    prefetch as _prefetch,
+    sharding as _sharding,
+    util as _util,
+)
+from .archive import *  # noqa: F401,F403
+from .callable import *  # noqa: F401,F403
+from .combinatorics import *  # noqa: F401,F403
+from .combining import *  # noqa: F401,F403
+from .fileio import *  # noqa: F401,F403
+from .grouping import *  # noqa: F401,F403
+from .image import *  # noqa: F401,F403
+from .parsing import *  # noqa: F401,F403
+from .prefetch import *  # noqa: F401,F403
+from .sharding import *  # noqa: F401,F403
+from .util import *  # noqa: F401,F403
+
+__all__ = sorted(
+    {"IterDataPipe"}.union(
+        *(
+            m.__all__
+            for m in (
+                _archive, _callable, _combinatorics, _combining, _fileio, _grouping,
+                _image, _parsing, _prefetch, _sharding, _util,
+            )
+        )
+    )
+)

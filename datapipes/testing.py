@@ -1,0 +1,238 @@
+"""A contract checker for pipes: run it on your own pipes as we run it on ours.
+
+:func:`check_datapipe` iterates a pipe several ways and raises :class:`ContractViolation` (an
+``AssertionError``) naming the broken rule:
+
+- re-iteration equals the first pass (as a multiset when the graph has an unseeded random stage);
+- a pickle round trip yields the same items (lambdas included, through cloudpickle);
+- ``len(pipe)``, where defined, equals the number of items yielded; where undefined it raises
+  ``TypeError`` (never another type, so ``list(pipe)`` still works);
+- ``bool(pipe)`` is true without calling ``len``;
+- an iterator closed (or dropped) after one item leaves no thread behind;
+- with ``build``, an exception raised by the source reaches the consumer as the same object.
+
+>>> from datapipes.iter import IterableWrapper
+>>> from datapipes.testing import check_datapipe
+>>> check_datapipe(IterableWrapper(range(5)).map(lambda x: x + 1), expected=[1, 2, 3, 4, 5])
+[1, 2, 3, 4, 5]
+>>> check_datapipe(IterableWrapper(range(6)), build=lambda src: src.batch(2))
+[0, 1, 2, 3, 4, 5]
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import pickle
+import threading
+import time
+from collections import Counter
+from typing import Any, Callable, Iterable
+
+from .datapipe import IterDataPipe, MapDataPipe
+from .graph import traverse
+
+__all__ = ["ContractViolation", "check_datapipe", "items_equal", "same_multiset", "threads_started_since"]
+
+
+class ContractViolation(AssertionError):
+    """A pipe broke a rule of the pipe contract; the message names the rule and the pipe."""
+
+
+class _ProbeError(Exception):
+    """Raised by the checker's probe source to see the error come through unchanged."""
+
+
+def items_equal(a: Any, b: Any) -> bool:
+    """Deep equality that understands numpy arrays and torch tensors inside nested containers."""
+    if type(a) is not type(b):
+        # int vs numpy int and the like compare by value
+        try:
+            return bool(a == b)
+        except Exception:
+            return False
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(items_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(items_equal(a[k], b[k]) for k in a)
+    mod = type(a).__module__
+    if mod == "numpy":
+        import numpy as np
+
+        return bool(np.array_equal(a, b))
+    if mod == "torch":
+        import torch
+
+        return bool(torch.equal(a, b))
+    result = a == b
+    return result if isinstance(result, bool) else bool(result)
+
+
+def _freeze(x: Any) -> Any:
+    if isinstance(x, (list, tuple)):
+        return (type(x).__name__, tuple(_freeze(v) for v in x))
+    if isinstance(x, dict):
+        return ("dict", tuple(sorted(((repr(k), _freeze(v)) for k, v in x.items()))))
+    if type(x).__module__ in ("numpy", "torch") and hasattr(x, "shape"):
+        return ("array", tuple(x.shape), repr(x.tolist()))
+    try:
+        hash(x)
+        return x
+    except TypeError:
+        return ("repr", repr(x))
+
+
+def same_multiset(a: Iterable[Any], b: Iterable[Any]) -> bool:
+    """True when ``a`` and ``b`` hold the same items the same number of times, in any order."""
+    return Counter(map(_freeze, a)) == Counter(map(_freeze, b))
+
+
+def _all_equal(a: list[Any], b: list[Any]) -> bool:
+    return len(a) == len(b) and all(items_equal(x, y) for x, y in zip(a, b))
+
+
+def threads_started_since(before: set[threading.Thread], timeout: float = 5.0) -> list[threading.Thread]:
+    """Threads alive now that were not in ``before``, after waiting up to ``timeout`` s for them to end."""
+    deadline = time.monotonic() + timeout
+    while True:
+        extra = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+        if not extra or time.monotonic() >= deadline:
+            return extra
+        for t in extra:
+            t.join(timeout=max(0.0, min(0.05, deadline - time.monotonic())))
+
+
+def _unseeded_random(pipe: Any) -> bool:
+    return any(getattr(s, "_is_random", False) and s._seed is None for s in traverse(pipe))
+
+
+def _collect(pipe: Any, limit: int | None) -> list[Any]:
+    it = iter(pipe)
+    try:
+        return list(it if limit is None else itertools.islice(it, limit))
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+
+
+def _probe_source(data: list[Any]) -> IterDataPipe[Any]:
+    from .iter import IterableWrapper
+
+    class _Probe:
+        def __init__(self) -> None:
+            self.error = _ProbeError("probe error from the source")
+
+        def __iter__(self) -> Any:
+            yield from data
+            raise self.error
+
+    return IterableWrapper(_Probe())
+
+
+def check_datapipe(
+    pipe: IterDataPipe[Any] | MapDataPipe[Any],
+    expected: Iterable[Any] | None = None,
+    *,
+    ordered: bool | None = None,
+    limit: int | None = None,
+    check_pickle: bool = True,
+    check_close: bool = True,
+    build: Callable[[IterDataPipe[Any]], IterDataPipe[Any]] | None = None,
+    probe_data: Iterable[Any] | None = None,
+    timeout: float = 5.0,
+) -> list[Any]:
+    """Check ``pipe`` against the pipe contract and return the items of its first pass.
+
+    Args:
+        pipe: the pipe to check.
+        expected: the items the pipe should yield (compared in order, or as a multiset when
+            ``ordered`` is false).
+        ordered: whether passes must agree in order. ``None``: ordered unless the graph holds an
+            unseeded random stage (shuffle, sample, split), whose passes agree as multisets.
+        limit: check only the first ``limit`` items (for endless pipes such as ``cycle()``);
+            the ``len`` rule is then skipped.
+        check_pickle: check the pickle round trip.
+        check_close: check that an iterator closed after one item leaves no thread behind.
+        build: a function building the pipe under test over a given source pipe. The checker
+            feeds it a source that yields ``probe_data`` then raises, and checks that the very same
+            exception object reaches the consumer.
+        probe_data: the items the probe source yields before raising (default ``range(4)``).
+        timeout: seconds to wait for threads to end after a close.
+
+    Raises:
+        ContractViolation: a rule was broken; the message says which.
+    """
+    name = repr(pipe)
+    if ordered is None:
+        ordered = not _unseeded_random(pipe)
+
+    def agree(a: list[Any], b: list[Any]) -> bool:
+        return _all_equal(a, b) if ordered else same_multiset(a, b)
+
+    if bool(pipe) is not True:
+        raise ContractViolation(f"{name}: bool(pipe) must be True")
+
+    first = _collect(pipe, limit)
+    if expected is not None:
+        want = list(expected)
+        if not agree(first, want):
+            raise ContractViolation(f"{name}: yielded {first!r:.500}, expected {want!r:.500}")
+
+    second = _collect(pipe, limit)
+    if not agree(first, second):
+        raise ContractViolation(
+            f"{name}: a second pass differs from the first ({'in order' if ordered else 'as a multiset'}): "
+            f"{first!r:.300} vs {second!r:.300}"
+        )
+
+    if limit is None:
+        try:
+            n = len(pipe)
+        except TypeError:
+            pass
+        except Exception as e:  # noqa: BLE001 - any other type is the violation
+            raise ContractViolation(f"{name}: len() must return an int or raise TypeError, raised {e!r}") from e
+        else:
+            if n != len(first):
+                raise ContractViolation(f"{name}: len() is {n} but a pass yielded {len(first)} items")
+
+    if check_pickle:
+        try:
+            clone = pickle.loads(pickle.dumps(pipe))
+        except Exception as e:
+            raise ContractViolation(f"{name}: pickle round trip failed: {e!r}") from e
+        again = _collect(clone, limit)
+        if not agree(first, again):
+            raise ContractViolation(f"{name}: the unpickled pipe yields {again!r:.300}, not {first!r:.300}")
+
+    if check_close:
+        before = set(threading.enumerate())
+        it = iter(pipe)
+        next(it, None)
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+        del it
+        gc.collect()
+        left = threads_started_since(before, timeout)
+        if left:
+            raise ContractViolation(f"{name}: threads left running after close: {[t.name for t in left]}")
+
+    if build is not None:
+        data = list(range(4) if probe_data is None else probe_data)
+        probe = _probe_source(data)
+        error = probe.iterable.error  # type: ignore[attr-defined]
+        built = build(probe)
+        try:
+            for _ in built:
+                pass
+        except _ProbeError as e:
+            if e is not error:
+                raise ContractViolation(f"{name}: the source's exception was replaced by an equal copy") from e
+        except BaseException as e:
+            raise ContractViolation(f"{name}: the source's _ProbeError came out as {type(e).__name__}: {e!r}") from e
+        else:
+            raise ContractViolation(f"{name}: the source's exception was swallowed")
+
+    return first
