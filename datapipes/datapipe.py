@@ -24,6 +24,8 @@ from typing import Any, Callable, Iterator, TypeVar
 import cloudpickle
 from torch.utils.data import Dataset, IterableDataset
 
+from ._methods import IterMethods, MapMethods
+
 __all__ = [
     "DataPipe",
     "IterDataPipe",
@@ -133,7 +135,7 @@ class _DataPipeMixin:
         return _derive_seed(self._seed, "epoch", self._epoch)
 
 
-class IterDataPipe(IterableDataset[T_co], _DataPipeMixin):
+class IterDataPipe(IterableDataset[T_co], IterMethods[T_co], _DataPipeMixin):
     """Base of iterable-style pipes: a lazy, re-iterable stream of items.
 
     Subclasses implement ``__iter__`` (a new, independent pass each call) and, where the length can
@@ -148,7 +150,7 @@ class IterDataPipe(IterableDataset[T_co], _DataPipeMixin):
         raise TypeError(f"{type(self).__name__} is an IterDataPipe but defines no __iter__")
 
 
-class MapDataPipe(Dataset[T_co], _DataPipeMixin):
+class MapDataPipe(Dataset[T_co], MapMethods[T_co], _DataPipeMixin):
     """Base of map-style pipes: ``pipe[index]`` and ``len(pipe)``.
 
     Iterating a map-style pipe yields ``pipe[0], pipe[1], ...`` up to ``len(pipe)``.
@@ -176,9 +178,11 @@ def stage_label(pipe: Any) -> str:
     args = []
     for field in pipe._repr_fields:
         value = getattr(pipe, field, None)
-        if callable(value) and not isinstance(value, type):
-            value = getattr(value, "__qualname__", None) or getattr(value, "__name__", None) or repr(value)
-            args.append(value)
+        if callable(value):
+            name = getattr(value, "__qualname__", None) or ""
+            if not name or "<locals>" in name:
+                name = getattr(value, "__name__", None) or type(value).__name__
+            args.append(name)
         else:
             args.append(repr(value))
     return f"{type(pipe).__name__}({', '.join(args)})" if args else type(pipe).__name__

@@ -1,0 +1,20 @@
+"""Typed declarations of the functional methods, for type checkers and IDEs.
+
+At run time these are empty generic bases of :class:`IterDataPipe` and :class:`MapDataPipe`: the
+methods themselves are set by :func:`functional_datapipe` when each pipe module is imported. Type
+checkers read ``_methods.pyi`` beside this file instead, which declares every registered method with
+its parameters and result type (``pipe.map(f)`` is an ``IterDataPipe[U]`` where ``f`` returns ``U``).
+``tests/test_typing.py`` keeps the stub in sync with the registry.
+"""
+
+from typing import Generic, TypeVar
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class IterMethods(Generic[T_co]):
+    """The functional methods of ``IterDataPipe`` (declared in ``_methods.pyi``)."""
+
+
+class MapMethods(Generic[T_co]):
+    """The functional methods of ``MapDataPipe`` (declared in ``_methods.pyi``)."""
