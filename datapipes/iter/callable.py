@@ -71,6 +71,16 @@ def _item_fn(pipe: Any) -> Callable[[Any], Any]:
     return _column_fn(pipe.fn, pipe.input_col, pipe.output_col)
 
 
+def _selected_fn(fn: Callable[..., Any], input_col: _Col) -> Callable[[Any], Any]:
+    """``fn`` applied to the ``input_col`` column(s) of each item; the result alone is returned."""
+    if input_col is None:
+        return fn
+    if isinstance(input_col, (list, tuple)):
+        cols = tuple(input_col)
+        return lambda item: fn(*[item[c] for c in cols])
+    return lambda item: fn(item[input_col])
+
+
 # -- Mapper ----------------------------------------------------------------------------------------
 
 
@@ -265,7 +275,7 @@ class Filter(IterDataPipe[T]):
 
 
 def _flatmap_raise(pipe: FlatMapper) -> Iterator[Any]:
-    fn = _item_fn(pipe) if pipe.fn is not None else iter
+    fn = _selected_fn(pipe.fn, pipe.input_col) if pipe.fn is not None else iter
     n = 0
     try:
         for x in pipe.datapipe:
@@ -278,7 +288,7 @@ def _flatmap_raise(pipe: FlatMapper) -> Iterator[Any]:
 
 
 def _flatmap_skip(pipe: FlatMapper) -> Iterator[Any]:
-    fn = _item_fn(pipe) if pipe.fn is not None else iter
+    fn = _selected_fn(pipe.fn, pipe.input_col) if pipe.fn is not None else iter
     failures = pipe._policy.new_pass(stage_label(pipe), pipe.failures)
     n = -1
     for x in pipe.datapipe:
@@ -336,7 +346,6 @@ class FlatMapper(IterDataPipe[U]):
         self.datapipe = datapipe
         self.fn = fn
         self.input_col = input_col
-        self.output_col = None
         self._policy = ErrorPolicy(on_error, max_failures)
         self._run = _flatmap_skip if self._policy.skips else _flatmap_raise
         self.failures = FailureLog()
