@@ -199,7 +199,8 @@ def require_pipe(value: Any, stage: str, name: str = "datapipe", kind: type | tu
     kind = IterDataPipe if kind is None else kind
     if not isinstance(value, kind):
         want = " or ".join(k.__name__ for k in kind) if isinstance(kind, tuple) else kind.__name__
-        raise TypeError(f"{stage}: {name} must be an {want}, got {type(value).__name__}")
+        article = "an" if want[0] in "AEIOU" else "a"
+        raise TypeError(f"{stage}: {name} must be {article} {want}, got {type(value).__name__}")
 
 
 def require_callable(value: Any, stage: str, name: str, optional: bool = False) -> None:

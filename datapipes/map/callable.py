@@ -1,0 +1,103 @@
+"""Map-style Mapper [map]: ``pipe.map(fn)[index]`` is ``fn(pipe[index])``, computed on access."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, TypeVar
+
+from ..datapipe import MapDataPipe, functional_datapipe, require_callable, require_pipe, stage_label
+from ..errors import add_stage_note, call_lines, raised_at
+from ..iter.callable import _check_cols, _Col, _item_fn
+
+__all__ = ["Mapper"]
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+
+def _index_text(index: Any) -> Any:
+    # ``at index 3`` for positions, ``at index 'cat'`` for keys.
+    return index if isinstance(index, int) else repr(index)
+
+
+def _map_iter(pipe: Mapper[Any]) -> Iterator[Any]:
+    fn = pipe._fn
+    n = 0
+    try:
+        for x in pipe.datapipe:
+            yield fn(x)
+            n += 1
+    except Exception as e:
+        if raised_at(e, _MAP_FN_LINES):
+            add_stage_note(e, stage_label(pipe), n, "index")
+        raise
+
+
+_MAP_FN_LINES = call_lines(_map_iter)
+
+
+@functional_datapipe("map")
+class Mapper(MapDataPipe[U]):
+    """Apply ``fn`` to an item when it is read (functional name: ``map``).
+
+    Args:
+        datapipe: the source map-style pipe.
+        fn: the function, called on every access: ``pipe[i]`` is ``fn(datapipe[i])``. Nothing is
+            cached, so reading an index twice calls ``fn`` twice.
+        input_col: apply ``fn`` to this column (index or key) of each tuple/list/dict item, or to
+            several columns as positional arguments. ``None``: to the whole item.
+        output_col: where the result goes: ``None`` replaces the input column (several input
+            columns collapse into the first), ``-1`` appends, any other index or key is written.
+            Items are never mutated; a changed copy is returned. Same rules as the iterable-style
+            :class:`datapipes.iter.Mapper`.
+
+    Yields:
+        ``fn(item)`` for each item of the source, in the source's order.
+
+    Raises:
+        Whatever ``fn`` raises, as the same object, with a note naming the stage and the index.
+        The index is passed to the source as it is, so the source's ``IndexError`` (or
+        ``KeyError`` for a keyed source) reaches the caller unchanged.
+
+    ``len()`` is the source's length at call time.
+
+    >>> from datapipes.map import SequenceWrapper
+    >>> pipe = SequenceWrapper([1, 2, 3]).map(lambda x: x * 10)
+    >>> pipe[2], list(pipe)
+    (30, [10, 20, 30])
+    >>> SequenceWrapper([(1, "a"), (2, "b")]).map(str.upper, input_col=1)[0]
+    (1, 'A')
+
+    See also: :class:`datapipes.iter.Mapper`, the iterable-style map with an error policy.
+    """
+
+    _repr_fields = ("fn",)
+
+    def __init__(
+        self,
+        datapipe: MapDataPipe[T],
+        fn: Callable[..., U],
+        input_col: _Col = None,
+        output_col: _Col = None,
+    ) -> None:
+        require_pipe(datapipe, "Mapper", kind=MapDataPipe)
+        require_callable(fn, "Mapper", "fn")
+        _check_cols(input_col, output_col, "Mapper")
+        self.datapipe = datapipe
+        self.fn = fn
+        self.input_col = input_col
+        self.output_col = output_col
+        self._fn = _item_fn(self)
+
+    def __getitem__(self, index: Any) -> U:
+        item = self.datapipe[index]
+        try:
+            return self._fn(item)
+        except Exception as e:
+            add_stage_note(e, stage_label(self), _index_text(index), "index")
+            raise
+
+    def __iter__(self) -> Iterator[U]:
+        return _map_iter(self)
+
+    def __len__(self) -> int:
+        return len(self.datapipe)

