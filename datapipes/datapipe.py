@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import inspect
+import pickle
 from typing import Any, Callable, Iterator, TypeVar
 
 import cloudpickle
@@ -42,15 +43,48 @@ __all__ = [
 T_co = TypeVar("T_co", covariant=True)
 
 
-def _rebuild(payload: bytes) -> Any:
-    cls, state = cloudpickle.loads(payload)
-    obj = cls.__new__(cls)
-    setstate = getattr(obj, "__setstate__", None)
-    if setstate is not None:
-        setstate(state)
-    elif state:
-        obj.__dict__.update(state)
-    return obj
+class _ByValue:
+    """A callable or class that plain pickle cannot reach by reference (a lambda, a local function or
+    class), carried as cloudpickle bytes and restored as the object itself."""
+
+    __slots__ = ("payload",)
+
+    def __init__(self, obj: Any) -> None:
+        self.payload = cloudpickle.dumps(obj)
+
+    def __reduce__(self) -> tuple[Callable[[bytes], Any], tuple[bytes]]:
+        return cloudpickle.loads, (self.payload,)
+
+
+def _new_instance(cls: type) -> Any:
+    return cls.__new__(cls)
+
+
+def _by_reference(obj: Any) -> bool:
+    try:
+        pickle.dumps(obj)
+    except Exception:  # PicklingError, AttributeError, TypeError: not importable by name
+        return False
+    return True
+
+
+def _portable(value: Any) -> Any:
+    """``value`` ready for plain pickle: callables that need it go by value (one level into lists,
+    tuples and dicts, where transforms usually live); everything else is left to the pickler."""
+    if isinstance(value, (IterDataPipe, MapDataPipe)):
+        return value
+    if callable(value):
+        return value if _by_reference(value) else _ByValue(value)
+    kind = type(value)
+    if len(value) > 64 if kind in (list, tuple, dict) else False:
+        return value  # data, not a list of transforms: leave it to the pickler unscanned
+    if kind is list or kind is tuple:
+        if any(callable(v) and not isinstance(v, (IterDataPipe, MapDataPipe)) for v in value):
+            return kind(_portable(v) for v in value)
+    elif kind is dict:
+        if any(callable(v) and not isinstance(v, (IterDataPipe, MapDataPipe)) for v in value.values()):
+            return {k: _portable(v) for k, v in value.items()}
+    return value
 
 
 def _derive_seed(seed: int, *salt: object) -> int:
@@ -87,8 +121,15 @@ class _DataPipeMixin:
         return chain_repr(self)  # type: ignore[arg-type]
 
     # -- pickling: lambdas and local functions travel through cloudpickle --------------------------
-    def __reduce_ex__(self, protocol: Any) -> tuple[Callable[[bytes], Any], tuple[bytes]]:
-        return _rebuild, (cloudpickle.dumps((type(self), self.__getstate__())),)
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        # The standard protocol (create, then set state) lets the outer pickler's memo keep pipes
+        # shared between branches (fork children, a reused source) shared, and cycles intact. Only
+        # the values plain pickle cannot reach by name go by value through cloudpickle.
+        cls = type(self)
+        state = self.__getstate__()
+        if isinstance(state, dict):
+            state = {k: _portable(v) for k, v in state.items()}
+        return _new_instance, (cls if _by_reference(cls) else _ByValue(cls),), state
 
     def __copy__(self) -> Any:
         new = type(self).__new__(type(self))

@@ -324,3 +324,30 @@ class TestGraphAndRepr:
             require_int(0, "X", "n", minimum=1)
         with pytest.raises(TypeError, match="X: n must be an int, got bool"):
             require_int(True, "X", "n")
+
+
+class TestPickleSharing:
+    def test_sharing_survives_round_trip(self):
+        src = IterableWrapper([1, 2])
+        a, b = pickle.loads(pickle.dumps((src.map(lambda x: x), src.map(lambda x: -x))))
+        assert a.datapipe is b.datapipe
+
+    def test_cycles_survive(self):
+        pipe = IterableWrapper([1]).map(str)
+        pipe.extra = {"self": pipe}
+        clone = pickle.loads(pickle.dumps(pipe))
+        assert clone.extra["self"] is clone
+
+    def test_transform_lists_with_lambdas(self):
+        class Compose(IterDataPipe):
+            def __init__(self, datapipe, fns):
+                self.datapipe, self.fns = datapipe, fns
+
+            def __iter__(self):
+                for x in self.datapipe:
+                    for f in self.fns:
+                        x = f(x)
+                    yield x
+
+        pipe = Compose(IterableWrapper([1, 2]), [lambda x: x + 1, abs, lambda x: x * 10])
+        assert list(pickle.loads(pickle.dumps(pipe))) == [20, 30]

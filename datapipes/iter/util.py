@@ -1,14 +1,17 @@
-"""Sources and small utilities: IterableWrapper."""
+"""Sources and small utilities: IterableWrapper, Header [header], Cycler [cycle],
+Enumerator [enumerate], InMemoryCacheHolder [in_memory_cache]."""
 
 from __future__ import annotations
 
 import copy
+import itertools
+import sys
 from collections.abc import Iterator as _IteratorABC
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
-from ..datapipe import IterDataPipe, len_unknown
+from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe
 
-__all__ = ["IterableWrapper"]
+__all__ = ["IterableWrapper", "Header", "Cycler", "Enumerator", "InMemoryCacheHolder"]
 
 T = TypeVar("T")
 
@@ -73,3 +76,296 @@ class IterableWrapper(IterDataPipe[T]):
                 "wrap a list or a re-iterable object"
             )
         return self.__dict__
+
+
+def _close(it: Any) -> None:
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()
+
+
+_END = object()  # private end-of-pass marker (None is a valid item)
+
+
+# -- Header ----------------------------------------------------------------------------------------
+
+
+def _header_run(pipe: Header) -> Iterator[Any]:
+    it = iter(pipe.source_datapipe)
+    try:
+        # islice pulls exactly `limit` items: the source is not read past the limit.
+        yield from itertools.islice(it, pipe.limit)
+    finally:
+        _close(it)
+
+
+@functional_datapipe("header")
+class Header(IterDataPipe[T]):
+    """Yield the first ``limit`` items of the source (functional name: ``header``).
+
+    Args:
+        source_datapipe: the source pipe.
+        limit: how many items to yield at most, an int >= 0 (default 10); ``None``: all of them.
+
+    Yields:
+        The source's first ``limit`` items. The source is read no further than that and its
+        iterator is closed, so upstream work stops.
+
+    ``len()`` is ``min(limit, len(source))``; ``TypeError`` where the source has no length (unlike
+    torchdata, which guesses ``limit`` with a warning: the source may be shorter).
+
+    >>> from datapipes.iter import IterableWrapper
+    >>> list(IterableWrapper(range(100)).header(3))
+    [0, 1, 2]
+    >>> len(IterableWrapper(range(2)).header(3))
+    2
+
+    See also: :class:`Cycler`.
+    """
+
+    _repr_fields = ("limit",)
+
+    def __init__(self, source_datapipe: IterDataPipe[T], limit: int | None = 10) -> None:
+        require_pipe(source_datapipe, "Header", "source_datapipe")
+        require_int(limit, "Header", "limit", minimum=0, optional=True)
+        self.source_datapipe = source_datapipe
+        self.limit = limit
+
+    def __iter__(self) -> Iterator[T]:
+        return _header_run(self)
+
+    def __len__(self) -> int:
+        if self.limit == 0:
+            return 0
+        try:
+            n = len(self.source_datapipe)  # type: ignore[arg-type]
+        except TypeError as e:
+            if self.limit is None:
+                raise
+            raise len_unknown(self, f"its source may yield fewer than limit={self.limit} items ({e})") from None
+        return n if self.limit is None else min(n, self.limit)
+
+
+# -- Cycler ----------------------------------------------------------------------------------------
+
+
+def _cycle_run(pipe: Cycler) -> Iterator[Any]:
+    source = pipe.source_datapipe
+    count = pipe.count
+    forever = count is None
+    for _ in itertools.repeat(None) if count is None else itertools.repeat(None, count):
+        it = iter(source)
+        try:
+            first = next(it, _END)
+            if first is _END:
+                if forever:
+                    return  # an empty source cycled forever is empty, not a busy loop
+                continue
+            yield first
+            yield from it
+        finally:
+            _close(it)
+
+
+@functional_datapipe("cycle")
+class Cycler(IterDataPipe[T]):
+    """Yield the source's items ``count`` times over, or forever (functional name: ``cycle``).
+
+    Args:
+        source_datapipe: the source pipe; each round is a new pass over it.
+        count: how many rounds, an int >= 0; ``None`` (default): forever.
+
+    Yields:
+        The items of pass 1 of the source, then of pass 2, and so on. Cycling forever over a
+        source whose pass yields nothing ends, instead of looping without yielding.
+
+    ``len()`` is ``count * len(source)``; ``TypeError`` when cycling forever.
+
+    >>> from datapipes.iter import IterableWrapper
+    >>> list(IterableWrapper(range(3)).cycle(2))
+    [0, 1, 2, 0, 1, 2]
+    >>> list(IterableWrapper("ab").cycle().header(5))
+    ['a', 'b', 'a', 'b', 'a']
+
+    See also: :class:`Header` to take a finite prefix of an endless cycle.
+    """
+
+    _repr_fields = ("count",)
+
+    def __init__(self, source_datapipe: IterDataPipe[T], count: int | None = None) -> None:
+        require_pipe(source_datapipe, "Cycler", "source_datapipe")
+        require_int(count, "Cycler", "count", minimum=0, optional=True)
+        self.source_datapipe = source_datapipe
+        self.count = count
+
+    def __iter__(self) -> Iterator[T]:
+        return _cycle_run(self)
+
+    def __len__(self) -> int:
+        if self.count is None:
+            raise len_unknown(self, "it cycles forever")
+        if self.count == 0:
+            return 0
+        return self.count * len(self.source_datapipe)  # type: ignore[arg-type]
+
+
+# -- Enumerator ------------------------------------------------------------------------------------
+
+
+def _enumerate_run(pipe: Enumerator) -> Iterator[tuple[int, Any]]:
+    it = iter(pipe.source_datapipe)
+    try:
+        yield from enumerate(it, pipe.starting_index)
+    finally:
+        _close(it)
+
+
+@functional_datapipe("enumerate")
+class Enumerator(IterDataPipe[tuple[int, T]]):
+    """Pair every item with its index (functional name: ``enumerate``).
+
+    Args:
+        source_datapipe: the source pipe.
+        starting_index: the index of the first item (default 0).
+
+    Yields:
+        ``(index, item)`` tuples, as the builtin ``enumerate`` does.
+
+    ``len()`` is the source's length.
+
+    >>> from datapipes.iter import IterableWrapper
+    >>> list(IterableWrapper("abc").enumerate(starting_index=1))
+    [(1, 'a'), (2, 'b'), (3, 'c')]
+    """
+
+    def __init__(self, source_datapipe: IterDataPipe[T], starting_index: int = 0) -> None:
+        require_pipe(source_datapipe, "Enumerator", "source_datapipe")
+        require_int(starting_index, "Enumerator", "starting_index")
+        self.source_datapipe = source_datapipe
+        self.starting_index = starting_index
+
+    def __iter__(self) -> Iterator[tuple[int, T]]:
+        return _enumerate_run(self)
+
+    def __len__(self) -> int:
+        return len(self.source_datapipe)  # type: ignore[arg-type]
+
+
+# -- InMemoryCacheHolder ---------------------------------------------------------------------------
+
+
+def _nbytes(x: Any) -> int:
+    """An estimate of the memory ``x`` holds: arrays and tensors by their data size, containers
+    recursively, PIL images by their pixels, anything else by ``sys.getsizeof``."""
+    if isinstance(x, (list, tuple)):
+        return sys.getsizeof(x) + sum(map(_nbytes, x))
+    if isinstance(x, dict):
+        return sys.getsizeof(x) + sum(_nbytes(k) + _nbytes(v) for k, v in x.items())
+    nbytes = getattr(x, "nbytes", None)  # numpy arrays, torch tensors
+    if isinstance(nbytes, int):
+        return nbytes + sys.getsizeof(x)
+    getbands = getattr(x, "getbands", None)  # PIL images
+    if getbands is not None and callable(getbands):
+        width, height = x.size
+        return width * height * len(getbands()) + sys.getsizeof(x)
+    return sys.getsizeof(x)
+
+
+def _cache_fill(pipe: InMemoryCacheHolder) -> Iterator[Any]:
+    items: list[Any] = []
+    append = items.append
+    it = iter(pipe.source_dp)
+    try:
+        for x in it:
+            append(x)
+            yield x
+    finally:
+        _close(it)
+    # Reached only when the source ended: a pass that was closed early or failed caches nothing.
+    pipe._cache = items
+
+
+def _cache_fill_bounded(pipe: InMemoryCacheHolder) -> Iterator[Any]:
+    budget = pipe.size * 1024 * 1024  # type: ignore[operator]
+    items: list[Any] = []
+    used = 0
+    it = iter(pipe.source_dp)
+    try:
+        for x in it:
+            used += _nbytes(x)
+            if used > budget:
+                # Too big to cache: free what was kept and stream the rest of this pass.
+                items.clear()
+                yield x
+                yield from it
+                return
+            items.append(x)
+            yield x
+    finally:
+        _close(it)
+    pipe._cache = items
+
+
+@functional_datapipe("in_memory_cache")
+class InMemoryCacheHolder(IterDataPipe[T]):
+    """Keep the items of the first complete pass in memory; later passes read them from there
+    (functional name: ``in_memory_cache``).
+
+    Args:
+        source_dp: the source pipe (torchdata's parameter name).
+        size: the most memory the cache may hold, in megabytes (an int or float > 0); ``None``
+            (default): no limit. Sizes are estimates: arrays and tensors count their data,
+            containers their contents, other objects ``sys.getsizeof``. A pass whose items exceed
+            ``size`` caches nothing (it frees what it kept and streams on), so later passes read
+            the source again; unlike torchdata, a partial cache never mixes a new pass of the
+            source with a cached one.
+
+    Yields:
+        The source's items. A pass that ends early (closed, or the source raised) caches nothing;
+        only a pass that reaches the source's end fills the cache. Later passes yield the cached
+        items (the very objects, not copies) without reading the source, so what a random stage
+        upstream drew in the cached pass is repeated.
+
+    The cache is runtime state: it is not pickled (an unpickled copy fills its own) and it is
+    kept per pipe object.
+
+    ``len()`` is the number of cached items once cached, the source's length before.
+
+    >>> from datapipes.iter import IterableWrapper
+    >>> pipe = IterableWrapper(range(4)).map(lambda x: x * x).in_memory_cache()
+    >>> list(pipe), list(pipe)
+    ([0, 1, 4, 9], [0, 1, 4, 9])
+    """
+
+    _cache: list[Any] | None = None
+
+    def __init__(self, source_dp: IterDataPipe[T], size: int | float | None = None) -> None:
+        require_pipe(source_dp, "InMemoryCacheHolder", "source_dp")
+        if size is not None:
+            if isinstance(size, bool) or not isinstance(size, (int, float)):
+                raise TypeError(f"InMemoryCacheHolder: size must be a number of megabytes or None, got {type(size).__name__}")
+            if not size > 0 or size == float("inf"):
+                raise ValueError(f"InMemoryCacheHolder: size must be a finite number of megabytes > 0, got {size!r}")
+        self.source_dp = source_dp
+        self.size = size
+        self._fill: Callable[[InMemoryCacheHolder[T]], Iterator[T]] = (
+            _cache_fill if size is None else _cache_fill_bounded
+        )
+        self._cache = None
+
+    def __iter__(self) -> Iterator[T]:
+        cache = self._cache
+        if cache is not None:
+            return iter(cache)
+        return self._fill(self)
+
+    def __len__(self) -> int:
+        cache = self._cache
+        if cache is not None:
+            return len(cache)
+        return len(self.source_dp)  # type: ignore[arg-type]
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_cache"] = None
+        return state
