@@ -79,6 +79,10 @@ class IterableWrapper(IterDataPipe[T]):
 
 
 def _close(it: Any) -> None:
+    """Close an upstream iterator whose pass this stage abandons (its consumer closed it, or an
+    exception is on its way out). A pass that ends normally, or a ``header`` that reached its limit,
+    only drops the upstream iterator: what it already passed downstream (open streams from
+    ``open_files``, say) stays valid, and the dropped iterator's own finaliser releases the rest."""
     close = getattr(it, "close", None)
     if close is not None:
         close()
@@ -95,8 +99,9 @@ def _header_run(pipe: Header) -> Iterator[Any]:
     try:
         # islice pulls exactly `limit` items: the source is not read past the limit.
         yield from itertools.islice(it, pipe.limit)
-    finally:
+    except BaseException:
         _close(it)
+        raise
 
 
 @functional_datapipe("header")
@@ -108,8 +113,9 @@ class Header(IterDataPipe[T]):
         limit: how many items to yield at most, an int >= 0 (default 10); ``None``: all of them.
 
     Yields:
-        The source's first ``limit`` items. The source is read no further than that and its
-        iterator is closed, so upstream work stops.
+        The source's first ``limit`` items. The source is read no further than that; its
+        iterator is then dropped (not closed), so items already yielded, such as open streams,
+        stay valid while upstream threads stop through their finalisers.
 
     ``len()`` is ``min(limit, len(source))``; ``TypeError`` where the source has no length (unlike
     torchdata, which guesses ``limit`` with a warning: the source may be shorter).
@@ -163,8 +169,9 @@ def _cycle_run(pipe: Cycler) -> Iterator[Any]:
                 continue
             yield first
             yield from it
-        finally:
+        except BaseException:
             _close(it)
+            raise
 
 
 @functional_datapipe("cycle")
@@ -216,8 +223,9 @@ def _enumerate_run(pipe: Enumerator) -> Iterator[tuple[int, Any]]:
     it = iter(pipe.source_datapipe)
     try:
         yield from enumerate(it, pipe.starting_index)
-    finally:
+    except BaseException:
         _close(it)
+        raise
 
 
 @functional_datapipe("enumerate")
@@ -279,8 +287,9 @@ def _cache_fill(pipe: InMemoryCacheHolder) -> Iterator[Any]:
         for x in it:
             append(x)
             yield x
-    finally:
+    except BaseException:
         _close(it)
+        raise
     # Reached only when the source ended: a pass that was closed early or failed caches nothing.
     pipe._cache = items
 
@@ -301,8 +310,9 @@ def _cache_fill_bounded(pipe: InMemoryCacheHolder) -> Iterator[Any]:
                 return
             items.append(x)
             yield x
-    finally:
+    except BaseException:
         _close(it)
+        raise
     pipe._cache = items
 
 

@@ -7,7 +7,7 @@ import pickle
 import numpy as np
 import pytest
 
-from datapipes.iter import Cycler, Enumerator, Header, InMemoryCacheHolder, IterableWrapper
+from datapipes.iter import Cycler, Enumerator, Header, InMemoryCacheHolder, IterableWrapper, IterDataPipe
 from datapipes.testing import check_datapipe
 
 
@@ -366,3 +366,31 @@ class TestInMemoryCacheHolder:
             src.in_memory_cache(size="1")
         with pytest.raises(TypeError, match="InMemoryCacheHolder: source_dp must be an IterDataPipe, got list"):
             InMemoryCacheHolder([1])
+
+
+class TestUpstreamCloseRule:
+    """Stages close their upstream only when their own pass is abandoned, never on normal ends."""
+
+    def test_header_and_enumerate_keep_yielded_streams_valid(self, tmp_path):
+        from datapipes.iter import FileLister
+
+        for name in "abc":
+            (tmp_path / f"{name}.txt").write_text(name * 2)
+        files = FileLister(str(tmp_path)).open_files()
+        assert [s.read() for _, s in list(files.header(2))] == ["aa", "bb"]
+        assert [s.read() for _, (_, s) in list(files.enumerate())] == ["aa", "bb", "cc"]
+
+    def test_consumer_close_closes_upstream(self):
+        closed = []
+
+        class Src(IterDataPipe):
+            def __iter__(self):
+                try:
+                    yield from range(10)
+                finally:
+                    closed.append(True)
+
+        it = iter(Src().enumerate())
+        next(it)
+        it.close()
+        assert closed == [True]
