@@ -14,6 +14,7 @@ from . import (
     image as _image,
     parsing as _parsing,
     prefetch as _prefetch,
+    remote as _remote,
     sharding as _sharding,
     util as _util,
 )
@@ -26,6 +27,7 @@ from .grouping import *  # noqa: F401,F403
 from .image import *  # noqa: F401,F403
 from .parsing import *  # noqa: F401,F403
 from .prefetch import *  # noqa: F401,F403
+from .remote import *  # noqa: F401,F403
 from .sharding import *  # noqa: F401,F403
 from .util import *  # noqa: F401,F403
 
@@ -35,7 +37,7 @@ __all__ = sorted(
             m.__all__
             for m in (
                 _archive, _callable, _combinatorics, _combining, _fileio, _grouping,
-                _image, _parsing, _prefetch, _sharding, _util,
+                _image, _parsing, _prefetch, _remote, _sharding, _util,
             )
         )
     )

@@ -34,7 +34,7 @@ from datapipes.iter import (
     Saver,
     StreamWrapper,
 )
-from datapipes.iter import fileio
+from datapipes.iter import fileio, remote
 from datapipes.testing import check_datapipe
 
 
@@ -587,9 +587,9 @@ def flaky() -> Any:
 
 @pytest.fixture
 def sleeps(monkeypatch) -> list[float]:
-    """The backoff delays the fileio module sleeps, recorded instead of slept."""
+    """The backoff delays the remote module sleeps, recorded instead of slept."""
     delays: list[float] = []
-    monkeypatch.setattr(fileio, "time", types.SimpleNamespace(sleep=delays.append))
+    monkeypatch.setattr(remote, "time", types.SimpleNamespace(sleep=delays.append))
     return delays
 
 
