@@ -11,9 +11,9 @@ Concater[IterableWrapper -> Mapper(str) | IterableWrapper] -> Batcher(2)
 >>> print(to_mermaid(pipe))
 flowchart LR
     s0["IterableWrapper"] --> s1["Mapper(str)"]
-    s1 --> s2["Concater"]
-    s3["IterableWrapper"] --> s2
-    s2 --> s4["Batcher(2)"]
+    s1 --> s3["Concater"]
+    s2["IterableWrapper"] --> s3
+    s3 --> s4["Batcher(2)"]
 """
 
 from __future__ import annotations

@@ -1,3 +1,892 @@
-"""(family module: filled in by its owner)"""
+"""Stages that join several pipes into one or split one into several: Concater [concat],
+Zipper [zip], Multiplexer [mux], Forker [fork], Demultiplexer [demux].
 
-__all__: list[str] = []
+Joining stages (``concat``, ``zip``, ``mux``) are plain generators over their inputs: every pass
+iterates each input afresh, errors pass through as the same object, and ``len()`` is computed from
+the inputs' lengths at call time.
+
+Splitting stages (``fork``, ``demux``) return a list of *child* pipes that share ONE pass over
+their source. How a shared pass lives and ends:
+
+- A pass starts when a child's iterator is first advanced (``iter(child)`` alone does nothing), and
+  every other child that starts reading afterwards joins that same pass. A child that has not
+  started yet keeps its items buffered: reading child A to the end and then child B works while
+  the buffer holds what B has not read. A child that can never read (its pipe object was dropped
+  before it started, e.g. ``a, _ = pipe.fork(2)``) stops holding items back once the buffer fills.
+- A child whose iterator ends (exhausted, closed, dropped, or raising) leaves the pass; items are no
+  longer kept for it. When every child has left, the pass is over: the source's iterator is closed
+  and the buffers are freed.
+- A child that starts reading *again* while it is already in the current pass starts a new pass:
+  the source is iterated from the beginning and the children that have not started yet join the
+  new pass. If another child is still in the middle of the old pass, this is the torch DataPipes
+  behaviour: a ``UserWarning`` says the pass was reset, and the old iterators are invalidated
+  (advancing one raises ``RuntimeError`` saying why) instead of silently missing items.
+- The buffer is bounded by ``buffer_size`` (``-1``: unbounded, with a warning). Running past it
+  raises ``BufferError`` naming the stage, the buffer size and the children involved; the item read
+  last stays buffered, so the other children can still be drained.
+- An exception from the source (or from ``classifier_fn``) reaches the child that was reading as
+  the same object; every other child of that pass gets the same object when it reaches that point,
+  so no child silently ends early.
+
+Children pickle through their shared state: children pickled together (in one list, or inside one
+pipe) still share one pass after unpickling; a child pickled alone gets its own copy of the source.
+(Children that reach the pickler through different intermediate pipes, e.g. ``a.zip(b.map(f))``,
+are split apart by the generic pipe pickling, which pickles each pipe separately; each part then
+reads its own pass and the results stay correct.)
+No threads are created here. Two children consumed alternately from one thread is the designed
+use; consuming them from different threads is safe too: a child reads what is already buffered
+without a lock, and reading the source (which also trims the buffer) happens under one lock, once
+per source item whatever the number of children.
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+import itertools
+import operator
+import os
+import sys
+import threading
+import warnings
+import weakref
+from collections import deque
+from typing import Any, Callable, Iterator, Literal, TypeVar
+
+import cloudpickle
+
+from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe
+from ..errors import add_stage_note
+
+__all__ = ["Concater", "Demultiplexer", "Forker", "Multiplexer", "Zipper"]
+
+T = TypeVar("T")
+
+_FAR = sys.maxsize  # the position of a child that has left the pass: it holds no items back
+_END = object()  # private sentinel: no more items for this child in this pass
+_DROP = object()  # private sentinel: route the item nowhere
+_MISS = object()  # private sentinel: not in the routing table
+
+
+# -- joining: Concater, Zipper, Multiplexer ---------------------------------------------------------
+
+
+def _check_inputs(stage: str, datapipes: tuple[Any, ...]) -> None:
+    if not datapipes:
+        raise ValueError(f"{stage}: needs at least one datapipe, got none")
+    for k, dp in enumerate(datapipes):
+        require_pipe(dp, stage, f"datapipes[{k}]")
+
+
+def _input_lengths(pipe: Any) -> list[int]:
+    lengths = []
+    for k, dp in enumerate(pipe.datapipes):
+        try:
+            lengths.append(len(dp))
+        except TypeError as e:
+            raise len_unknown(pipe, f"datapipes[{k}] has no len() ({e})") from None
+    return lengths
+
+
+def _concat(pipe: Concater[Any]) -> Iterator[Any]:
+    for dp in pipe.datapipes:
+        yield from dp
+
+
+def _zip(pipe: Zipper) -> Iterator[tuple[Any, ...]]:
+    yield from zip(*[iter(dp) for dp in pipe.datapipes])
+
+
+def _mux(pipe: Multiplexer[Any]) -> Iterator[Any]:
+    # zip stops at the first exhausted input and drops the round it was building: torch semantics.
+    yield from itertools.chain.from_iterable(zip(*[iter(dp) for dp in pipe.datapipes]))
+
+
+@functional_datapipe("concat")
+class Concater(IterDataPipe[T]):
+    """Yield every item of the first pipe, then of the second, and so on (functional name:
+    ``concat``), like :func:`itertools.chain`.
+
+    Args:
+        *datapipes: the pipes, at least one. ``a.concat(b, c)`` is ``Concater(a, b, c)``.
+
+    Yields:
+        The items of each input in turn; an input is iterated only when the previous one ends.
+
+    Raises:
+        TypeError: an input is not an ``IterDataPipe``.
+        ValueError: no input.
+
+    ``len()`` is the sum of the inputs' lengths; ``TypeError`` naming the input when one is unknown.
+
+    >>> from datapipes.iter import IterableWrapper
+    >>> list(IterableWrapper(range(3)).concat(IterableWrapper("ab")))
+    [0, 1, 2, 'a', 'b']
+
+    See also: :class:`Multiplexer` to interleave instead, :class:`Zipper`.
+    """
+
+    def __init__(self, *datapipes: IterDataPipe[T]) -> None:
+        _check_inputs("Concater", datapipes)
+        self.datapipes = datapipes
+        self._run = _concat
+
+    def __iter__(self) -> Iterator[T]:
+        return self._run(self)
+
+    def __len__(self) -> int:
+        return sum(_input_lengths(self))
+
+
+@functional_datapipe("zip")
+class Zipper(IterDataPipe[tuple[Any, ...]]):
+    """Yield tuples of one item from each input (functional name: ``zip``), like :func:`zip`.
+
+    Args:
+        *datapipes: the pipes, at least one. ``a.zip(b)`` is ``Zipper(a, b)``.
+
+    Yields:
+        ``(item_of_a, item_of_b, ...)``, until the shortest input is exhausted.
+
+    Raises:
+        TypeError: an input is not an ``IterDataPipe``.
+        ValueError: no input.
+
+    ``len()`` is the shortest input's length; ``TypeError`` naming the input when one is unknown.
+
+    >>> from datapipes.iter import IterableWrapper
+    >>> list(IterableWrapper(range(3)).zip(IterableWrapper("abcd")))
+    [(0, 'a'), (1, 'b'), (2, 'c')]
+
+    See also: :class:`Multiplexer`, :class:`Concater`.
+    """
+
+    def __init__(self, *datapipes: IterDataPipe[Any]) -> None:
+        _check_inputs("Zipper", datapipes)
+        self.datapipes = datapipes
+        self._run = _zip
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return self._run(self)
+
+    def __len__(self) -> int:
+        return min(_input_lengths(self))
+
+
+@functional_datapipe("mux")
+class Multiplexer(IterDataPipe[T]):
+    """Yield one item from each input in turn (functional name: ``mux``).
+
+    Rounds of one item per input, in input order, until any input is exhausted; the round that
+    input cut short is dropped (torch DataPipes semantics), so every input contributes the same
+    number of items.
+
+    Args:
+        *datapipes: the pipes, at least one. ``a.mux(b, c)`` is ``Multiplexer(a, b, c)``.
+
+    Yields:
+        ``a[0], b[0], c[0], a[1], b[1], c[1], ...``.
+
+    Raises:
+        TypeError: an input is not an ``IterDataPipe``.
+        ValueError: no input.
+
+    ``len()`` is the shortest input's length times the number of inputs; ``TypeError`` naming the
+    input when one is unknown.
+
+    >>> from datapipes.iter import IterableWrapper
+    >>> list(IterableWrapper(range(3)).mux(IterableWrapper(range(10, 15))))
+    [0, 10, 1, 11, 2, 12]
+
+    See also: :class:`Zipper`, :class:`Concater`.
+    """
+
+    def __init__(self, *datapipes: IterDataPipe[T]) -> None:
+        _check_inputs("Multiplexer", datapipes)
+        self.datapipes = datapipes
+        self._run = _mux
+
+    def __iter__(self) -> Iterator[T]:
+        return self._run(self)
+
+    def __len__(self) -> int:
+        return min(_input_lengths(self)) * len(self.datapipes)
+
+
+# -- splitting: the shared state of fork and demux children ----------------------------------------
+
+
+class _Raising:
+    """The source iterator of a pass that failed or was invalidated: each ``next`` raises ``error``."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def __iter__(self) -> _Raising:
+        return self
+
+    def __next__(self) -> Any:
+        raise self.error
+
+
+def _close_iterator(it: Any) -> None:
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()
+
+
+def _fn_name(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _warn(message: str) -> None:
+    """A ``UserWarning`` attributed to the first caller outside this package."""
+    frame = sys._getframe(1)
+    level = 2  # stacklevel 1 is this function, 2 its caller
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    warnings.warn(message, UserWarning, stacklevel=level)
+
+
+def _check_buffer_size(stage: str, buffer_size: Any) -> None:
+    require_int(buffer_size, stage, "buffer_size")
+    if buffer_size < 1 and buffer_size != -1:
+        raise ValueError(f"{stage}: buffer_size must be >= 1, or -1 for an unbounded buffer, got {buffer_size}")
+    if buffer_size == -1:
+        _warn(
+            f"{stage}: buffer_size=-1 keeps an unbounded buffer: a child that runs far ahead of the "
+            "others makes memory grow without limit"
+        )
+
+
+def _rebuild_hub(payload: bytes) -> Any:
+    cls, config = cloudpickle.loads(payload)
+    hub = cls.__new__(cls)
+    hub._configure(*config)
+    return hub
+
+
+def _rebuild_child(cls: type, hub: Any, instance_id: int) -> Any:
+    return cls(hub, instance_id)
+
+
+class _Hub:
+    """What the children of one fork/demux share: the source, the options, and the current pass.
+
+    Pickles as its configuration only (a pickled hub starts with no pass); pickle's memo keeps
+    children pickled together on one hub. Joining, leaving and reading the source happen under
+    ``_lock``, a re-entrant lock so that a child finalised by the garbage collector in the middle of
+    another child's read cannot deadlock its own thread.
+    """
+
+    stage = ""
+    datapipe: Any
+    num_instances: int
+    buffer_size: int
+    label: str
+    _limit: int
+    _pass: Any
+    _lock: Any
+
+    def _config(self) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def _configure(self, *config: Any) -> None:
+        raise NotImplementedError
+
+    def _new_pass(self, it: Iterator[Any]) -> Any:
+        raise NotImplementedError
+
+    def _busy(self, p: Any, j: int) -> bool:
+        """Whether child ``j`` is in the middle of pass ``p`` (started, not left, items left)."""
+        raise NotImplementedError
+
+    def _release(self, p: Any, i: int) -> None:
+        """Child ``i`` left pass ``p``: stop keeping items for it."""
+        raise NotImplementedError
+
+    def _retire(self, p: Any, error: BaseException) -> None:
+        """Pass ``p`` is over: close its source iterator and make every further read raise ``error``."""
+        raise NotImplementedError
+
+    def _runtime(self) -> None:
+        self._lock = threading.RLock()
+        self._pass = None
+        # the live child objects of each slot: a slot with none, and no iterator in the pass, can
+        # never read again, so it must not hold items back (a discarded child, or a sibling that
+        # was pickled apart from this one)
+        self._alive: list[weakref.WeakSet[Any]] = [weakref.WeakSet() for _ in range(self.num_instances)]
+
+    def register(self, child: Any, i: int) -> None:
+        self._alive[i].add(child)
+
+    def _gone(self, p: Any, j: int) -> bool:
+        """Whether slot ``j`` can never read pass ``p``: not started and no child object left."""
+        return not p.joined[j] and not self._alive[j]
+
+    def _release_gone(self, p: Any) -> None:
+        for j in range(self.num_instances):
+            if not p.done[j] and self._gone(p, j):
+                p.done[j] = True
+                self._release(p, j)
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Callable[[bytes], Any], tuple[bytes]]:
+        return _rebuild_hub, (cloudpickle.dumps((type(self), self._config())),)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new._configure(*_copy.deepcopy(self._config(), memo))
+        return new
+
+    def join(self, i: int) -> Any:
+        """The pass child ``i`` reads from: the current one, or a new one if ``i`` already read it."""
+        with self._lock:
+            p = self._pass
+            if p is not None and not p.joined[i]:
+                p.joined[i] = True
+                return p
+            it = iter(self.datapipe)
+            if p is not None:
+                busy = [j for j in range(self.num_instances) if j != i and self._busy(p, j)]
+                if busy:
+                    _warn(
+                        f"{self.label}: child {i} started a new pass while child(ren) {busy} are in the middle "
+                        "of the current one; the shared pass restarts from the beginning and their current "
+                        "iterators are invalidated. Finish or close every child's iterator before iterating "
+                        "a child again."
+                    )
+                self._pass = None
+                self._retire(
+                    p,
+                    RuntimeError(
+                        f"{self.label}: this child iterator was invalidated because child {i} started a new "
+                        "pass while it was in the middle of the old one; iterate the child again to read "
+                        "the new pass"
+                    ),
+                )
+            p = self._pass = self._new_pass(it)
+            p.joined[i] = True
+            return p
+
+    def leave(self, p: Any, i: int) -> None:
+        """Child ``i``'s iterator over pass ``p`` ended; end the pass when every child has left."""
+        with self._lock:
+            if self._pass is not p:
+                return  # the pass was already retired
+            p.done[i] = True
+            self._release(p, i)
+            self._release_gone(p)
+            if all(p.done):
+                self._pass = None
+                self._retire(p, RuntimeError(f"{self.label}: this pass is over"))
+
+
+# -- Forker ----------------------------------------------------------------------------------------
+
+
+class _ForkPass:
+    """One shared pass of a fork.
+
+    ``store`` maps an item's position to the item for positions ``low .. next-1``: every item some
+    child still needs, plus at most ``_TRIM_EVERY`` that all have read since the last trim.
+    ``pos[j]`` is the position child ``j`` reads next (``_FAR`` once it left); ``end`` is the number
+    of items once the source is exhausted. Children read ``store`` without the lock; only the child that reads the source
+    (and trims) holds it. Positions only grow and a trim never passes ``min(pos)``, so a child never
+    loses the item it is about to read.
+    """
+
+    __slots__ = ("it", "store", "low", "next", "pos", "joined", "done", "end")
+
+    def __init__(self, it: Iterator[Any], n: int) -> None:
+        self.it: Any = it
+        self.store: dict[int, Any] = {}
+        self.low = 0
+        self.next = 0
+        self.pos = [0] * n
+        self.joined = [False] * n
+        self.done = [False] * n
+        self.end: int | None = None
+
+
+def _trim(p: _ForkPass) -> None:
+    """Drop the items every child has read (call with the lock held)."""
+    store = p.store
+    high = min(min(p.pos), p.next)
+    for j in range(p.low, high):
+        del store[j]
+    if high > p.low:
+        p.low = high
+
+
+#: A fork trims its buffer (a ``min`` over the children) once this many items accumulated, not at
+#: every item: up to this many items every child has read may wait for the next trim.
+_TRIM_EVERY = 32
+
+_COPIES: dict[Any, Any] = {None: None, "shallow": _copy.copy, "deep": _copy.deepcopy}
+
+
+class _ForkHub(_Hub):
+    stage = "Forker"
+
+    def _config(self) -> tuple[Any, ...]:
+        return (self.datapipe, self.num_instances, self.buffer_size, self.copy)
+
+    def _configure(self, datapipe: Any, num_instances: int, buffer_size: int, copy: Any) -> None:
+        self.datapipe = datapipe
+        self.num_instances = num_instances
+        self.buffer_size = buffer_size
+        self.copy = copy
+        self.copy_fn = _COPIES[copy]
+        self._limit = _FAR if buffer_size == -1 else buffer_size
+        self._slack = min(self._limit, _TRIM_EVERY)
+        self.label = f"Forker(num_instances={num_instances}, buffer_size={buffer_size})"
+        self._runtime()
+
+    def _new_pass(self, it: Iterator[Any]) -> _ForkPass:
+        return _ForkPass(it, self.num_instances)
+
+    def _busy(self, p: _ForkPass, j: int) -> bool:
+        return p.joined[j] and not p.done[j] and (p.end is None or p.pos[j] < p.end)
+
+    def _release(self, p: _ForkPass, i: int) -> None:
+        p.pos[i] = _FAR
+        _trim(p)
+
+    def _retire(self, p: _ForkPass, error: BaseException) -> None:
+        it, p.it = p.it, _Raising(error)
+        p.store.clear()
+        p.low, p.next = _FAR, 0  # nothing to read, nothing to trim
+        p.end = None  # so a reader still holding this pass reaches ``p.it`` and raises
+        _close_iterator(it)
+
+    def pull(self, p: _ForkPass, i: int, k: int) -> Any:
+        """Item ``k`` for child ``i``, read from the source unless a sibling just did; ``_END``
+        when the source is exhausted."""
+        with self._lock:
+            if k < p.next:  # a sibling read it meanwhile
+                return p.store[k]
+            if p.end is not None:
+                return _END
+            if k - p.low >= self._slack:
+                _trim(p)
+            try:
+                item = next(p.it)
+            except StopIteration:
+                p.end = k
+                return _END
+            except Exception as e:
+                p.it = _Raising(e)  # the siblings get the same object at this point
+                raise
+            p.store[k] = item  # kept for the siblings even if this child stops below
+            p.next = k + 1
+            if k - p.low >= self._limit:
+                self._relieve(p, i, k)
+            return item
+
+    def _relieve(self, p: _ForkPass, i: int, k: int) -> None:
+        """Child ``i`` read item ``k``, more than ``buffer_size`` items ahead of the slowest: stop
+        holding items for slots that can never read, or raise ``BufferError``."""
+        self._release_gone(p)
+        if k - p.low < self._limit:
+            return
+        slow = next((j for j in range(self.num_instances) if j != i and p.pos[j] == p.low), 0)
+        where = f"is at item {p.low}" if p.joined[slow] else "has not started reading"
+        raise BufferError(
+            f"{self.label}: child {i} ran more than buffer_size={self.buffer_size} items ahead of child {slow}, "
+            f"which {where}. Consume the children together (zip or mux them), or raise buffer_size "
+            "(-1: unbounded)"
+        )
+
+
+def _fork_child(hub: _ForkHub, i: int) -> Iterator[Any]:
+    p = hub.join(i)
+    get = p.store.get
+    pos = p.pos
+    pull = hub.pull
+    try:
+        while True:
+            k = pos[i]
+            item = get(k, _MISS)
+            if item is _MISS:
+                item = pull(p, i, k)
+                if item is _END:
+                    return
+            pos[i] = k + 1
+            yield item
+    finally:
+        hub.leave(p, i)
+
+
+def _fork_child_copy(hub: _ForkHub, i: int) -> Iterator[Any]:
+    copy_fn = hub.copy_fn
+    for item in _fork_child(hub, i):
+        yield copy_fn(item)
+
+
+class ForkerChild(IterDataPipe[T]):
+    """One child of :class:`Forker`: the items of the fork's source, in order, read through the
+    pass it shares with its siblings.
+
+    ``len()`` is the source's length. Its source in the pipe graph is the fork's source.
+    """
+
+    _repr_fields = ("instance_id",)
+
+    def __init__(self, hub: _ForkHub, instance_id: int) -> None:
+        self._hub = hub
+        self.instance_id = instance_id
+        self._run = _fork_child if hub.copy_fn is None else _fork_child_copy
+        hub.register(self, instance_id)
+
+    @property
+    def num_instances(self) -> int:
+        return self._hub.num_instances
+
+    @property
+    def buffer_size(self) -> int:
+        return self._hub.buffer_size
+
+    def __iter__(self) -> Iterator[T]:
+        return self._run(self._hub, self.instance_id)
+
+    def __len__(self) -> int:
+        return len(self._hub.datapipe)
+
+    def _sources(self) -> list[Any]:
+        return [self._hub.datapipe]
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return _rebuild_child, (type(self), self._hub, self.instance_id)
+
+    def __copy__(self) -> Any:
+        return type(self)(self._hub, self.instance_id)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        return type(self)(_copy.deepcopy(self._hub, memo), self.instance_id)
+
+
+@functional_datapipe("fork")
+class Forker(IterDataPipe[T]):
+    """Split a pipe into ``num_instances`` children that each yield every item (functional name:
+    ``fork``). ``Forker(...)`` and ``pipe.fork(...)`` return the list of children, not a pipe.
+
+    The children share one pass over ``datapipe``: items read by the leading child are buffered
+    until the slowest child has read them too. The module docstring describes when a pass starts,
+    ends and restarts.
+
+    Args:
+        datapipe: the source pipe.
+        num_instances: how many children, >= 1. ``1`` gives a list of one child (torch returns the
+            source itself there).
+        buffer_size: how many items the leading child may read ahead of the slowest (a child that
+            has not started counts as the slowest, at item 0, while its pipe object exists).
+            ``-1``: unbounded, with a warning.
+        copy: what each child yields: ``None`` the very object the source yielded (shared by all
+            children: mutating it in one child shows in the others), ``"shallow"`` a
+            :func:`copy.copy` of it, ``"deep"`` a :func:`copy.deepcopy` of it, made per child.
+
+    Returns:
+        A list of ``num_instances`` :class:`ForkerChild` pipes.
+
+    Yields:
+        (each child) The source's items, in order.
+
+    Raises:
+        TypeError / ValueError: a bad argument, naming it.
+        BufferError: (while iterating) a child ran more than ``buffer_size`` items ahead of the
+            slowest; the message names the children.
+
+    ``len()`` of each child is the source's length.
+
+    >>> from datapipes.iter import IterableWrapper
+    >>> a, b = IterableWrapper(range(3)).fork(2)
+    >>> list(a.zip(b.map(lambda x: x * 10)))
+    [(0, 0), (1, 10), (2, 20)]
+    >>> list(a), list(b)
+    ([0, 1, 2], [0, 1, 2])
+
+    See also: :class:`Demultiplexer` to send each item to one child.
+    """
+
+    def __new__(  # type: ignore[misc]
+        cls,
+        datapipe: IterDataPipe[T],
+        num_instances: int,
+        buffer_size: int = 1000,
+        copy: Literal["shallow", "deep"] | None = None,
+    ) -> list[ForkerChild[T]]:
+        require_pipe(datapipe, "Forker")
+        require_int(num_instances, "Forker", "num_instances", minimum=1)
+        if copy not in _COPIES:
+            raise ValueError(f"Forker: copy must be None, 'shallow' or 'deep', got {copy!r}")
+        _check_buffer_size("Forker", buffer_size)
+        hub = _ForkHub.__new__(_ForkHub)
+        hub._configure(datapipe, num_instances, buffer_size, copy)
+        return [ForkerChild(hub, i) for i in range(num_instances)]
+
+
+# -- Demultiplexer ---------------------------------------------------------------------------------
+
+
+class _DemuxPass:
+    """One shared pass of a demux: ``queues[j]`` holds the items classified for child ``j`` that it
+    has not read; ``table`` maps a classification to its queue (``_DROP`` once the child left);
+    ``count`` is the number of items read from the source. A child pops its own queue without
+    the lock; only the child that reads the source (and appends to the queues) holds it.
+    ``usage`` counts the appends since it was last recomputed from the queues, so it never
+    under-counts; it is recomputed exactly before a ``BufferError`` is raised."""
+
+    __slots__ = ("it", "queues", "table", "usage", "count", "joined", "done", "end")
+
+    def __init__(self, it: Iterator[Any], n: int) -> None:
+        self.it: Any = it
+        self.queues: list[deque[Any]] = [deque() for _ in range(n)]
+        self.table: dict[int, Any] = dict(enumerate(self.queues))
+        self.usage = 0
+        self.count = 0
+        self.joined = [False] * n
+        self.done = [False] * n
+        self.end = False
+
+
+class _DemuxHub(_Hub):
+    stage = "Demultiplexer"
+
+    def _config(self) -> tuple[Any, ...]:
+        return (self.datapipe, self.num_instances, self.classifier_fn, self.drop_none, self.buffer_size)
+
+    def _configure(self, datapipe: Any, num_instances: int, classifier_fn: Any, drop_none: bool, buffer_size: int) -> None:
+        self.datapipe = datapipe
+        self.num_instances = num_instances
+        self.classifier_fn = classifier_fn
+        self.drop_none = drop_none
+        self.buffer_size = buffer_size
+        self._limit = _FAR if buffer_size == -1 else buffer_size
+        self.label = f"Demultiplexer({_fn_name(classifier_fn)})"
+        self._runtime()
+
+    def _new_pass(self, it: Iterator[Any]) -> _DemuxPass:
+        return _DemuxPass(it, self.num_instances)
+
+    def _busy(self, p: _DemuxPass, j: int) -> bool:
+        return p.joined[j] and not p.done[j] and not (p.end and not p.queues[j])
+
+    def _release(self, p: _DemuxPass, i: int) -> None:
+        p.queues[i].clear()
+        p.table[i] = _DROP
+
+    def _retire(self, p: _DemuxPass, error: BaseException) -> None:
+        it, p.it = p.it, _Raising(error)
+        for q in p.queues:
+            q.clear()
+        p.end = False  # so a reader still holding this pass reaches ``p.it`` and raises
+        _close_iterator(it)
+
+    def route(self, p: _DemuxPass, c: Any, position: int) -> Any:
+        """Where an item classified ``c`` goes, for the classifications off the fast path."""
+        n = self.num_instances
+        if c is None and self.drop_none:
+            return _DROP
+        try:
+            k = operator.index(c)  # bool and numpy integers are ints here; floats are not
+        except TypeError:
+            k = -1
+        if 0 <= k < n:
+            return p.table[k]
+        allowed = " (or None, dropped with drop_none=True)" if not self.drop_none else " or None"
+        error = ValueError(
+            f"{self.label}: classifier_fn returned {c!r} ({type(c).__name__}) for item {position}; "
+            f"it must return an int in [0, {n - 1}]{allowed}, as num_instances={n}"
+        )
+        p.it = _Raising(error)  # the siblings get the same error rather than a silent gap
+        raise error
+
+    def pull(self, p: _DemuxPass, i: int) -> Any:
+        """Read the source until an item for child ``i`` comes, buffering the siblings' items;
+        ``_END`` when the source is exhausted."""
+        fn = self.classifier_fn
+        table = p.table
+        mine = p.queues[i]
+        limit = self._limit
+        with self._lock:
+            if mine:  # a sibling's read found one meanwhile
+                return mine.popleft()
+            while True:
+                if p.end:
+                    return _END
+                try:
+                    x = next(p.it)
+                except StopIteration:
+                    p.end = True
+                    return _END
+                except Exception as e:
+                    p.it = _Raising(e)  # the siblings get the same object at this point
+                    raise
+                n = p.count
+                p.count = n + 1
+                try:
+                    c = fn(x)
+                except Exception as e:
+                    add_stage_note(e, self.label, n)
+                    p.it = _Raising(e)
+                    raise
+                q: Any = table.get(c, _MISS) if type(c) is int else _MISS
+                if q is _MISS:
+                    q = self.route(p, c, n)
+                if q is mine:
+                    return x
+                if q is _DROP:
+                    continue
+                q.append(x)
+                p.usage += 1
+                if p.usage > limit:
+                    self._relieve(p, i)
+
+    def _relieve(self, p: _DemuxPass, i: int) -> None:
+        """Maybe more than ``buffer_size`` items wait for other children: count them exactly, stop
+        keeping items for slots that can never read, or raise ``BufferError``."""
+        self._release_gone(p)
+        p.usage = sum(map(len, p.queues))
+        if p.usage <= self._limit:
+            return
+        most = max(range(self.num_instances), key=lambda j: len(p.queues[j]))
+        state = "" if p.joined[most] else ", which has not started reading"
+        raise BufferError(
+            f"{self.label}: more than buffer_size={self.buffer_size} items are buffered for other children "
+            f"while child {i} looks for its next item (child {most} holds {len(p.queues[most])}{state}). "
+            "Consume the children together (zip or mux them), or raise buffer_size (-1: unbounded)"
+        )
+
+
+def _demux_child(hub: _DemuxHub, i: int) -> Iterator[Any]:
+    p = hub.join(i)
+    mine = p.queues[i]
+    pull = hub.pull
+    try:
+        while True:
+            if mine:
+                try:
+                    item = mine.popleft()  # only this child pops its queue
+                except IndexError:  # emptied by a new pass started on another thread
+                    continue
+            else:
+                item = pull(p, i)
+                if item is _END:
+                    return
+            yield item
+    finally:
+        hub.leave(p, i)
+
+
+class DemultiplexerChild(IterDataPipe[T]):
+    """One child of :class:`Demultiplexer`: the items ``classifier_fn`` sends to it, in order.
+
+    ``len()`` raises ``TypeError``. Its source in the pipe graph is the demux's source.
+    """
+
+    _repr_fields = ("instance_id",)
+
+    def __init__(self, hub: _DemuxHub, instance_id: int) -> None:
+        self._hub = hub
+        self.instance_id = instance_id
+        self._run = _demux_child
+        hub.register(self, instance_id)
+
+    @property
+    def num_instances(self) -> int:
+        return self._hub.num_instances
+
+    @property
+    def buffer_size(self) -> int:
+        return self._hub.buffer_size
+
+    def __iter__(self) -> Iterator[T]:
+        return self._run(self._hub, self.instance_id)
+
+    def __len__(self) -> int:
+        raise len_unknown(self, "how many items classifier_fn sends to each child is known only after iterating")
+
+    def _sources(self) -> list[Any]:
+        return [self._hub.datapipe]
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return _rebuild_child, (type(self), self._hub, self.instance_id)
+
+    def __copy__(self) -> Any:
+        return type(self)(self._hub, self.instance_id)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        return type(self)(_copy.deepcopy(self._hub, memo), self.instance_id)
+
+
+@functional_datapipe("demux")
+class Demultiplexer(IterDataPipe[T]):
+    """Split a pipe into ``num_instances`` children, sending each item to the child
+    ``classifier_fn(item)`` names (functional name: ``demux``). ``Demultiplexer(...)`` and
+    ``pipe.demux(...)`` return the list of children, not a pipe.
+
+    The children share one pass over ``datapipe``: a child looking for its next item reads the
+    source and buffers the items meant for its siblings. The module docstring describes when a pass
+    starts, ends and restarts.
+
+    Args:
+        datapipe: the source pipe.
+        num_instances: how many children, >= 1.
+        classifier_fn: called once per item (on the thread of the child reading); returns the index
+            of the child, an int in ``[0, num_instances - 1]`` (bools and numpy integers count as
+            ints), or ``None``.
+        drop_none: drop the items classified ``None`` (otherwise ``None`` is an error).
+        buffer_size: how many items may wait in the children's buffers, all children together.
+            ``-1``: unbounded, with a warning.
+
+    Returns:
+        A list of ``num_instances`` :class:`DemultiplexerChild` pipes.
+
+    Yields:
+        (each child) The items classified for it, in source order.
+
+    Raises:
+        TypeError / ValueError: a bad argument, naming it.
+        ValueError: (while iterating) ``classifier_fn`` returned an out-of-range index or a
+            non-int; the message names the stage, the value, ``num_instances`` and the item's
+            position. The siblings get the same error when they reach that item.
+        BufferError: (while iterating) more than ``buffer_size`` items wait for other children.
+        Whatever ``classifier_fn`` raises, as the same object, with a note naming the stage and the
+        item's position.
+
+    ``len()`` of a child raises ``TypeError``: the split is known only after iterating.
+
+    >>> from datapipes.iter import IterableWrapper
+    >>> evens, odds = IterableWrapper(range(7)).demux(2, lambda x: x % 2)
+    >>> list(evens), list(odds)
+    ([0, 2, 4, 6], [1, 3, 5])
+    >>> small, = IterableWrapper(range(7)).demux(1, lambda x: 0 if x < 3 else None, drop_none=True)
+    >>> list(small)
+    [0, 1, 2]
+
+    See also: :class:`Forker` to send every item to every child, :class:`Filter`.
+    """
+
+    def __new__(  # type: ignore[misc]
+        cls,
+        datapipe: IterDataPipe[T],
+        num_instances: int,
+        classifier_fn: Callable[[T], int | None],
+        drop_none: bool = False,
+        buffer_size: int = 1000,
+    ) -> list[DemultiplexerChild[T]]:
+        require_pipe(datapipe, "Demultiplexer")
+        require_int(num_instances, "Demultiplexer", "num_instances", minimum=1)
+        require_callable(classifier_fn, "Demultiplexer", "classifier_fn")
+        if not isinstance(drop_none, bool):
+            raise TypeError(f"Demultiplexer: drop_none must be a bool, got {type(drop_none).__name__}")
+        _check_buffer_size("Demultiplexer", buffer_size)
+        hub = _DemuxHub.__new__(_DemuxHub)
+        hub._configure(datapipe, num_instances, classifier_fn, drop_none, buffer_size)
+        return [DemultiplexerChild(hub, i) for i in range(num_instances)]
