@@ -1,3 +1,697 @@
-"""(family module: filled in by its owner)"""
+"""Archives and compressed files in ``(path, stream)`` pairs: TarArchiveLoader [load_from_tar],
+ZipArchiveLoader [load_from_zip], WebDatasetGrouper [webdataset], Decompressor [decompress].
 
-__all__: list[str] = []
+The archive loaders yield ``(path inside the archive, stream)`` where the stream is an
+``io.BytesIO`` of the member's bytes, read before the archive advances: members stay valid
+through ``batch``, ``shuffle``, ``prefetch`` and concurrent stages, in any order. Tar archives are
+read in streaming mode (``r|*``), so non-seekable streams (HTTP, pipes) work and no member list is
+kept in memory. Each archive's stream is closed when the loader is done with it.
+
+**Bad input.** A truncated or corrupt archive raises the very error ``tarfile`` / ``zipfile``
+raised, with a note naming the stage, the archive and the member (or entry) where known::
+
+    [datapipes] raised in stage TarArchiveLoader at archive 'shard-3.tar', member 'a/17.jpg', entry 33
+
+With ``on_error="skip"`` the failure is counted in ``pipe.failures`` and the loader goes on: with
+the next archive for a tar (a tar stream cannot be read past a damaged spot) or an archive that
+does not open, with the next member for a zip member that does not read. Members already yielded
+stay yielded.
+
+>>> import io, tarfile
+>>> from datapipes.iter import IterableWrapper
+>>> buf = io.BytesIO()
+>>> with tarfile.open(fileobj=buf, mode="w") as tar:
+...     for name in ("0.jpg", "0.cls", "1.jpg", "1.cls"):
+...         info = tarfile.TarInfo(name); info.size = len(name)
+...         tar.addfile(info, io.BytesIO(name.encode()))
+>>> shards = IterableWrapper([("shard.tar", io.BytesIO(buf.getvalue()))])
+>>> [(s["__key__"], s[".cls"].read()) for s in shards.load_from_tar().webdataset()]
+[('shard.tar/0', b'0.cls'), ('shard.tar/1', b'1.cls')]
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+import os
+import re
+import tarfile
+import zipfile
+from typing import Any, Callable, Iterator
+
+from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
+from ..errors import ErrorPolicy, FailureLog, add_stage_note
+from .parsing import _close, _pair, _skip_failure
+
+__all__ = ["Decompressor", "TarArchiveLoader", "WebDatasetGrouper", "ZipArchiveLoader"]
+
+
+def _member_path(archive: Any, name: str) -> str:
+    # As torchdata: the member's path joined to the archive's, normalised. A leading "/" is dropped
+    # so that an absolute member name stays inside the archive's path.
+    return os.path.normpath(os.path.join(archive, name.lstrip("/")))
+
+
+def _archive_where(path: Any, n: int, opened: bool, name: Any, entry: int) -> tuple[str, int]:
+    """The ``(what, position)`` of a note: the archive, and the member or entry being read."""
+    if not opened:
+        return f"archive {path!r}, item", n
+    if name is not None:
+        return f"archive {path!r}, member {name!r}, entry", entry
+    return f"archive {path!r}, entry", entry
+
+
+def _check_length(length: Any, stage: str) -> None:
+    require_int(length, stage, "length", minimum=-1)
+
+
+def _nominal_len(pipe: Any) -> int:
+    if pipe.length == -1:
+        raise len_unknown(pipe, "the number of members is known only after reading; pass length=... to set it")
+    return pipe.length
+
+
+# -- tar -------------------------------------------------------------------------------------------
+
+
+class _CheckedTarInfo(tarfile.TarInfo):
+    """Remembers a damaged header: after the first member ``tarfile`` ends an archive quietly at a
+    truncated or corrupt header, as if it had reached the end; the loader raises instead."""
+
+    @classmethod
+    def fromtarfile(cls, tarfile_: tarfile.TarFile) -> _CheckedTarInfo:
+        try:
+            return super().fromtarfile(tarfile_)
+        except (tarfile.TruncatedHeaderError, tarfile.InvalidHeaderError) as e:  # type: ignore[attr-defined]
+            tarfile_._datapipes_bad_header = e  # type: ignore[attr-defined]
+            raise
+
+
+def _check_tar_end(tar: tarfile.TarFile, entries: int) -> None:
+    bad = tar.__dict__.get("_datapipes_bad_header")
+    if bad is not None:
+        raise tarfile.ReadError(f"{bad}: the archive is truncated or corrupt after {entries} entries")
+
+
+_TAR_MODE = re.compile(r"r(?:([:|])(\*|gz|bz2|xz|)?)?")
+
+
+def _stream_mode(mode: Any, stage: str) -> str:
+    """The streaming tarfile mode (``r|...``) reading what ``mode`` reads."""
+    if not isinstance(mode, str):
+        raise TypeError(f"{stage}: mode must be a str, got {type(mode).__name__}")
+    m = _TAR_MODE.fullmatch(mode)
+    if m is None:
+        raise ValueError(f"{stage}: mode must be a tarfile read mode ('r:*', 'r|*', 'r:gz', 'r|xz', ...), got {mode!r}")
+    sep, comp = m.groups()
+    return "r|" + ("*" if sep is None or comp is None else comp)
+
+
+def _tar_raise(pipe: TarArchiveLoader) -> Iterator[tuple[str, io.BytesIO]]:
+    stage = stage_label(pipe)
+    mode: Any = pipe._stream_mode
+    n = -1
+    for item in pipe.datapipe:
+        n += 1
+        path, stream = _pair(item, stage, n)
+        tar = None
+        entry = -1
+        name = None
+        try:
+            tar = tarfile.open(fileobj=stream, mode=mode, tarinfo=_CheckedTarInfo)
+            for entry, info in enumerate(tar):
+                if info.isfile():
+                    name = info.name
+                    data = tar.extractfile(info).read()  # type: ignore[union-attr]
+                    name = None
+                    yield _member_path(path, info.name), io.BytesIO(data)
+            _check_tar_end(tar, entry + 1)
+        except Exception as e:
+            what, position = _tar_where(path, n, tar, name, entry)
+            add_stage_note(e, stage, position, what)
+            raise
+        finally:
+            if tar is not None:
+                tar.close()
+            _close(stream)
+
+
+def _tar_skip(pipe: TarArchiveLoader) -> Iterator[tuple[str, io.BytesIO]]:
+    stage = stage_label(pipe)
+    failures = pipe._policy.new_pass(stage, pipe.failures)
+    mode: Any = pipe._stream_mode
+    n = -1
+    for item in pipe.datapipe:
+        n += 1
+        path, stream = _pair(item, stage, n)
+        tar = None
+        entry = -1
+        name = None
+        try:
+            tar = tarfile.open(fileobj=stream, mode=mode, tarinfo=_CheckedTarInfo)
+            for entry, info in enumerate(tar):
+                if info.isfile():
+                    name = info.name
+                    data = tar.extractfile(info).read()  # type: ignore[union-attr]
+                    name = None
+                    yield _member_path(path, info.name), io.BytesIO(data)
+            _check_tar_end(tar, entry + 1)
+        except Exception as e:
+            # A tar stream cannot be read past a damaged spot: the rest of this archive is lost.
+            _skip_failure(failures, e, *_tar_where(path, n, tar, name, entry))
+        finally:
+            if tar is not None:
+                tar.close()
+            _close(stream)
+
+
+def _tar_where(path: Any, n: int, tar: Any, name: Any, entry: int) -> tuple[str, int]:
+    # Reading a member's data: that member; else the header after the last entry read.
+    return _archive_where(path, n, tar is not None, name, entry if name is not None else entry + 1)
+
+
+@functional_datapipe("load_from_tar")
+class TarArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
+    """Read the tar archives of ``(path, stream)`` pairs and yield their files as
+    ``(path/member, stream)`` pairs (functional name: ``load_from_tar``).
+
+    Args:
+        datapipe: a pipe of ``(path, binary stream)`` pairs, e.g. ``open_files(mode="b")``.
+        mode: the tarfile read mode: ``"r:*"`` (default, compression detected), ``"r:gz"``,
+            ``"r:bz2"``, ``"r:xz"``, ``"r:"`` (uncompressed), or their ``"r|..."`` forms. The
+            archive is always read in streaming mode (``r|``), which reads the same archives,
+            works on non-seekable streams and keeps no member list in memory.
+        length: the nominal ``len()`` (``-1``: unknown).
+        on_error: ``"raise"`` (default) or ``"skip"``: an archive that fails to open or read is
+            counted in ``pipe.failures``, the members it already gave stay, and the loader goes on
+            with the next archive.
+        max_failures: with ``on_error="skip"``, failures tolerated per pass (``None``: any).
+
+    Yields:
+        ``(os.path.normpath(os.path.join(path, member_name)), io.BytesIO(member_bytes))`` for each
+        regular file of each archive, in archive order (directories and links are skipped). The
+        member's bytes are read before the archive advances.
+
+    Raises:
+        tarfile.ReadError: a truncated or corrupt archive (also a damaged header after the first
+        member, which ``tarfile`` alone would take for the end), with a note naming the stage, the
+        archive and the member or entry; the stream's own errors (``OSError``, ``EOFError``) the
+        same way. TypeError: an item is not a ``(path, stream)`` pair.
+
+    >>> import io, tarfile
+    >>> from datapipes.iter import IterableWrapper
+    >>> buf = io.BytesIO()
+    >>> with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+    ...     info = tarfile.TarInfo("a/b.txt"); info.size = 2
+    ...     tar.addfile(info, io.BytesIO(b"hi"))
+    >>> [(p, s.read()) for p, s in IterableWrapper([("x.tar.gz", io.BytesIO(buf.getvalue()))]).load_from_tar()]
+    [('x.tar.gz/a/b.txt', b'hi')]
+
+    See also: :class:`WebDatasetGrouper` to group members into samples, :class:`ZipArchiveLoader`.
+    """
+
+    _repr_fields = ("mode",)
+
+    def __init__(
+        self,
+        datapipe: IterDataPipe[tuple[str, Any]],
+        mode: str = "r:*",
+        length: int = -1,
+        *,
+        on_error: str = "raise",
+        max_failures: int | None = None,
+    ) -> None:
+        stage = "TarArchiveLoader"
+        require_pipe(datapipe, stage)
+        self._stream_mode = _stream_mode(mode, stage)
+        _check_length(length, stage)
+        self.datapipe = datapipe
+        self.mode = mode
+        self.length = length
+        self._policy = ErrorPolicy(on_error, max_failures)
+        self._run = _tar_skip if self._policy.skips else _tar_raise
+        self.failures = FailureLog()
+
+    def __iter__(self) -> Iterator[tuple[str, io.BytesIO]]:
+        return self._run(self)
+
+    def __len__(self) -> int:
+        return _nominal_len(self)
+
+
+# -- zip -------------------------------------------------------------------------------------------
+
+
+def _open_zip(stream: Any) -> zipfile.ZipFile:
+    seekable = getattr(stream, "seekable", None)
+    if seekable is not None and seekable():
+        return zipfile.ZipFile(stream)
+    # The directory of a zip is at its end: a non-seekable stream is read into memory first.
+    return zipfile.ZipFile(io.BytesIO(stream.read()))
+
+
+def _zip_raise(pipe: ZipArchiveLoader) -> Iterator[tuple[str, io.BytesIO]]:
+    stage = stage_label(pipe)
+    n = -1
+    for item in pipe.datapipe:
+        n += 1
+        path, stream = _pair(item, stage, n)
+        zf = None
+        entry = -1
+        name = None
+        try:
+            zf = _open_zip(stream)
+            for entry, info in enumerate(zf.infolist()):
+                if not info.is_dir():
+                    name = info.filename
+                    data = zf.read(info)
+                    yield _member_path(path, name), io.BytesIO(data)
+        except Exception as e:
+            what, position = _archive_where(path, n, zf is not None, name, entry)
+            add_stage_note(e, stage, position, what)
+            raise
+        finally:
+            if zf is not None:
+                zf.close()
+            _close(stream)
+
+
+def _zip_skip(pipe: ZipArchiveLoader) -> Iterator[tuple[str, io.BytesIO]]:
+    stage = stage_label(pipe)
+    failures = pipe._policy.new_pass(stage, pipe.failures)
+    n = -1
+    for item in pipe.datapipe:
+        n += 1
+        path, stream = _pair(item, stage, n)
+        zf = None
+        try:
+            try:
+                zf = _open_zip(stream)
+                infos = zf.infolist()
+            except Exception as e:
+                _skip_failure(failures, e, *_archive_where(path, n, False, None, 0))
+                continue
+            for entry, info in enumerate(infos):
+                if info.is_dir():
+                    continue
+                try:
+                    data = zf.read(info)
+                except Exception as e:
+                    # Zip members are independent: the next one still reads.
+                    _skip_failure(failures, e, *_archive_where(path, n, True, info.filename, entry))
+                    continue
+                yield _member_path(path, info.filename), io.BytesIO(data)
+        finally:
+            if zf is not None:
+                zf.close()
+            _close(stream)
+
+
+@functional_datapipe("load_from_zip")
+class ZipArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
+    """Read the zip archives of ``(path, stream)`` pairs and yield their files as
+    ``(path/member, stream)`` pairs (functional name: ``load_from_zip``).
+
+    Args:
+        datapipe: a pipe of ``(path, binary stream)`` pairs. A zip's directory is at its end, so
+            a stream that cannot seek is read into memory first.
+        length: the nominal ``len()`` (``-1``: unknown).
+        on_error: ``"raise"`` (default) or ``"skip"``: an archive that does not open, or a member
+            that does not read (bad CRC, corrupt data, encrypted), is counted in ``pipe.failures``
+            and skipped; the other members still come through.
+        max_failures: with ``on_error="skip"``, failures tolerated per pass (``None``: any).
+
+    Yields:
+        ``(os.path.normpath(os.path.join(path, member_name)), io.BytesIO(member_bytes))`` for each
+        file of each archive, in the archive's order (directories are skipped).
+
+    Raises:
+        zipfile.BadZipFile: a truncated archive or a member with a bad CRC; ``zlib.error`` for
+        corrupt compressed data; each with a note naming the stage, the archive and the member.
+        TypeError: an item is not a ``(path, stream)`` pair.
+
+    >>> import io, zipfile
+    >>> from datapipes.iter import IterableWrapper
+    >>> buf = io.BytesIO()
+    >>> with zipfile.ZipFile(buf, "w") as zf:
+    ...     zf.writestr("d/a.txt", b"A")
+    >>> [(p, s.read()) for p, s in IterableWrapper([("x.zip", io.BytesIO(buf.getvalue()))]).load_from_zip()]
+    [('x.zip/d/a.txt', b'A')]
+
+    See also: :class:`TarArchiveLoader`.
+    """
+
+    def __init__(
+        self,
+        datapipe: IterDataPipe[tuple[str, Any]],
+        length: int = -1,
+        *,
+        on_error: str = "raise",
+        max_failures: int | None = None,
+    ) -> None:
+        stage = "ZipArchiveLoader"
+        require_pipe(datapipe, stage)
+        _check_length(length, stage)
+        self.datapipe = datapipe
+        self.length = length
+        self._policy = ErrorPolicy(on_error, max_failures)
+        self._run = _zip_skip if self._policy.skips else _zip_raise
+        self.failures = FailureLog()
+
+    def __iter__(self) -> Iterator[tuple[str, io.BytesIO]]:
+        return self._run(self)
+
+    def __len__(self) -> int:
+        return _nominal_len(self)
+
+
+# -- WebDataset grouping ---------------------------------------------------------------------------
+
+
+def _split_key(path: str) -> tuple[str, str]:
+    """``(key, suffix)``: the suffix runs from the first dot of the file name (``.jpg``,
+    ``.seg.png``); the key is the path before it, with ``/`` separators."""
+    p = path.replace("\\", "/")
+    dot = p.find(".", p.rfind("/") + 1)
+    if dot < 0:
+        return p, ""
+    return p[:dot], p[dot:]
+
+
+def _webdataset(pipe: WebDatasetGrouper) -> Iterator[dict[str, Any]]:
+    stage = stage_label(pipe)
+    sample: dict[str, Any] | None = None
+    current = ""
+    n = -1
+    for item in pipe.source_datapipe:
+        n += 1
+        path, data = _pair(item, stage, n)
+        if not isinstance(path, str):
+            raise TypeError(f"{stage}: paths must be str, got {type(path).__name__} at item {n}")
+        key, suffix = _split_key(path)
+        if not suffix:
+            continue  # a file without a suffix has no field name: WebDataset leaves it out
+        if key != current or sample is None:
+            if sample is not None:
+                yield sample
+            sample = {"__key__": key}
+            current = key
+        elif suffix in sample:
+            raise ValueError(
+                f"{stage}: sample {key!r} has two files with the suffix {suffix!r} (the second at item {n})"
+            )
+        sample[suffix] = data
+    if sample is not None:
+        yield sample
+
+
+@functional_datapipe("webdataset")
+class WebDatasetGrouper(IterDataPipe[dict[str, Any]]):
+    """Group consecutive ``(path, stream)`` pairs that share a key into WebDataset samples
+    (functional name: ``webdataset``).
+
+    A WebDataset shard is a tar whose files are laid out sample by sample: ``0001.jpg``,
+    ``0001.cls``, ``0002.jpg``, ... The key of a file is its path up to the first dot of its name;
+    the suffix, from that dot on (``.jpg``, ``.seg.png``), names the field.
+
+    Args:
+        source_datapipe: a pipe of ``(path, data)`` pairs, e.g. ``load_from_tar()``.
+
+    Yields:
+        ``{"__key__": key, ".jpg": stream, ".cls": stream, ...}`` for each run of consecutive files
+        with the same key. Files without a suffix are left out, as WebDataset does.
+
+    Raises:
+        ValueError: two files of one sample have the same suffix. TypeError: an item is not a
+        ``(path, data)`` pair with a str path.
+
+    ``len()`` raises ``TypeError``: the number of samples is known only after grouping.
+
+    >>> from datapipes.iter import IterableWrapper
+    >>> files = IterableWrapper([("s/a.jpg", 1), ("s/a.cls", 2), ("s/b.jpg", 3)])
+    >>> list(files.webdataset())
+    [{'__key__': 's/a', '.jpg': 1, '.cls': 2}, {'__key__': 's/b', '.jpg': 3}]
+
+    See also: :class:`TarArchiveLoader`.
+    """
+
+    def __init__(self, source_datapipe: IterDataPipe[tuple[str, Any]]) -> None:
+        require_pipe(source_datapipe, "WebDatasetGrouper", "source_datapipe")
+        self.source_datapipe = source_datapipe
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return _webdataset(self)
+
+    def __len__(self) -> int:
+        raise len_unknown(self, "the number of samples is known only after grouping")
+
+
+# -- decompression ---------------------------------------------------------------------------------
+
+
+class _Reading:
+    """Mixin of the decompressing readers: closing one closes the compressed stream under it, and
+    an error while reading gets a note naming the stage and the file."""
+
+    _dp_source: Any = None
+    _dp_note: tuple[str, int, str] | None = None
+
+    def _dp_failed(self, exc: BaseException) -> None:
+        if self._dp_note is not None:
+            stage, position, what = self._dp_note
+            add_stage_note(exc, stage, position, what)
+
+    def read(self, size: Any = -1) -> bytes:
+        try:
+            return super().read(size)  # type: ignore[misc]
+        except Exception as e:
+            self._dp_failed(e)
+            raise
+
+    def read1(self, size: Any = -1) -> bytes:
+        try:
+            return super().read1(size)  # type: ignore[misc]
+        except Exception as e:
+            self._dp_failed(e)
+            raise
+
+    def readinto(self, b: Any) -> int:
+        try:
+            return super().readinto(b)  # type: ignore[misc]
+        except Exception as e:
+            self._dp_failed(e)
+            raise
+
+    def readline(self, size: Any = -1) -> bytes:
+        try:
+            return super().readline(size)  # type: ignore[misc]
+        except Exception as e:
+            self._dp_failed(e)
+            raise
+
+    def close(self) -> None:
+        try:
+            super().close()  # type: ignore[misc]
+        finally:
+            source = self._dp_source
+            if source is not None:
+                self._dp_source = None
+                _close(source)
+
+
+class _GzipReader(_Reading, gzip.GzipFile):
+    pass
+
+
+class _BZ2Reader(_Reading, bz2.BZ2File):
+    pass
+
+
+class _XZReader(_Reading, lzma.LZMAFile):
+    pass
+
+
+class _ZstdReader(_Reading, io.BufferedReader):
+    pass
+
+
+class _ZstdRaw(io.RawIOBase):
+    """zstd decompression as a raw stream: frame after frame, and ``EOFError`` when the input ends
+    inside a frame (``zstandard``'s own stream reader returns the truncated data silently)."""
+
+    _CHUNK = 1 << 14  # compressed bytes fed at a time: bounds the memory of one decompress call
+
+    def __init__(self, source: Any, zstandard: Any) -> None:
+        self._source = source
+        self._new = zstandard.ZstdDecompressor().decompressobj
+        self._dec = self._new()
+        self._in_frame = False
+        self._out = b""
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        while self._pos >= len(self._out):
+            chunk = self._source.read(self._CHUNK)
+            if not chunk:
+                if self._in_frame:
+                    raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+                return 0
+            self._feed(chunk)
+        n = min(len(b), len(self._out) - self._pos)
+        b[:n] = self._out[self._pos : self._pos + n]
+        self._pos += n
+        return n
+
+    def _feed(self, chunk: bytes) -> None:
+        out = []
+        while chunk:
+            self._in_frame = True
+            out.append(self._dec.decompress(chunk))
+            chunk = b""
+            if self._dec.eof:  # a frame ended; what follows is the next frame
+                chunk = self._dec.unused_data
+                self._dec = self._new()
+                self._in_frame = False
+        self._out = b"".join(out)
+        self._pos = 0
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            _close(self._source)
+
+
+def _zstd_module() -> Any:
+    try:
+        import zstandard
+    except ImportError:
+        return None
+    return zstandard
+
+
+def _open_gzip(source: Any) -> Any:
+    return _GzipReader(fileobj=source, mode="rb")
+
+
+def _open_bz2(source: Any) -> Any:
+    return _BZ2Reader(source, "rb")
+
+
+def _open_xz(source: Any) -> Any:
+    return _XZReader(source, "rb")
+
+
+def _open_zstd(source: Any) -> Any:
+    zstandard = _zstd_module()
+    if zstandard is None:
+        raise ModuleNotFoundError(_ZSTD_MISSING, name="zstandard")
+    return _ZstdReader(_ZstdRaw(source, zstandard))
+
+
+_ZSTD_MISSING = "reading zstd needs the 'zstandard' package (pip install zstandard)"
+
+_OPENERS: dict[str, Callable[[Any], Any]] = {"gzip": _open_gzip, "bz2": _open_bz2, "xz": _open_xz, "zstd": _open_zstd}
+_ALIASES = {
+    "gzip": "gzip", "gz": "gzip", "bz2": "bz2", "bzip2": "bz2", "xz": "xz", "lzma": "xz", "zstd": "zstd", "zst": "zstd",
+}
+_EXTENSIONS = (
+    (".gz", "gzip"), (".tgz", "gzip"), (".bz2", "bz2"), (".tbz2", "bz2"), (".tbz", "bz2"),
+    (".xz", "xz"), (".txz", "xz"), (".lzma", "xz"), (".zst", "zstd"), (".zstd", "zstd"),
+)
+
+
+def _detect(path: Any, stage: str) -> str:
+    name = str(path).lower()
+    for ext, fmt in _EXTENSIONS:
+        if name.endswith(ext):
+            return fmt
+    raise ValueError(
+        f"{stage}: cannot tell the compression of {path!r} from its extension "
+        f"({', '.join(e for e, _ in _EXTENSIONS)}); pass file_type='gzip', 'bz2', 'xz' or 'zstd'"
+    )
+
+
+def _decompress(pipe: Decompressor) -> Iterator[tuple[Any, Any]]:
+    stage = stage_label(pipe)
+    fixed = pipe._format
+    n = -1
+    for item in pipe.source_datapipe:
+        n += 1
+        path, stream = _pair(item, stage, n)
+        try:
+            reader = _OPENERS[fixed or _detect(path, stage)](stream)
+        except Exception as e:
+            _close(stream)
+            add_stage_note(e, stage, n, f"file {path!r}, item")
+            raise
+        reader._dp_source = stream
+        reader._dp_note = (stage, n, f"file {path!r}, item")
+        yield path, reader
+
+
+@functional_datapipe("decompress")
+class Decompressor(IterDataPipe[tuple[Any, Any]]):
+    """Decompress the streams of ``(path, stream)`` pairs (functional name: ``decompress``).
+
+    Args:
+        source_datapipe: a pipe of ``(path, binary stream)`` pairs.
+        file_type: ``"gzip"`` (``"gz"``), ``"bz2"``, ``"xz"`` (``"lzma"``) or ``"zstd"`` (needs the
+            ``zstandard`` package); ``None`` (default): from each path's extension (``.gz``,
+            ``.tgz``, ``.bz2``, ``.xz``, ``.lzma``, ``.zst``, ...). Tar and zip archives are read by
+            :class:`TarArchiveLoader` (which also decompresses ``.tar.gz``) and
+            :class:`ZipArchiveLoader`.
+
+    Yields:
+        ``(path, reader)``: the path unchanged (as torchdata) and a binary stream that decompresses
+        lazily as it is read. Closing the reader closes the compressed stream.
+
+    Raises:
+        ValueError: the compression of a path cannot be told from its extension (raised when that
+        item is reached). ModuleNotFoundError: zstd without the ``zstandard`` package.
+        Errors of the compressed data (``EOFError`` for a truncated file, ``gzip.BadGzipFile``,
+        ``lzma.LZMAError``, ...) are raised when the reader is read, with a note naming this stage
+        and the file; a parser reading the stream adds the line.
+
+    ``len()`` is the source's length.
+
+    >>> import gzip, io
+    >>> from datapipes.iter import IterableWrapper
+    >>> files = IterableWrapper([("a.txt.gz", io.BytesIO(gzip.compress(b"x\\ny\\n")))])
+    >>> list(files.decompress().readlines(return_path=False))
+    [b'x', b'y']
+
+    See also: :class:`TarArchiveLoader`, :class:`~datapipes.iter.LineReader`.
+    """
+
+    def __init__(self, source_datapipe: IterDataPipe[tuple[Any, Any]], file_type: str | None = None) -> None:
+        stage = "Decompressor"
+        require_pipe(source_datapipe, stage, "source_datapipe")
+        fmt = None
+        if file_type is not None:
+            if not isinstance(file_type, str):
+                raise TypeError(f"{stage}: file_type must be a str or None, got {type(file_type).__name__}")
+            low = file_type.lower()
+            if low in ("tar", "zip"):
+                raise ValueError(
+                    f"{stage}: file_type={file_type!r} is an archive: read it with load_from_tar() or load_from_zip()"
+                )
+            fmt = _ALIASES.get(low)
+            if fmt is None:
+                raise ValueError(f"{stage}: file_type must be one of {sorted(_ALIASES)} or None, got {file_type!r}")
+            if fmt == "zstd" and _zstd_module() is None:
+                raise ModuleNotFoundError(f"{stage}: file_type={file_type!r}: {_ZSTD_MISSING}", name="zstandard")
+        self.source_datapipe = source_datapipe
+        self.file_type = file_type
+        self._format = fmt
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        return _decompress(self)
+
+    def __len__(self) -> int:
+        return len(self.source_datapipe)  # type: ignore[arg-type]

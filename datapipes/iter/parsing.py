@@ -1,3 +1,764 @@
-"""(family module: filled in by its owner)"""
+"""Readers of text formats in ``(path, stream)`` pairs, as :class:`~datapipes.iter.FileOpener` yields
+them: CSVParser [parse_csv], CSVFilesParser [parse_csv_files], CSVDictParser [parse_csv_as_dict],
+JsonParser [parse_json_files], LineReader [readlines].
 
-__all__: list[str] = []
+Streams are read lazily, line by line (JSON reads one whole file, as it must), and each stream is
+closed when the reader is done with it: at its end, on an error, or when the pass is closed early.
+A stream may be binary (decoded with ``encoding``/``errors``) or text (used as it is).
+
+**Bad input.** An error while reading a file (a malformed CSV row, a row whose field count differs
+from the header, invalid JSON, bytes that do not decode with ``errors="strict"``) reaches the
+consumer as the very exception object, with a note naming the stage, the file and the line::
+
+    [datapipes] raised in stage CSVParser at file 'data.csv', line 17
+
+With ``on_error="skip"`` the bad record is skipped and counted in ``pipe.failures`` (whose
+``recent`` records hold the line numbers), and the rest of the file still comes through: a bad row
+(CSV), a bad line (lines), a bad file (JSON). An error of the stream itself (``OSError``) skips the
+rest of that file. Errors of the source pipe pass through untouched.
+
+>>> import io
+>>> from datapipes.iter import IterableWrapper
+>>> files = IterableWrapper([("a.csv", io.BytesIO(b"x,y\\n1,2\\n")), ("b.csv", io.BytesIO(b"x,y\\n3,4\\n"))])
+>>> list(files.parse_csv_as_dict())
+[{'x': '1', 'y': '2'}, {'x': '3', 'y': '4'}]
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import io
+import json
+from itertools import chain, islice, repeat
+from typing import Any, Callable, Iterator, Sequence
+
+from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
+from ..errors import ErrorPolicy, FailureLog, PassFailures, add_stage_note
+
+__all__ = ["CSVDictParser", "CSVFilesParser", "CSVParser", "JsonParser", "LineReader"]
+
+#: Errors that spoil one record (a row or a line) but leave the stream readable: with
+#: ``on_error="skip"`` the record is skipped and reading goes on. Any other error skips the rest of
+#: the file (a stream that failed may fail again on every read).
+_RECORD_ERRORS = (csv.Error, UnicodeError)
+
+_END = object()
+
+
+# -- helpers shared by the readers of (path, stream) pairs (archive.py and image.py use them too) -----
+
+
+def _pair(item: Any, stage: str, n: int) -> tuple[Any, Any]:
+    """``item`` as a ``(path, stream)`` pair; ``TypeError`` naming the stage otherwise."""
+    if type(item) is tuple and len(item) == 2:
+        return item
+    if isinstance(item, (tuple, list)) and len(item) == 2:
+        return item[0], item[1]
+    raise TypeError(
+        f"{stage}: expects (path, stream) pairs as open_files yields, got {type(item).__name__} "
+        f"at item {n}: {item!r:.100}"
+    )
+
+
+def _close(stream: Any) -> None:
+    close = getattr(stream, "close", None)
+    if close is not None:
+        close()
+
+
+def _inner(stream: Any) -> Any:
+    """The file object inside a stream wrapper (datapipes' or torch's ``StreamWrapper``), else
+    the stream itself."""
+    return getattr(stream, "file_obj", stream)
+
+
+def _skip_failure(failures: PassFailures, exc: Exception, what: str, position: int) -> None:
+    """Record a skipped failure under ``on_error="skip"``, its note saying ``what`` and ``position``
+    (may raise the pass's ``ExceptionGroup``)."""
+    failures.what = what
+    failures.skip(exc, position)
+
+
+def _require_bool(value: Any, stage: str, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{stage}: {name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def _check_text_args(stage: str, skip_lines: Any, decode: Any, encoding: Any, errors: Any) -> None:
+    require_int(skip_lines, stage, "skip_lines", minimum=0)
+    _require_bool(decode, stage, "decode")
+    if not isinstance(encoding, str):
+        raise TypeError(f"{stage}: encoding must be a str, got {type(encoding).__name__}")
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        raise ValueError(f"{stage}: unknown encoding {encoding!r}") from None
+    if not isinstance(errors, str):
+        raise TypeError(f"{stage}: errors must be a str, got {type(errors).__name__}")
+    try:
+        codecs.lookup_error(errors)
+    except LookupError:
+        raise ValueError(f"{stage}: unknown errors handler {errors!r} (e.g. 'strict', 'ignore', 'replace')") from None
+
+
+def _ascii_compatible(encoding: str) -> bool:
+    """True when lines of ``encoding`` end in the byte ``b"\\n"`` (utf-8, latin-1, ...; not utf-16)."""
+    try:
+        return "a\n".encode(encoding) == b"a\n"
+    except UnicodeError:
+        return False
+
+
+class _TextOptions:
+    """How a reader turns a stream into text lines: decided once at construction.
+
+    Binary streams are decoded with ``encoding`` and ``errors``. With an ``errors`` handler that
+    cannot fail (``"ignore"``, ``"replace"``, ...) they are decoded in blocks by
+    ``io.TextIOWrapper`` (fast). With ``errors="strict"`` each line is decoded on its own, so a
+    decoding error names its line and skipping it loses that line only; lines are then split at
+    ``b"\\n"``.
+    """
+
+    __slots__ = ("skip_lines", "decode", "encoding", "errors", "newline", "per_line")
+
+    def __init__(self, skip_lines: int, decode: bool, encoding: str, errors: str, newline: str) -> None:
+        self.skip_lines = skip_lines
+        self.decode = decode
+        self.encoding = encoding
+        self.errors = errors
+        self.newline = newline
+        self.per_line = errors == "strict" and _ascii_compatible(encoding)
+
+    def lines(self, stream: Any, stage: str) -> tuple[Iterator[Any], Any]:
+        """The lines of ``stream`` after the first ``skip_lines``, decoded where asked, and their
+        type (``str`` or ``bytes``)."""
+        raw = _inner(stream)
+        if isinstance(raw, io.TextIOBase):
+            return self._skip(iter(stream)), str
+        if isinstance(raw, (io.BufferedIOBase, io.RawIOBase)):
+            if not self.decode:
+                return self._skip(iter(stream)), bytes
+            if self.per_line:
+                return self._decoded(self._skip(iter(stream))), str
+            text = io.TextIOWrapper(_inner(stream), self.encoding, self.errors, newline=self.newline)
+            return self._skip(iter(text)), str
+        # Some other file-like object: its first line tells whether it is text or binary.
+        lines = self._skip(iter(stream))
+        first = next(lines, _END)
+        if first is _END:
+            return iter(()), str
+        lines = chain((first,), lines)
+        if isinstance(first, str) or not self.decode:
+            return lines, type(first)
+        if not _ascii_compatible(self.encoding):
+            raise ValueError(
+                f"{stage}: cannot split the lines of a {type(raw).__name__} in {self.encoding!r}, "
+                "which is not ASCII-compatible; give an io binary stream (e.g. open(path, 'rb'))"
+            )
+        return self._decoded(lines), str
+
+    def _skip(self, lines: Iterator[Any]) -> Iterator[Any]:
+        if self.skip_lines:
+            next(islice(lines, self.skip_lines - 1, None), None)
+        return lines
+
+    def _decoded(self, lines: Iterator[bytes]) -> Iterator[str]:
+        # map() goes on after a line that fails to decode, so a skipped line loses only itself.
+        return map(bytes.decode, lines, repeat(self.encoding), repeat(self.errors))
+
+
+def _line_where(path: Any, first: int, last: int) -> tuple[str, int]:
+    """The ``(what, position)`` of a note naming a line (``first == last``) or a range of lines."""
+    if last <= first:
+        return f"file {path!r}, line", first
+    return f"file {path!r}, lines {first} to", last
+
+
+def _file_where(path: Any, n: int) -> tuple[str, int]:
+    return f"file {path!r}, item", n
+
+
+# -- CSV -------------------------------------------------------------------------------------------
+
+
+def _csv_where(path: Any, offset: int, reader: Any, last: int, exc: BaseException) -> tuple[str, int]:
+    """Where a CSV error happened: the lines of the row being read.
+
+    ``last`` is the reader's line count after the last good row; a ``csv.Error`` is raised after the
+    reader consumed the bad line, any other error while fetching the next line.
+    """
+    if reader is None:  # before the first row: the header or the skipped lines
+        return _line_where(path, offset + 1, offset + 1)
+    at = offset + reader.line_num + (0 if isinstance(exc, csv.Error) else 1)
+    first = offset + last + 1
+    return _line_where(path, first, max(at, first))
+
+
+def _shape(rows: Iterator[Any], path: Any, as_tuple: bool, return_path: bool) -> Iterator[Any]:
+    if as_tuple:
+        rows = map(tuple, rows)
+    if return_path:
+        rows = zip(repeat(path), rows)
+    return rows
+
+
+def _csv_raise(pipe: CSVParser) -> Iterator[Any]:
+    stage = stage_label(pipe)
+    text = pipe._text
+    offset = text.skip_lines
+    fmt = pipe.fmtparams
+    rows_of = pipe._rows
+    n = -1
+    for item in pipe.source_datapipe:
+        n += 1
+        path, stream = _pair(item, stage, n)
+        reader = None
+        last = 0
+        try:
+            reader = csv.reader(text.lines(stream, stage)[0], **fmt)
+            for row in rows_of(pipe, reader, path):
+                last = reader.line_num
+                yield row
+        except Exception as e:
+            what, position = _csv_where(path, offset, reader, last, e)
+            add_stage_note(e, stage, position, what)
+            raise
+        finally:
+            _close(stream)
+
+
+def _csv_skip(pipe: CSVParser) -> Iterator[Any]:
+    stage = stage_label(pipe)
+    failures = pipe._policy.new_pass(stage, pipe.failures)
+    text = pipe._text
+    fmt = pipe.fmtparams
+    rows_of = pipe._rows
+    n = -1
+    for item in pipe.source_datapipe:
+        n += 1
+        path, stream = _pair(item, stage, n)
+        try:
+            offset = text.skip_lines
+            reader = None
+            last = 0
+            try:
+                reader = csv.reader(text.lines(stream, stage)[0], **fmt)
+                rows = rows_of(pipe, reader, path)
+            except Exception as e:
+                _skip_failure(failures, e, *_csv_where(path, offset, reader, last, e))
+                continue
+            while True:
+                try:
+                    row = next(rows)
+                except StopIteration:
+                    break
+                except Exception as e:
+                    _skip_failure(failures, e, *_csv_where(path, offset, reader, last, e))
+                    if not isinstance(e, _RECORD_ERRORS):
+                        break  # the stream itself failed: skip the rest of the file
+                    if not isinstance(e, csv.Error):
+                        offset += 1  # a line that failed to decode: the reader did not count it
+                    last = reader.line_num
+                    continue
+                last = reader.line_num
+                yield row
+        finally:
+            _close(stream)
+
+
+def _list_rows(pipe: CSVParser, reader: Any, path: Any) -> Iterator[Any]:
+    return _shape(reader, path, pipe.as_tuple, pipe.return_path)
+
+
+def _check_fmtparams(stage: str, fmtparams: dict[str, Any], reader: Callable[..., Any]) -> None:
+    try:
+        reader([], **fmtparams)
+    except (TypeError, ValueError, csv.Error) as e:
+        raise TypeError(f"{stage}: invalid csv format parameters {fmtparams!r}: {e}") from None
+
+
+@functional_datapipe("parse_csv")
+class CSVParser(IterDataPipe[Any]):
+    """Parse the CSV files of ``(path, stream)`` pairs and yield their rows (functional name:
+    ``parse_csv``).
+
+    Args:
+        source_datapipe: a pipe of ``(path, stream)`` pairs (binary or text streams).
+        skip_lines: lines to skip at the start of each file.
+        decode: decode binary streams with ``encoding``; text streams are read as they are.
+        encoding: the files' encoding.
+        errors: the decoding errors handler: ``"ignore"`` (default, bad bytes dropped), ``"strict"``
+            (a ``UnicodeDecodeError`` naming the file and line; binary streams are then decoded
+            line by line, split at ``b"\\n"``), ``"replace"``, ...
+        return_path: yield ``(path, row)`` instead of ``row``.
+        as_tuple: yield each row as a tuple instead of a list.
+        on_error: ``"raise"`` (default) or ``"skip"``: a bad row is skipped and counted (the
+            ``recent`` failures of ``pipe.failures`` hold its line number); the rest of the file
+            still comes through.
+        max_failures: with ``on_error="skip"``, failures tolerated per pass (``None``: any).
+        fmtparams: passed to ``csv.reader`` (``delimiter``, ``quotechar``, ``strict``, ...).
+
+    Yields:
+        The rows of each file in order, as lists of strings (or tuples, or ``(path, row)``).
+
+    Raises:
+        csv.Error: a malformed row (e.g. an unterminated quote with ``strict=True``), with a note
+        naming the stage, the file and the row's line(s); ``UnicodeDecodeError`` with
+        ``errors="strict"``; the stream's own errors (``OSError``), noted the same way.
+        TypeError: an item is not a ``(path, stream)`` pair.
+
+    Each stream is closed when its file is done (or on an error, or when the pass is closed).
+    ``len()`` raises ``TypeError``: the number of rows is known only after reading.
+
+    >>> import io
+    >>> from datapipes.iter import IterableWrapper
+    >>> files = IterableWrapper([("a.csv", io.BytesIO(b"key,n\\na,1\\n"))])
+    >>> list(files.parse_csv(skip_lines=1))
+    [['a', '1']]
+    >>> list(IterableWrapper([("b.tsv", io.StringIO("x\\ty\\n"))]).parse_csv(delimiter="\\t", return_path=True))
+    [('b.tsv', ['x', 'y'])]
+
+    See also: :class:`CSVFilesParser` (``parse_csv_files``, yields ``(path, row)``),
+    :class:`CSVDictParser`, :class:`LineReader`.
+    """
+
+    _rows: Callable[..., Iterator[Any]] = staticmethod(_list_rows)
+
+    def __init__(
+        self,
+        source_datapipe: IterDataPipe[tuple[str, Any]],
+        *,
+        skip_lines: int = 0,
+        decode: bool = True,
+        encoding: str = "utf-8",
+        errors: str = "ignore",
+        return_path: bool = False,
+        as_tuple: bool = False,
+        on_error: str = "raise",
+        max_failures: int | None = None,
+        **fmtparams: Any,
+    ) -> None:
+        stage = type(self).__name__
+        require_pipe(source_datapipe, stage, "source_datapipe")
+        _check_text_args(stage, skip_lines, decode, encoding, errors)
+        _require_bool(return_path, stage, "return_path")
+        _require_bool(as_tuple, stage, "as_tuple")
+        _check_fmtparams(stage, fmtparams, csv.reader)
+        self.source_datapipe = source_datapipe
+        self.skip_lines = skip_lines
+        self.decode = decode
+        self.encoding = encoding
+        self.errors = errors
+        self.return_path = return_path
+        self.as_tuple = as_tuple
+        self.fmtparams = fmtparams
+        self._text = _TextOptions(skip_lines, decode, encoding, errors, newline="")
+        self._policy = ErrorPolicy(on_error, max_failures)
+        self._run = _csv_skip if self._policy.skips else _csv_raise
+        self.failures = FailureLog()
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._run(self)
+
+    def __len__(self) -> int:
+        raise len_unknown(self, "the number of rows is known only after reading the files")
+
+
+@functional_datapipe("parse_csv_files")
+class CSVFilesParser(CSVParser):
+    """Parse the CSV files of ``(path, stream)`` pairs and yield ``(path, row)`` pairs (functional
+    name: ``parse_csv_files``, as in the torch DataPipes guide).
+
+    The same reader as :class:`CSVParser` (same arguments), with ``return_path=True`` by default.
+
+    >>> import io
+    >>> from datapipes.iter import IterableWrapper
+    >>> list(IterableWrapper([("a.csv", io.StringIO("1,2\\n3,4\\n"))]).parse_csv_files())
+    [('a.csv', ['1', '2']), ('a.csv', ['3', '4'])]
+
+    See also: :class:`CSVParser` (``parse_csv``, yields rows), :class:`CSVDictParser`.
+    """
+
+    def __init__(
+        self,
+        source_datapipe: IterDataPipe[tuple[str, Any]],
+        *,
+        skip_lines: int = 0,
+        decode: bool = True,
+        encoding: str = "utf-8",
+        errors: str = "ignore",
+        return_path: bool = True,
+        as_tuple: bool = False,
+        on_error: str = "raise",
+        max_failures: int | None = None,
+        **fmtparams: Any,
+    ) -> None:
+        super().__init__(
+            source_datapipe, skip_lines=skip_lines, decode=decode, encoding=encoding, errors=errors,
+            return_path=return_path, as_tuple=as_tuple, on_error=on_error, max_failures=max_failures,
+            **fmtparams,
+        )
+
+
+# -- CSV as dicts ----------------------------------------------------------------------------------
+
+_DICT_READER_ARGS = ("fieldnames", "restkey", "restval")
+
+
+def _strict_dict(header: list[str]) -> Callable[[list[str]], dict[str, str]]:
+    n = len(header)
+
+    def make(row: list[str]) -> dict[str, str]:
+        if len(row) != n:
+            raise csv.Error(
+                f"row has {len(row)} field{'' if len(row) == 1 else 's'} but the header has {n} "
+                f"({header!r:.200}): {row!r:.200}"
+            )
+        return dict(zip(header, row))
+
+    return make
+
+
+def _lenient_dict(header: list[str], restkey: Any, restval: Any) -> Callable[[list[str]], dict[Any, Any]]:
+    # csv.DictReader's rule: extra fields go to a list under restkey, missing ones get restval.
+    n = len(header)
+
+    def make(row: list[str]) -> dict[Any, Any]:
+        d: dict[Any, Any] = dict(zip(header, row))
+        if len(row) > n:
+            d[restkey] = row[n:]
+        elif len(row) < n:
+            for key in header[len(row):]:
+                d[key] = restval
+        return d
+
+    return make
+
+
+def _dict_rows(pipe: CSVDictParser, reader: Any, path: Any) -> Iterator[Any]:
+    header = pipe.fieldnames
+    if header is None:
+        first = next(reader, _END)
+        if first is _END:
+            return iter(())
+        header = first
+    make = _lenient_dict(header, pipe.restkey, pipe.restval) if pipe._lenient else _strict_dict(header)
+    # filter(None, ...) drops blank rows, as csv.DictReader does.
+    return _shape(map(make, filter(None, reader)), path, False, pipe.return_path)
+
+
+@functional_datapipe("parse_csv_as_dict")
+class CSVDictParser(CSVParser):
+    """Parse the CSV files of ``(path, stream)`` pairs and yield each row as a dict keyed by the
+    header (functional name: ``parse_csv_as_dict``).
+
+    The first row of each file (after ``skip_lines``) is its header, unless ``fieldnames`` is given.
+    Blank rows are skipped, as ``csv.DictReader`` does.
+
+    Args:
+        source_datapipe: a pipe of ``(path, stream)`` pairs.
+        skip_lines, decode, encoding, errors, return_path, on_error, max_failures: as
+            :class:`CSVParser`; with ``on_error="skip"`` a bad row is skipped and counted.
+        fmtparams: ``csv.reader`` parameters, and ``fieldnames`` (the keys, for files without a
+            header), ``restkey`` and ``restval``. A row whose field count differs from the header
+            raises ``csv.Error``, unless ``restkey`` or ``restval`` is given: then, as
+            ``csv.DictReader``, extra fields go to a list under ``restkey`` and missing ones get
+            ``restval``.
+
+    Yields:
+        ``{column: value}`` for each row (or ``(path, dict)`` with ``return_path=True``).
+
+    Raises:
+        csv.Error: a malformed row, or a row with more or fewer fields than the header, with a note
+        naming the stage, the file and the line. Otherwise as :class:`CSVParser`.
+
+    >>> import io
+    >>> from datapipes.iter import IterableWrapper
+    >>> list(IterableWrapper([("a.csv", io.BytesIO(b"key,n\\na,1\\n\\nb,2\\n"))]).parse_csv_as_dict())
+    [{'key': 'a', 'n': '1'}, {'key': 'b', 'n': '2'}]
+
+    See also: :class:`CSVParser`.
+    """
+
+    _rows = staticmethod(_dict_rows)
+
+    def __init__(
+        self,
+        source_datapipe: IterDataPipe[tuple[str, Any]],
+        *,
+        skip_lines: int = 0,
+        decode: bool = True,
+        encoding: str = "utf-8",
+        errors: str = "ignore",
+        return_path: bool = False,
+        on_error: str = "raise",
+        max_failures: int | None = None,
+        **fmtparams: Any,
+    ) -> None:
+        stage = "CSVDictParser"
+        if "as_tuple" in fmtparams:
+            raise TypeError(f"{stage}: as_tuple does not apply: rows are dicts")
+        fieldnames = fmtparams.pop("fieldnames", None)
+        self._lenient = "restkey" in fmtparams or "restval" in fmtparams
+        self.restkey = fmtparams.pop("restkey", None)
+        self.restval = fmtparams.pop("restval", None)
+        if fieldnames is not None:
+            if isinstance(fieldnames, (str, bytes)) or not isinstance(fieldnames, Sequence):
+                raise TypeError(
+                    f"{stage}: fieldnames must be a sequence of column names, got {type(fieldnames).__name__}"
+                )
+            fieldnames = list(fieldnames)
+        self.fieldnames = fieldnames
+        super().__init__(
+            source_datapipe, skip_lines=skip_lines, decode=decode, encoding=encoding, errors=errors,
+            return_path=return_path, on_error=on_error, max_failures=max_failures, **fmtparams,
+        )
+
+
+# -- JSON ------------------------------------------------------------------------------------------
+
+
+def _json_where(path: Any, n: int, data: Any, exc: BaseException) -> tuple[str, int]:
+    if isinstance(exc, json.JSONDecodeError):
+        return _line_where(path, exc.lineno, exc.lineno)
+    if isinstance(exc, UnicodeDecodeError) and isinstance(data, (bytes, bytearray)):
+        line = data.count(b"\n", 0, exc.start) + 1
+        return _line_where(path, line, line)
+    return _file_where(path, n)
+
+
+def _read_all(stream: Any) -> Any:
+    try:
+        return stream.read()
+    finally:
+        _close(stream)
+
+
+def _json_raise(pipe: JsonParser) -> Iterator[tuple[Any, Any]]:
+    stage = stage_label(pipe)
+    kwargs = pipe.kwargs
+    loads = json.loads
+    n = -1
+    for item in pipe.source_datapipe:
+        n += 1
+        path, stream = _pair(item, stage, n)
+        data = None
+        try:
+            data = _read_all(stream)
+            obj = loads(data, **kwargs)
+        except Exception as e:
+            what, position = _json_where(path, n, data, e)
+            add_stage_note(e, stage, position, what)
+            raise
+        yield path, obj
+
+
+def _json_skip(pipe: JsonParser) -> Iterator[tuple[Any, Any]]:
+    stage = stage_label(pipe)
+    failures = pipe._policy.new_pass(stage, pipe.failures)
+    kwargs = pipe.kwargs
+    loads = json.loads
+    n = -1
+    for item in pipe.source_datapipe:
+        n += 1
+        path, stream = _pair(item, stage, n)
+        data = None
+        try:
+            data = _read_all(stream)
+            obj = loads(data, **kwargs)
+        except Exception as e:
+            _skip_failure(failures, e, *_json_where(path, n, data, e))
+            continue
+        yield path, obj
+
+
+@functional_datapipe("parse_json_files")
+class JsonParser(IterDataPipe[tuple[str, Any]]):
+    """Parse one JSON document per ``(path, stream)`` pair and yield ``(path, object)`` (functional
+    name: ``parse_json_files``).
+
+    Args:
+        source_datapipe: a pipe of ``(path, stream)`` pairs (binary streams in UTF-8/16/32, or text).
+        on_error: ``"raise"`` (default) or ``"skip"``: a file that is not valid JSON is skipped and
+            counted in ``pipe.failures``.
+        max_failures: with ``on_error="skip"``, failures tolerated per pass (``None``: any).
+        kwargs: passed to ``json.loads`` (``object_hook``, ``parse_float``, ``cls``, ...).
+
+    Yields:
+        ``(path, json.loads(stream.read()))`` for each pair, in order. Each stream is read whole
+        (a JSON document cannot be parsed line by line) and closed.
+
+    Raises:
+        json.JSONDecodeError (a ``ValueError``): invalid JSON, with a note naming the stage, the
+        file and the line; ``UnicodeDecodeError`` for bytes that are not UTF-8/16/32.
+        TypeError: an item is not a ``(path, stream)`` pair.
+
+    ``len()`` is the source's length.
+
+    >>> import io
+    >>> from datapipes.iter import IterableWrapper
+    >>> list(IterableWrapper([("a.json", io.BytesIO(b'{"x": [1, 2]}'))]).parse_json_files())
+    [('a.json', {'x': [1, 2]})]
+
+    See also: :class:`LineReader` (``readlines``) then ``map(json.loads)`` for JSON lines files.
+    """
+
+    def __init__(
+        self,
+        source_datapipe: IterDataPipe[tuple[str, Any]],
+        *,
+        on_error: str = "raise",
+        max_failures: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        require_pipe(source_datapipe, "JsonParser", "source_datapipe")
+        decoder = kwargs.get("cls") or json.JSONDecoder
+        try:
+            decoder(**{k: v for k, v in kwargs.items() if k != "cls"})
+        except TypeError as e:
+            raise TypeError(f"JsonParser: invalid json.loads arguments {sorted(kwargs)}: {e}") from None
+        self.source_datapipe = source_datapipe
+        self.kwargs = kwargs
+        self._policy = ErrorPolicy(on_error, max_failures)
+        self._run = _json_skip if self._policy.skips else _json_raise
+        self.failures = FailureLog()
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        return self._run(self)
+
+    def __len__(self) -> int:
+        return len(self.source_datapipe)  # type: ignore[arg-type]
+
+
+# -- lines -----------------------------------------------------------------------------------------
+
+
+def _open_lines(pipe: LineReader, stream: Any, path: Any, stage: str) -> Iterator[Any]:
+    lines, kind = pipe._text.lines(stream, stage)
+    if pipe.strip_newline:
+        lines = map(kind.rstrip, lines, repeat("\r\n" if kind is str else b"\r\n"))
+    return zip(repeat(path), lines) if pipe.return_path else lines
+
+
+def _lines_raise(pipe: LineReader) -> Iterator[Any]:
+    stage = stage_label(pipe)
+    n = -1
+    for item in pipe.source_datapipe:
+        n += 1
+        path, stream = _pair(item, stage, n)
+        k = pipe.skip_lines
+        try:
+            for line in _open_lines(pipe, stream, path, stage):
+                k += 1
+                yield line
+        except Exception as e:
+            what, position = _line_where(path, k + 1, k + 1)
+            add_stage_note(e, stage, position, what)
+            raise
+        finally:
+            _close(stream)
+
+
+def _lines_skip(pipe: LineReader) -> Iterator[Any]:
+    stage = stage_label(pipe)
+    failures = pipe._policy.new_pass(stage, pipe.failures)
+    n = -1
+    for item in pipe.source_datapipe:
+        n += 1
+        path, stream = _pair(item, stage, n)
+        try:
+            k = pipe.skip_lines
+            try:
+                lines = _open_lines(pipe, stream, path, stage)
+            except Exception as e:
+                _skip_failure(failures, e, *_line_where(path, k + 1, k + 1))
+                continue
+            while True:
+                k += 1
+                try:
+                    line = next(lines)
+                except StopIteration:
+                    break
+                except Exception as e:
+                    _skip_failure(failures, e, *_line_where(path, k, k))
+                    if not isinstance(e, _RECORD_ERRORS):
+                        break  # the stream itself failed: skip the rest of the file
+                    continue
+                yield line
+        finally:
+            _close(stream)
+
+
+@functional_datapipe("readlines")
+class LineReader(IterDataPipe[Any]):
+    """Yield the lines of the streams of ``(path, stream)`` pairs (functional name: ``readlines``).
+
+    Args:
+        source_datapipe: a pipe of ``(path, stream)`` pairs.
+        skip_lines: lines to skip at the start of each file.
+        strip_newline: remove the line ending (``"\\n"``, ``"\\r\\n"``).
+        decode: decode the lines of binary streams to ``str`` (off by default, as in torchdata:
+            binary streams give ``bytes`` lines).
+        encoding, errors: how to decode, as :class:`CSVParser`.
+        return_path: yield ``(path, line)`` (the default) instead of ``line``.
+        on_error: ``"raise"`` (default) or ``"skip"``: a line that fails to decode is skipped and
+            counted; an error of the stream skips the rest of that file.
+        max_failures: with ``on_error="skip"``, failures tolerated per pass (``None``: any).
+
+    Yields:
+        ``(path, line)`` or ``line`` for each line of each file, in order, read lazily.
+
+    Raises:
+        UnicodeDecodeError with ``errors="strict"``, or the stream's own errors, with a note naming
+        the stage, the file and the line. TypeError: an item is not a ``(path, stream)`` pair.
+
+    ``len()`` raises ``TypeError``: the number of lines is known only after reading.
+
+    >>> import io
+    >>> from datapipes.iter import IterableWrapper
+    >>> files = IterableWrapper([("a.txt", io.StringIO("one\\ntwo\\n")), ("b.txt", io.BytesIO(b"3\\r\\n"))])
+    >>> list(files.readlines())
+    [('a.txt', 'one'), ('a.txt', 'two'), ('b.txt', b'3')]
+    >>> list(IterableWrapper([("b.txt", io.BytesIO(b"x\\ny\\n"))]).readlines(decode=True, return_path=False))
+    ['x', 'y']
+
+    See also: :class:`CSVParser`, :class:`JsonParser`.
+    """
+
+    def __init__(
+        self,
+        source_datapipe: IterDataPipe[tuple[str, Any]],
+        *,
+        skip_lines: int = 0,
+        strip_newline: bool = True,
+        decode: bool = False,
+        encoding: str = "utf-8",
+        errors: str = "ignore",
+        return_path: bool = True,
+        on_error: str = "raise",
+        max_failures: int | None = None,
+    ) -> None:
+        stage = "LineReader"
+        require_pipe(source_datapipe, stage, "source_datapipe")
+        _check_text_args(stage, skip_lines, decode, encoding, errors)
+        _require_bool(strip_newline, stage, "strip_newline")
+        _require_bool(return_path, stage, "return_path")
+        self.source_datapipe = source_datapipe
+        self.skip_lines = skip_lines
+        self.strip_newline = strip_newline
+        self.decode = decode
+        self.encoding = encoding
+        self.errors = errors
+        self.return_path = return_path
+        self._text = _TextOptions(skip_lines, decode, encoding, errors, newline="\n")
+        self._policy = ErrorPolicy(on_error, max_failures)
+        self._run = _lines_skip if self._policy.skips else _lines_raise
+        self.failures = FailureLog()
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._run(self)
+
+    def __len__(self) -> int:
+        raise len_unknown(self, "the number of lines is known only after reading the files")
