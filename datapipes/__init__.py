@@ -13,6 +13,7 @@ not exported by ``from datapipes import *`` (they would shadow the builtins).
 from .datapipe import IterDataPipe, MapDataPipe, functional_datapipe
 from .errors import ErrorPolicy, FailureLog
 from . import graph
+from .profiling import profile
 from . import iter  # noqa: A004 - a submodule, deliberately not in __all__
 from . import map  # noqa: A004 - a submodule, deliberately not in __all__
 
@@ -25,4 +26,5 @@ __all__ = [
     "MapDataPipe",
     "functional_datapipe",
     "graph",
+    "profile",
 ]

@@ -9,9 +9,12 @@ The hot loops are bare generators chosen once at construction: no per-item branc
 
 from __future__ import annotations
 
+from concurrent.futures import Executor
 from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVar
 
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_pipe, stage_label
+from .._engine import LoopRef, concurrent_map, is_async_callable, is_async_gen_callable, iterate_async, new_stats
+from .._engine.rng import check_rng, item_seed, make_rng, seeded_call, with_seeds
+from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
 from ..errors import ErrorPolicy, FailureLog, add_stage_note, call_lines, raised_at
 
 __all__ = ["Mapper", "Filter", "FlatMapper"]
@@ -71,6 +74,58 @@ def _item_fn(pipe: Any) -> Callable[[Any], Any]:
     return _column_fn(pipe.fn, pipe.input_col, pipe.output_col)
 
 
+def _column_rng_fn(fn: Callable[..., Any], input_col: _Col, output_col: _Col) -> Callable[..., Any]:
+    """As :func:`_column_fn`, for a ``fn`` that also takes ``rng=``: ``apply(item, rng=...)``."""
+    holder: list[Any] = [None]
+    apply = _column_fn(lambda *args: fn(*args, rng=holder[0]), input_col, output_col)
+
+    def apply_rng(item: Any, rng: Any) -> Any:
+        holder[0] = rng  # one item at a time per copy: each worker thread calls its own copy
+        return apply(item)
+
+    return apply_rng
+
+
+def _async_column_fn(fn: Callable[..., Any], input_col: _Col, output_col: _Col) -> Callable[..., Any]:
+    """As :func:`_column_fn`, for an ``async def fn``: awaits ``fn`` on the selected columns."""
+    many = isinstance(input_col, (list, tuple))
+
+    async def apply(item: Any, **kw: Any) -> Any:
+        res = await (fn(*[item[c] for c in input_col], **kw) if many else fn(item[input_col], **kw))  # type: ignore[union-attr]
+        return _column_fn(lambda *_: res, input_col, output_col)(item)
+
+    return apply
+
+
+def _check_concurrency(stage: str, fn: Any, concurrency: Any, ordered: Any, executor: Any, timeout: Any,
+                       chunksize: Any, rng: Any) -> None:
+    require_int(concurrency, stage, "concurrency", minimum=1)
+    if not isinstance(ordered, bool):
+        raise TypeError(f"{stage}: ordered must be a bool, got {type(ordered).__name__}")
+    if not isinstance(executor, Executor):
+        if not isinstance(executor, str):
+            raise TypeError(f"{stage}: executor must be 'thread', 'process' or a concurrent.futures.Executor, "
+                            f"got {type(executor).__name__}")
+        if executor not in ("thread", "process"):
+            raise ValueError(f"{stage}: executor must be 'thread', 'process' or a concurrent.futures.Executor, "
+                             f"got {executor!r}")
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError(f"{stage}: timeout must be a number of seconds or None, got {type(timeout).__name__}")
+        if not timeout > 0:
+            raise ValueError(f"{stage}: timeout must be > 0, got {timeout!r}")
+        if executor != "thread":
+            raise ValueError(f"{stage}: timeout needs executor='thread' (a stuck worker is abandoned), "
+                             f"got executor={executor!r}")
+    require_int(chunksize, stage, "chunksize", minimum=1, optional=True)
+    if chunksize is not None and executor != "process":
+        raise ValueError(f"{stage}: chunksize applies only with executor='process', got executor={executor!r}")
+    check_rng(rng, stage)
+    if is_async_callable(fn) and executor != "thread":
+        raise ValueError(f"{stage}: an async fn runs on the engine's event loop; executor must be 'thread' "
+                         f"(the default), got {executor!r}")
+
+
 def _selected_fn(fn: Callable[..., Any], input_col: _Col) -> Callable[[Any], Any]:
     """``fn`` applied to the ``input_col`` column(s) of each item; the result alone is returned."""
     if input_col is None:
@@ -111,16 +166,86 @@ def _map_skip(pipe: Mapper) -> Iterator[Any]:
         yield y
 
 
+def _map_seeded_raise(pipe: Mapper) -> Iterator[Any]:
+    fn = _column_rng_fn(pipe.fn, pipe.input_col, pipe.output_col) if pipe.input_col is not None else pipe.fn
+    kind, seed = pipe.rng, pipe._pass_seed()
+    n = 0
+    try:
+        for x in pipe.datapipe:
+            yield fn(x, rng=make_rng(kind, item_seed(seed, n)))
+            n += 1
+    except Exception as e:
+        if raised_at(e, _MAP_SEEDED_FN_LINES):
+            add_stage_note(e, stage_label(pipe), n)
+        raise
+
+
+def _map_seeded_skip(pipe: Mapper) -> Iterator[Any]:
+    fn = _column_rng_fn(pipe.fn, pipe.input_col, pipe.output_col) if pipe.input_col is not None else pipe.fn
+    kind, seed = pipe.rng, pipe._pass_seed()
+    failures = pipe._policy.new_pass(stage_label(pipe), pipe.failures)
+    n = -1
+    for x in pipe.datapipe:
+        n += 1
+        try:
+            y = fn(x, rng=make_rng(kind, item_seed(seed, n)))
+        except Exception as e:
+            failures.skip(e, n)
+            continue
+        yield y
+
+
+def _engine_fn(pipe: Mapper) -> Callable[[Any], Any]:
+    """The per-item function a concurrent pass runs (columns, async and rng taken into account)."""
+    fn, in_col, out_col, kind = pipe.fn, pipe.input_col, pipe.output_col, pipe.rng
+    if pipe._async:
+        call = fn if in_col is None else _async_column_fn(fn, in_col, out_col)
+        if kind is None:
+            return call
+
+        async def seeded(pair: Any) -> Any:
+            return await call(pair[0], rng=make_rng(kind, pair[1]))
+
+        return seeded
+    if kind is None:
+        return _item_fn(pipe)
+    if in_col is not None:
+        # one copy of the column wrapper per call keeps threads apart
+        return lambda pair: _column_rng_fn(fn, in_col, out_col)(pair[0], make_rng(kind, pair[1]))
+    if pipe.executor == "process":
+        return fn  # the worker process wraps it (seeded_call) without importing datapipes
+    return seeded_call(fn, kind)
+
+
+def _map_engine(pipe: Mapper) -> Iterator[Any]:
+    label = stage_label(pipe)
+    source: Iterable[Any] = pipe.datapipe
+    if pipe.rng is not None:
+        source = with_seeds(source, pipe._pass_seed())
+    fn = _engine_fn(pipe)
+    worker_rng = pipe.rng if pipe.executor == "process" and pipe.input_col is None else None
+    stats = pipe.stats = new_stats(label, fn, pipe.concurrency, pipe.executor)
+    yield from concurrent_map(
+        source, fn, label=label, concurrency=pipe.concurrency, ordered=pipe.ordered, executor=pipe.executor,
+        timeout=pipe.timeout, chunksize=pipe.chunksize, policy=pipe._policy, log=pipe.failures, stats=stats,
+        rng_kind=worker_rng,
+    )
+
+
 _MAP_FN_LINES = call_lines(_map_raise)
+_MAP_SEEDED_FN_LINES = call_lines(_map_seeded_raise)
 
 
 @functional_datapipe("map")
 class Mapper(IterDataPipe[U]):
-    """Apply ``fn`` to every item (functional name: ``map``).
+    """Apply ``fn`` to every item (functional name: ``map``), serially or concurrently.
 
     Args:
         datapipe: the source pipe.
-        fn: the function, called once per item on the consumer's thread.
+        fn: the function, called once per item. With ``concurrency=1`` (the default) it runs on the
+            consumer's thread; otherwise on the workers of ``executor``. An ``async def fn`` (or an
+            object whose ``__call__`` is async) always runs as tasks on the engine's event-loop
+            thread, shared by every async stage that is running.
         input_col: apply ``fn`` to this column (index or key) of each tuple/list/dict item, or to
             several columns as positional arguments. ``None``: to the whole item.
         output_col: where the result goes: ``None`` replaces the input column (several input
@@ -128,13 +253,42 @@ class Mapper(IterDataPipe[U]):
             Input items are never mutated; a changed copy is yielded.
         on_error: ``"raise"`` (default) or ``"skip"``, see :mod:`datapipes.errors`.
         max_failures: with ``on_error="skip"``, failures tolerated per pass (``None``: any).
+        concurrency: how many items ``fn`` works on at once (threads, tasks or processes). ``1`` with
+            a plain ``fn``, no ``timeout``, no ``rng`` and ``executor="thread"`` is the serial loop.
+        ordered: ``True`` yields in source order; ``False`` in completion order (no head-of-line
+            blocking). Both yield the same items.
+        executor: ``"thread"`` (daemon threads owned by the pass), ``"process"`` (worker processes for
+            Python code that holds the GIL: ``fn`` and the items must pickle, lambdas included through
+            cloudpickle; items travel in chunks) or a ``concurrent.futures.Executor`` you built (it is
+            used, never shut down).
+        timeout: seconds one item may spend in ``fn`` (threads and async only). An item past it fails
+            with a ``TimeoutError`` naming the stage and its position; its worker thread is abandoned
+            (a daemon: it ends when ``fn`` returns and never blocks interpreter exit).
+        chunksize: with ``executor="process"``, items per message; ``None`` picks it from the measured
+            cost of ``fn`` (about 10 ms of work per chunk).
+        rng: ``None``, or ``"python"``, ``"numpy"``, ``"torch"``: ``fn`` is called as
+            ``fn(item, rng=generator)`` with a ``random.Random`` / ``numpy.random.Generator`` /
+            ``torch.Generator`` seeded from the pass seed (:meth:`set_seed`, :meth:`set_epoch`, or a
+            fresh draw from torch's global generator) and the item's position, so random
+            augmentations do not depend on which worker ran the item.
 
     Yields:
-        ``fn(item)`` for each item, in source order.
+        ``fn(item)`` for each item, in source order (or completion order with ``ordered=False``).
 
     Raises:
         Whatever ``fn`` raises, as the same object, with a note naming the stage and the item's
-        position; an ``ExceptionGroup`` once ``max_failures`` is exceeded.
+        position (fail fast: the first failure in output order; in-flight work is cancelled); an
+        ``ExceptionGroup`` once ``max_failures`` is exceeded; ``TimeoutError`` past ``timeout``. With
+        ``executor="process"`` the exception is a pickled copy carrying the worker's traceback as a
+        note.
+
+    Concurrency: the consumer's thread pulls the source lazily and keeps at most ``concurrency``
+    items in flight: when the consumer holds the item at position ``k``, at most ``k + 1 +
+    concurrency`` items have been pulled (async: ``concurrency`` running tasks plus
+    ``max(1, concurrency // 4)`` items queued on the loop; processes: ``2 * concurrency`` chunks
+    plus the chunk being yielded). Workers start at the first ``next()`` and stop when the pass ends, is closed
+    (``close()``, ``break``), is garbage collected, or the consumer raises or is interrupted. The
+    statistics of the last pass are in ``pipe.stats`` (:class:`~datapipes._engine.StageStats`).
 
     ``len()`` is the source's length.
 
@@ -143,8 +297,11 @@ class Mapper(IterDataPipe[U]):
     [2, 4, 6]
     >>> list(IterableWrapper([(1, "a"), (2, "b")]).map(str.upper, input_col=1))
     [(1, 'A'), (2, 'B')]
+    >>> list(IterableWrapper(range(5)).map(lambda x: x * x, concurrency=4))
+    [0, 1, 4, 9, 16]
 
-    See also: :class:`FlatMapper` for one-to-many functions, :class:`Filter`.
+    See also: :class:`FlatMapper` for one-to-many functions, :class:`Filter`,
+    :class:`~datapipes.iter.Prefetcher`.
     """
 
     _repr_fields = ("fn",)
@@ -158,17 +315,40 @@ class Mapper(IterDataPipe[U]):
         *,
         on_error: str = "raise",
         max_failures: int | None = None,
+        concurrency: int = 1,
+        ordered: bool = True,
+        executor: str | Executor = "thread",
+        timeout: float | None = None,
+        chunksize: int | None = None,
+        rng: str | None = None,
     ) -> None:
         require_pipe(datapipe, "Mapper")
         require_callable(fn, "Mapper", "fn")
         _check_cols(input_col, output_col, "Mapper")
+        _check_concurrency("Mapper", fn, concurrency, ordered, executor, timeout, chunksize, rng)
         self.datapipe = datapipe
         self.fn = fn
         self.input_col = input_col
         self.output_col = output_col
+        self.concurrency = concurrency
+        self.ordered = ordered
+        self.executor = executor
+        self.timeout = timeout
+        self.chunksize = chunksize
+        self.rng = rng
+        self._async = is_async_callable(fn)
         self._policy = ErrorPolicy(on_error, max_failures)
-        self._run = _map_skip if self._policy.skips else _map_raise
+        if rng is not None:
+            self._is_random = True
+        serial = concurrency == 1 and timeout is None and not self._async and executor == "thread"
+        if not serial:
+            self._run = _map_engine
+        elif rng is not None:
+            self._run = _map_seeded_skip if self._policy.skips else _map_seeded_raise
+        else:
+            self._run = _map_skip if self._policy.skips else _map_raise
         self.failures = FailureLog()
+        self.stats: Any = None
 
     def __iter__(self) -> Iterator[U]:
         return self._run(self)
@@ -300,6 +480,33 @@ def _flatmap_skip(pipe: FlatMapper) -> Iterator[Any]:
             failures.skip(e, n)
 
 
+def _flatmap_async_raise(pipe: FlatMapper) -> Iterator[Any]:
+    fn = _selected_fn(pipe.fn, pipe.input_col)
+    label = stage_label(pipe)
+    n = 0
+    with LoopRef():  # one loop reference for the pass: each item's generator reuses the running loop
+        for x in pipe.datapipe:
+            try:
+                yield from iterate_async(fn(x))
+            except Exception as e:
+                add_stage_note(e, label, n)
+                raise
+            n += 1
+
+
+def _flatmap_async_skip(pipe: FlatMapper) -> Iterator[Any]:
+    fn = _selected_fn(pipe.fn, pipe.input_col)
+    failures = pipe._policy.new_pass(stage_label(pipe), pipe.failures)
+    n = -1
+    with LoopRef():
+        for x in pipe.datapipe:
+            n += 1
+            try:
+                yield from iterate_async(fn(x))
+            except Exception as e:
+                failures.skip(e, n)
+
+
 _FLATMAP_FN_LINES = call_lines(_flatmap_raise)
 
 
@@ -311,7 +518,10 @@ class FlatMapper(IterDataPipe[U]):
     Args:
         datapipe: the source pipe.
         fn: a function returning an iterable (a list, a generator, ...). ``None``: each item is
-            itself an iterable and is flattened one level.
+            itself an iterable and is flattened one level. An async generator function (``async def``
+            with ``yield``) works too: each item's async generator is driven on the engine's
+            event-loop thread, a few elements ahead of the consumer, and closed (``aclose``) when
+            the pass stops early.
         input_col: apply ``fn`` to this column (or these columns) of each item, as in
             :class:`Mapper`; ``fn`` then returns the iterable.
         on_error: ``"raise"`` (default) or ``"skip"``. When skipping, a failure while iterating
@@ -347,7 +557,10 @@ class FlatMapper(IterDataPipe[U]):
         self.fn = fn
         self.input_col = input_col
         self._policy = ErrorPolicy(on_error, max_failures)
-        self._run = _flatmap_skip if self._policy.skips else _flatmap_raise
+        if fn is not None and is_async_gen_callable(fn):
+            self._run = _flatmap_async_skip if self._policy.skips else _flatmap_async_raise
+        else:
+            self._run = _flatmap_skip if self._policy.skips else _flatmap_raise
         self.failures = FailureLog()
 
     def __iter__(self) -> Iterator[U]:

@@ -1,3 +1,69 @@
-"""(family module: filled in by its owner)"""
+"""Prefetcher [prefetch]: run everything upstream on a background thread, so stages overlap."""
 
-__all__: list[str] = []
+from __future__ import annotations
+
+from typing import Any, Iterator, TypeVar
+
+from .._engine import StageStats, background_iter
+from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, stage_label
+
+__all__ = ["Prefetcher"]
+
+T = TypeVar("T")
+
+
+def _prefetch(pipe: Prefetcher[Any]) -> Iterator[Any]:
+    label = stage_label(pipe)
+    stats = pipe.stats = StageStats(label, "prefetch", 1, pipe.buffer_size)
+    source = pipe.source_datapipe
+    yield from background_iter(lambda: source, pipe.buffer_size, label, stats)
+
+
+@functional_datapipe("prefetch")
+class Prefetcher(IterDataPipe[T]):
+    """Run the upstream pipe on a background thread, up to ``buffer_size`` items ahead
+    (functional name: ``prefetch``).
+
+    Args:
+        source_datapipe: the upstream pipe. Its iterator is created, pulled and closed on the
+            background thread, so everything upstream (reading, decoding, serial maps) overlaps with
+            the work downstream of the prefetch.
+        buffer_size: how many items the background thread may produce ahead of the consumer.
+
+    Yields:
+        The upstream's items, in the same order.
+
+    Raises:
+        Whatever the upstream raises, as the same object, after the items before it.
+
+    Memory bound: at most ``buffer_size`` items produced and not yet taken by the consumer, plus the
+    one the background thread is producing; a slow consumer stops the upstream (backpressure). The
+    thread starts at the first ``next()`` and stops when the pass is exhausted, closed (``close()``,
+    ``break``), garbage collected or the consumer raises; ``close()`` waits up to 1 s for a thread
+    that is inside the upstream (a daemon thread: it exits as soon as the upstream returns).
+    Statistics of the last pass are in ``pipe.stats``.
+
+    ``len()`` is the upstream's length.
+
+    >>> from datapipes.iter import IterableWrapper
+    >>> list(IterableWrapper(range(5)).map(lambda x: x + 1).prefetch(2))
+    [1, 2, 3, 4, 5]
+
+    See also: :class:`~datapipes.iter.Mapper` with ``concurrency`` to run one function on several
+    workers.
+    """
+
+    _repr_fields = ("buffer_size",)
+
+    def __init__(self, source_datapipe: IterDataPipe[T], buffer_size: int = 10) -> None:
+        require_pipe(source_datapipe, "Prefetcher", "source_datapipe")
+        require_int(buffer_size, "Prefetcher", "buffer_size", minimum=1)
+        self.source_datapipe = source_datapipe
+        self.buffer_size = buffer_size
+        self.stats: Any = None
+
+    def __iter__(self) -> Iterator[T]:
+        return _prefetch(self)
+
+    def __len__(self) -> int:
+        return len(self.source_datapipe)  # type: ignore[arg-type]

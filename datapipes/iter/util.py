@@ -6,9 +6,11 @@ from __future__ import annotations
 import copy
 import itertools
 import sys
+from collections.abc import AsyncIterator as _AsyncIteratorABC
 from collections.abc import Iterator as _IteratorABC
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
+from .._engine import iterate_async
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe
 
 __all__ = ["IterableWrapper", "Header", "Cycler", "Enumerator", "InMemoryCacheHolder"]
@@ -24,6 +26,8 @@ class IterableWrapper(IterDataPipe[T]):
             returns a fresh iterator) gives a new pass at every ``iter()``. A one-shot iterator
             (a generator) can be iterated once: a second pass raises ``RuntimeError`` saying so;
             wrap a list, or a class whose ``__iter__`` builds the generator, to iterate again.
+            An async iterable (an async generator listing a bucket, say) is driven on the engine's
+            event-loop thread with a small bounded read-ahead, and closed when the pass is.
         deepcopy: copy the iterable at the start of each pass, so a pass that mutates items does
             not change the next one. Off by default (copying is slow and rarely needed).
 
@@ -43,11 +47,13 @@ class IterableWrapper(IterDataPipe[T]):
     """
 
     def __init__(self, iterable: Iterable[T], deepcopy: bool = False) -> None:
-        if not (hasattr(type(iterable), "__iter__") or hasattr(type(iterable), "__getitem__")):
-            raise TypeError(f"IterableWrapper: iterable must be iterable, got {type(iterable).__name__}")
+        kind = type(iterable)
+        self._async = hasattr(kind, "__aiter__") and not hasattr(kind, "__iter__")
+        if not (self._async or hasattr(kind, "__iter__") or hasattr(kind, "__getitem__")):
+            raise TypeError(f"IterableWrapper: iterable must be iterable, got {kind.__name__}")
         self.iterable = iterable
         self.deepcopy = bool(deepcopy)
-        self._one_shot = isinstance(iterable, _IteratorABC)
+        self._one_shot = isinstance(iterable, (_IteratorABC, _AsyncIteratorABC))
         self._started = False
 
     def __iter__(self) -> Iterator[T]:
@@ -58,7 +64,11 @@ class IterableWrapper(IterDataPipe[T]):
                     "wrap a list or a re-iterable object to iterate again"
                 )
             self._started = True
+            if self._async:
+                return iterate_async(self.iterable)  # type: ignore[arg-type]
             return iter(self.iterable)
+        if self._async:
+            return iterate_async(self.iterable)  # type: ignore[arg-type]
         if self.deepcopy:
             return iter(copy.deepcopy(self.iterable))
         return iter(self.iterable)

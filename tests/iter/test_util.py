@@ -394,3 +394,23 @@ class TestUpstreamCloseRule:
         next(it)
         it.close()
         assert closed == [True]
+
+
+class TestAsyncSource:
+    def test_async_generator_and_async_iterable(self, no_thread_leak):
+        import asyncio
+
+        async def agen(n):
+            for i in range(n):
+                await asyncio.sleep(0)
+                yield i
+
+        class Listing:
+            def __aiter__(self):
+                return agen(4)
+
+        one_shot = IterableWrapper(agen(3)).map(lambda x: x * 10)
+        assert list(one_shot) == [0, 10, 20]
+        with pytest.raises(RuntimeError, match="already iterated"):
+            list(one_shot)
+        check_datapipe(IterableWrapper(Listing()), expected=[0, 1, 2, 3], check_pickle=False)

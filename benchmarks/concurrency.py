@@ -1,0 +1,353 @@
+"""Concurrency benchmarks (issue 4, DESIGN section 8): our engine side by side with the plain-Python limit
+and the peers, in one run, medians of repeats.
+
+    .venv/bin/python benchmarks/concurrency.py            # everything
+    .venv/bin/python benchmarks/concurrency.py --only io   # io, async, decode, gil, overhead
+    .venv/bin/python benchmarks/concurrency.py --quick     # fewer items and repeats (a smoke run)
+
+Workloads and targets:
+- io: 2,000 items, fn sleeps 5 ms, 32 threads: >= 97% of a plain ThreadPoolExecutor's rate.
+- async: 20,000 items, ``await asyncio.sleep(0.005)``, 256 tasks: >= 95% of plain asyncio's rate.
+- decode: Pillow decode + resize to 224x224 of in-memory ~500x375 JPEGs, 2 threads: >= 95% of a
+  plain 2-thread pool (default malloc, and with MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_
+  pinned, run in a child process).
+- gil: json.loads of ~2 KB + a pure-Python loop per item, 100,000 items, executor="process" on 2
+  workers: >= 1.5x serial and >= 95% of multiprocessing.Pool.imap at its best chunksize.
+- overhead: a trivial fn, 4 workers: per-item cost <= 1.2x a bounded ThreadPoolExecutor window.
+
+Peers (torchdata.nodes, spdl.pipeline) run when importable (the benchmark venv, .venv-bench/);
+otherwise their rows say "not installed". No torch call sits in a measuring loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import io
+import json
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from datapipes.iter import IterableWrapper  # noqa: E402
+
+ROWS: list[tuple[str, str, str, str]] = []
+
+
+def median_time(run: Callable[[], Any], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def row(workload: str, runner: str, value: str, note: str = "") -> None:
+    ROWS.append((workload, runner, value, note))
+    print(f"  {runner:<42} {value:>16}  {note}", flush=True)
+
+
+def peer(name: str) -> Any:
+    try:
+        if name == "torchdata.nodes":
+            import torchdata.nodes as mod  # type: ignore[import-not-found]
+        else:
+            import spdl.pipeline as mod  # type: ignore[import-not-found]
+        return mod
+    except Exception:  # noqa: BLE001 - any import failure means the peer cannot run here
+        return None
+
+
+def run_nodes(items: list[Any], fn: Callable[[Any], Any], workers: int, method: str = "thread") -> int:
+    nodes = peer("torchdata.nodes")
+    node = nodes.ParallelMapper(nodes.IterableWrapper(items), fn, num_workers=workers, method=method, in_order=True)
+    return sum(1 for _ in nodes.Loader(node))
+
+
+def run_spdl(items: list[Any], fn: Callable[[Any], Any], workers: int) -> int:
+    pl = peer("spdl.pipeline")
+    pipe = pl.PipelineBuilder().add_source(items).pipe(fn, concurrency=workers).add_sink(workers * 2).build(num_threads=workers)
+    n = 0
+    with pipe.auto_stop():
+        for _ in pipe.get_iterator(timeout=600):
+            n += 1
+    return n
+
+
+def peers_rows(workload: str, items: list[Any], fn: Callable[[Any], Any], workers: int, repeats: int,
+               scale: Callable[[float], str], spdl_fn: Callable[[Any], Any] | None = None) -> None:
+    for name, runner in (("torchdata.nodes", run_nodes), ("spdl.pipeline", run_spdl)):
+        if peer(name) is None:
+            row(workload, name, "not installed")
+            continue
+        f = spdl_fn if (name == "spdl.pipeline" and spdl_fn is not None) else fn
+        try:
+            t = median_time(lambda: runner(items, f, workers), repeats)
+        except Exception as e:  # noqa: BLE001 - a peer's failure is reported, not fatal
+            row(workload, name, "failed", repr(e)[:60])
+            continue
+        row(workload, name, scale(t))
+
+
+# -- I/O-bound, threads ------------------------------------------------------------------------------
+
+
+def sleep_5ms(x: int) -> int:
+    time.sleep(0.005)
+    return x
+
+
+def bench_io(n: int, repeats: int) -> None:
+    print(f"io: {n} items, fn sleeps 5 ms, 32 threads", flush=True)
+    ideal = n * 0.005 / 32
+    items = list(range(n))
+
+    def ours() -> None:
+        for _ in IterableWrapper(items).map(sleep_5ms, concurrency=32):
+            pass
+
+    def plain() -> None:
+        with ThreadPoolExecutor(32) as ex:
+            for _ in ex.map(sleep_5ms, items):
+                pass
+
+    t_plain = median_time(plain, repeats)
+    t_ours = median_time(ours, repeats)
+    row("io", "plain ThreadPoolExecutor(32)", f"{n / t_plain:,.0f} items/s", f"{ideal / t_plain:.0%} of ideal")
+    row("io", "datapipes map(concurrency=32)", f"{n / t_ours:,.0f} items/s",
+        f"{ideal / t_ours:.0%} of ideal, {t_plain / t_ours:.1%} of the plain pool (target >= 97%)")
+    peers_rows("io", items, sleep_5ms, 32, repeats, lambda t: f"{n / t:,.0f} items/s")
+
+
+# -- I/O-bound, async --------------------------------------------------------------------------------
+
+
+async def asleep_5ms(x: int) -> int:
+    await asyncio.sleep(0.005)
+    return x
+
+
+def bench_async(n: int, repeats: int) -> None:
+    print(f"async: {n} items, await asyncio.sleep(0.005), 256 tasks", flush=True)
+    ideal = n * 0.005 / 256
+    items = list(range(n))
+
+    def ours() -> None:
+        for _ in IterableWrapper(items).map(asleep_5ms, concurrency=256):
+            pass
+
+    async def plain_main() -> None:
+        window: collections.deque[asyncio.Task[int]] = collections.deque()
+        for x in items:
+            window.append(asyncio.ensure_future(asleep_5ms(x)))
+            if len(window) >= 256:
+                await window.popleft()
+        while window:
+            await window.popleft()
+
+    t_plain = median_time(lambda: asyncio.run(plain_main()), repeats)
+    t_ours = median_time(ours, repeats)
+    row("async", "plain asyncio (256-task window)", f"{n / t_plain:,.0f} items/s", f"{ideal / t_plain:.0%} of ideal")
+    row("async", "datapipes map(async fn, concurrency=256)", f"{n / t_ours:,.0f} items/s",
+        f"{ideal / t_ours:.0%} of ideal, {t_plain / t_ours:.1%} of plain asyncio (target >= 95%)")
+    if peer("spdl.pipeline") is None:
+        row("async", "spdl.pipeline", "not installed")
+    else:
+        try:
+            t = median_time(lambda: run_spdl(items, asleep_5ms, 256), repeats)
+            row("async", "spdl.pipeline", f"{n / t:,.0f} items/s", f"{ideal / t:.0%} of ideal")
+        except Exception as e:  # noqa: BLE001
+            row("async", "spdl.pipeline", "failed", repr(e)[:60])
+
+
+# -- CPU-bound, GIL released: Pillow ---------------------------------------------------------------------
+
+
+def make_jpegs(count: int) -> list[bytes]:
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    out = []
+    yy, xx = np.mgrid[0:375, 0:500]
+    for k in range(count):
+        base = (xx * (k + 1) + yy * 3) % 256
+        img = np.stack([base, base[::-1], (base + 85) % 256], axis=-1)
+        img = np.clip(img + rng.integers(0, 40, img.shape), 0, 255).astype(np.uint8)
+        buf = io.BytesIO()
+        Image.fromarray(img).save(buf, format="JPEG", quality=90)
+        out.append(buf.getvalue())
+    return out
+
+
+def decode(data: bytes) -> tuple[int, int]:
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(data)).convert("RGB").resize((224, 224))
+    return img.size
+
+
+def bench_decode(n: int, repeats: int, label: str) -> None:
+    print(f"decode{label}: {n} JPEG decode + resize to 224x224, 2 threads", flush=True)
+    pool_of = make_jpegs(32)
+    items = [pool_of[k % len(pool_of)] for k in range(n)]
+
+    def serial() -> None:
+        for x in items:
+            decode(x)
+
+    def plain() -> None:
+        with ThreadPoolExecutor(2) as ex:
+            for _ in ex.map(decode, items):
+                pass
+
+    def ours() -> None:
+        for _ in IterableWrapper(items).map(decode, concurrency=2):
+            pass
+
+    decode(items[0])
+    t_serial = median_time(serial, repeats)
+    t_plain = median_time(plain, repeats)
+    t_ours = median_time(ours, repeats)
+    w = f"decode{label}"
+    row(w, "serial", f"{n / t_serial:,.0f} img/s", "1.00x")
+    row(w, "plain ThreadPoolExecutor(2)", f"{n / t_plain:,.0f} img/s", f"{t_serial / t_plain:.2f}x serial")
+    row(w, "datapipes map(concurrency=2)", f"{n / t_ours:,.0f} img/s",
+        f"{t_serial / t_ours:.2f}x serial, {t_plain / t_ours:.1%} of the plain pool (target >= 95%)")
+    peers_rows(w, items, decode, 2, repeats, lambda t: f"{n / t:,.0f} img/s ({t_serial / t:.2f}x serial)")
+
+
+# -- CPU-bound, GIL held ------------------------------------------------------------------------------------
+
+
+def make_docs(n: int) -> list[str]:
+    doc = json.dumps({"id": 0, "tags": [f"tag{i}" for i in range(40)], "values": list(range(200)),
+                      "text": "lorem ipsum " * 40})
+    return [doc.replace('"id": 0', f'"id": {k}') for k in range(n)]
+
+
+def gil_work(s: str) -> int:
+    d = json.loads(s)
+    total = 0
+    for v in d["values"]:
+        total += v * v % 7
+    return total + d["id"]
+
+
+def bench_gil(n: int, repeats: int) -> None:
+    docs = make_docs(n)
+    print(f"gil: {n} items, json.loads ({len(docs[0])} bytes) + a Python loop, 2 processes", flush=True)
+
+    def serial() -> None:
+        for d in docs:
+            gil_work(d)
+
+    def ours() -> None:
+        for _ in IterableWrapper(docs).map(gil_work, concurrency=2, executor="process"):
+            pass
+
+    t_serial = median_time(serial, repeats)
+    row("gil", "serial", f"{n / t_serial:,.0f} items/s", f"1.00x ({t_serial / n * 1e6:.1f} us/item)")
+    best = None
+    with multiprocessing.Pool(2) as pool:
+        list(pool.imap(gil_work, docs[:100], chunksize=16))  # start the workers
+        for cs in (16, 64, 256, 1024):
+            t = median_time(lambda: sum(1 for _ in pool.imap(gil_work, docs, chunksize=cs)), repeats)
+            if best is None or t < best[0]:
+                best = (t, cs)
+    assert best is not None
+    row("gil", f"multiprocessing.Pool(2).imap best (chunksize={best[1]})", f"{n / best[0]:,.0f} items/s",
+        f"{t_serial / best[0]:.2f}x serial (pool started before timing)")
+    t_ours = median_time(ours, repeats)
+    row("gil", "datapipes map(executor='process', concurrency=2)", f"{n / t_ours:,.0f} items/s",
+        f"{t_serial / t_ours:.2f}x serial (target >= 1.5x), {best[0] / t_ours:.1%} of the best Pool "
+        "(target >= 95%); includes starting the workers")
+    if peer("torchdata.nodes") is None:
+        row("gil", "torchdata.nodes (process)", "not installed")
+    else:
+        try:
+            t = median_time(lambda: run_nodes(docs, gil_work, 2, "process"), repeats)
+            row("gil", "torchdata.nodes (process)", f"{n / t:,.0f} items/s", f"{t_serial / t:.2f}x serial")
+        except Exception as e:  # noqa: BLE001
+            row("gil", "torchdata.nodes (process)", "failed", repr(e)[:60])
+
+
+# -- overhead ---------------------------------------------------------------------------------------------------
+
+
+def identity(x: int) -> int:
+    return x
+
+
+def bench_overhead(n: int, repeats: int) -> None:
+    print(f"overhead: {n} items, trivial fn, 4 workers", flush=True)
+    items = list(range(n))
+
+    def window() -> None:
+        with ThreadPoolExecutor(4) as ex:
+            futures: collections.deque[Any] = collections.deque()
+            for x in items:
+                futures.append(ex.submit(identity, x))
+                if len(futures) >= 4:
+                    futures.popleft().result()
+            while futures:
+                futures.popleft().result()
+
+    def ours() -> None:
+        for _ in IterableWrapper(items).map(identity, concurrency=4):
+            pass
+
+    def serial() -> None:
+        for _ in IterableWrapper(items).map(identity):
+            pass
+
+    t_window = median_time(window, repeats)
+    t_ours = median_time(ours, repeats)
+    t_serial = median_time(serial, repeats)
+    row("overhead", "bounded ThreadPoolExecutor(4) window", f"{t_window / n * 1e6:.2f} us/item")
+    row("overhead", "datapipes map(concurrency=4)", f"{t_ours / n * 1e6:.2f} us/item",
+        f"{t_ours / t_window:.2f}x the window (target <= 1.2x)")
+    row("overhead", "datapipes map (serial, concurrency=1)", f"{t_serial / n * 1e6:.3f} us/item")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", action="append", choices=["io", "async", "decode", "gil", "overhead"])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--decode-label", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    only = set(args.only or ["io", "async", "decode", "gil", "overhead"])
+    q = args.quick
+    reps = 1 if q else 3
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus; medians of {reps} repeats", flush=True)
+    if "io" in only:
+        bench_io(400 if q else 2000, reps)
+    if "async" in only:
+        bench_async(4000 if q else 20000, reps)
+    if "decode" in only:
+        bench_decode(100 if q else 400, reps, args.decode_label)
+        if not args.decode_label:
+            env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="1048576", MALLOC_TRIM_THRESHOLD_="268435456")
+            cmd = [sys.executable, os.path.abspath(__file__), "--only", "decode", "--decode-label", " (malloc pinned)"]
+            if q:
+                cmd.append("--quick")
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+            for line in out.splitlines()[1:]:
+                print(line, flush=True)
+    if "gil" in only:
+        bench_gil(20000 if q else 100000, reps)
+    if "overhead" in only:
+        bench_overhead(20000 if q else 100000, reps if q else 5)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""The concurrency engine, used by every concurrent pipe (concurrent ``map``, ``prefetch``, ...).
+
+One stage runs a function on ``concurrency`` workers, chosen once per stage:
+
+- threads (the default): :class:`~datapipes._engine.threads.ThreadWorkers`;
+- ``async def`` functions: tasks on one event-loop thread shared by every async stage that is
+  running (:mod:`datapipes._engine.aio`);
+- ``executor="process"``: worker processes fed in chunks (:mod:`datapipes._engine.process`);
+- an executor the user built: :class:`~datapipes._engine.threads.ExecutorWorkers`.
+
+The consumer's thread pulls the source lazily, keeps a bounded window of items in flight and yields
+in source order (``ordered=True``) or completion order (:mod:`datapipes._engine.core`).
+:func:`background_iter` runs a whole upstream on a producer thread (``prefetch``);
+:func:`iterate_async` drives an async iterable on the shared loop. Every stage keeps
+:class:`StageStats` of its last pass.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Executor
+from typing import Any, Callable, Iterable, Iterator
+
+from ..errors import ErrorPolicy, FailureLog
+from .aio import AsyncWorkers, LoopRef, is_async_callable, is_async_gen_callable, iterate_async, loop_running
+from .background import background_iter
+from .core import failure_handler, run_ordered, run_unordered
+from .process import ProcessWorkers, live_worker_pids, run_process_stage
+from .rng import RNG_KINDS, item_seed
+from .stats import StageStats
+from .threads import ExecutorWorkers, ThreadWorkers
+
+__all__ = [
+    "AsyncWorkers",
+    "ExecutorWorkers",
+    "LoopRef",
+    "ProcessWorkers",
+    "RNG_KINDS",
+    "StageStats",
+    "ThreadWorkers",
+    "background_iter",
+    "concurrent_map",
+    "is_async_callable",
+    "is_async_gen_callable",
+    "item_seed",
+    "iterate_async",
+    "live_worker_pids",
+    "loop_running",
+    "new_stats",
+]
+
+
+def _kind(fn: Callable[[Any], Any], executor: str | Executor) -> str:
+    if is_async_callable(fn):
+        return "async"
+    if isinstance(executor, Executor):
+        return "executor"
+    return executor
+
+
+def window(kind: str, concurrency: int) -> int:
+    """How many items a stage keeps pulled ahead of its consumer (running or queued for a worker).
+
+    Threads and executors: ``concurrency`` (one FIFO slot per worker). Async: ``concurrency`` tasks
+    plus ``concurrency // 4`` items queued on the loop's side, so a finished task is replaced at once
+    on the loop thread instead of after a round trip through the consumer's thread.
+    """
+    return concurrency + max(1, concurrency // 4) if kind == "async" else concurrency
+
+
+def new_stats(label: str, fn: Callable[[Any], Any], concurrency: int, executor: str | Executor) -> StageStats:
+    """The statistics object of one pass of a concurrent map stage."""
+    kind = _kind(fn, executor)
+    capacity = 2 * concurrency if kind == "process" else window(kind, concurrency)
+    return StageStats(label, kind, concurrency, capacity)
+
+
+def concurrent_map(
+    source: Iterable[Any],
+    fn: Callable[[Any], Any],
+    *,
+    label: str,
+    concurrency: int,
+    ordered: bool = True,
+    executor: str | Executor = "thread",
+    timeout: float | None = None,
+    chunksize: int | None = None,
+    policy: ErrorPolicy | None = None,
+    log: FailureLog | None = None,
+    stats: StageStats | None = None,
+    rng_kind: str | None = None,
+) -> Iterator[Any]:
+    """Yield ``fn(x)`` for each item of ``source``, computed by ``concurrency`` workers.
+
+    Nothing starts before the first ``next()``. ``rng_kind`` (process executor only) means the items
+    are ``(x, seed)`` pairs and ``fn`` takes ``rng=``: the worker builds the generator (threads and
+    async get an ``fn`` that already does).
+    """
+    policy = policy if policy is not None else ErrorPolicy()
+    log = log if log is not None else FailureLog()
+    stats = stats if stats is not None else new_stats(label, fn, concurrency, executor)
+    on_fail, count = failure_handler(label, policy, log)
+    kind = _kind(fn, executor)
+    if kind == "process":
+        return run_process_stage(ProcessWorkers(fn, concurrency, label, rng_kind), source, ordered, chunksize,
+                                 on_fail, count, stats)
+    backend: Any
+    if kind == "async":
+        backend = AsyncWorkers(fn, concurrency, label, timeout)
+    elif kind == "executor":
+        backend = ExecutorWorkers(fn, executor, label)  # type: ignore[arg-type]
+    else:
+        backend = ThreadWorkers(fn, concurrency, label, timeout)
+    run = run_ordered if ordered else run_unordered
+    return run(backend, source, window(kind, concurrency), on_fail, count, stats)

@@ -1,0 +1,125 @@
+"""Running an upstream iterator on a background thread with a bounded buffer (prefetch).
+
+:func:`background_iter` is what ``prefetch`` uses, and what ``pin_memory`` and ``to_cuda`` can use:
+a producer thread creates the upstream iterator, pulls it, optionally applies ``fn`` to each item, and
+puts the results in a buffer of ``buffer_size`` items; the consumer takes them in order. The
+producer blocks when the buffer is full (backpressure reaches the source) and wakes when the
+consumer takes an item; the consumer blocks when it is empty. No polling.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import weakref
+from typing import Any, Callable, Iterable, Iterator
+
+from .stats import StageStats
+
+__all__ = ["background_iter"]
+
+_GRACE_S = 1.0
+_ITEM, _END, _ERR = 0, 1, 2
+
+
+def _produce(make: Callable[[], Iterable[Any]], fn: Callable[[Any], Any] | None, put: Callable[[Any], None],
+             slots: threading.Semaphore, stop: threading.Event, busy: list[float]) -> None:
+    clock = time.perf_counter
+    it = None
+    try:
+        it = iter(make())
+        while True:
+            slots.acquire()
+            if stop.is_set():
+                return
+            t = clock()
+            x = next(it, _produce)  # the function itself: a private sentinel
+            if x is _produce:
+                put((_END, None))
+                return
+            if fn is not None:
+                x = fn(x)
+            busy[0] += clock() - t
+            put((_ITEM, x))
+            x = None
+    except BaseException as e:  # noqa: BLE001 - the consumer re-raises the same object
+        put((_ERR, e))
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - an upstream error during close has nowhere to go
+                pass
+
+
+def _stop(stop: threading.Event, slots: threading.Semaphore, thread: threading.Thread) -> None:
+    stop.set()
+    slots.release()
+    if thread is not threading.current_thread():
+        thread.join(_GRACE_S)
+
+
+class _Producer:
+    """Owner of one producer thread: idempotent :meth:`close`, context manager, finalize backstop."""
+
+    def __init__(self, make: Callable[[], Iterable[Any]], fn: Callable[[Any], Any] | None, buffer_size: int,
+                 label: str, busy: list[float]) -> None:
+        self.queue: Any = queue.SimpleQueue()
+        self.slots = threading.Semaphore(buffer_size)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(
+            target=_produce, args=(make, fn, self.queue.put, self.slots, self.stop, busy),
+            name=f"datapipes {label} producer", daemon=True,
+        )
+        self._finalizer = weakref.finalize(self, _stop, self.stop, self.slots, self.thread)
+        self.thread.start()
+
+    def close(self) -> None:
+        self._finalizer()
+
+    def __enter__(self) -> _Producer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def background_iter(make: Callable[[], Iterable[Any]], buffer_size: int, label: str, stats: StageStats,
+                    fn: Callable[[Any], Any] | None = None) -> Iterator[Any]:
+    """Yield the items of ``make()`` (through ``fn`` when given), produced on a background thread.
+
+    Order is kept. At most ``buffer_size`` items are produced ahead of the consumer (taken from the
+    source and not yet handed over), plus the one the producer is working on. An exception raised
+    upstream (or by ``fn``) reaches the consumer as the same object, after the items before it.
+    The thread starts at the first ``next()`` and stops when the iterator is exhausted, closed or
+    collected; closing waits up to 1 s for a producer that is inside the upstream (it is a daemon
+    thread and exits as soon as the upstream returns).
+    """
+    n = fill = 0
+    waiting = 0.0
+    clock = time.perf_counter
+    busy = [0.0]
+    producer = None
+    try:
+        producer = _Producer(make, fn, buffer_size, label, busy)
+        stats.begin(busy)
+        get, ready, release = producer.queue.get, producer.queue.qsize, producer.slots.release
+        while True:
+            t = clock()
+            kind, value = get()
+            waiting += clock() - t
+            fill += ready()
+            if kind == _ITEM:
+                release()
+                n += 1
+                yield value
+            elif kind == _END:
+                return
+            else:
+                raise value
+    finally:
+        if producer is not None:
+            producer.close()
+        stats.finish(n, n, 0, fill, n, sum(busy), waiting)

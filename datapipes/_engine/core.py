@@ -1,0 +1,204 @@
+"""The consumer side of a concurrent stage: the loop that pulls the source, feeds workers and yields.
+
+A *backend* runs ``fn`` somewhere (threads, the event loop, an executor the user built); this module
+drives it from the consumer's thread. The contract between the two is small:
+
+- ``backend.start()`` starts the workers (called at the first ``next()``), ``backend.close()`` stops
+  them (idempotent);
+- ``backend.submit((i, x))`` hands item ``x`` at input position ``i`` to the workers;
+- ``backend.get()`` blocks until one result record ``(i, ok, value)`` is ready (``ok`` false: ``value``
+  is the exception ``fn`` raised, caught as ``BaseException`` in the worker);
+- ``backend.ready()`` tells how many records are waiting (a statistics sample);
+- ``backend.busy`` is the list of per-worker busy-time accumulators.
+
+The loops pull the source lazily on the consumer's thread (so upstream generators are never touched
+by two threads), keep at most ``window`` items in flight (pulled and not yet handed to the consumer),
+and refill one item just before yielding one, so the workers stay busy while the consumer works.
+An exception raised by the source is deferred until the items pulled before it are yielded, exactly
+as a serial loop would see it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterable, Iterator
+
+from ..errors import ErrorPolicy, FailureLog, add_stage_note
+from .stats import StageStats
+
+__all__ = ["failure_handler", "run_ordered", "run_unordered"]
+
+_END = object()  # the source is exhausted
+_MISSING = object()  # no record stashed for this position yet
+
+
+class _FailureCount:
+    """Failures seen by one pass (for the statistics); the handler increments it."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
+def failure_handler(label: str, policy: ErrorPolicy, log: FailureLog) -> tuple[Callable[[BaseException, int], None], _FailureCount]:
+    """The function a pass calls on a failed item: raise it (with a note) or skip it (counted).
+
+    Chosen once per pass. ``KeyboardInterrupt`` and other non-``Exception`` errors always propagate.
+    Runs on the consumer's thread only (the :class:`~datapipes.errors.PassFailures` it uses is not
+    shared with workers).
+    """
+    count = _FailureCount()
+    if policy.skips:
+        failures = policy.new_pass(label, log)
+
+        def on_fail(exc: BaseException, position: int) -> None:
+            count.n += 1
+            if not isinstance(exc, Exception):
+                raise exc
+            failures.skip(exc, position)
+
+    else:
+
+        def on_fail(exc: BaseException, position: int) -> None:
+            count.n += 1
+            if isinstance(exc, Exception):
+                add_stage_note(exc, label, position)
+            raise exc
+
+    return on_fail, count
+
+
+def run_ordered(
+    backend: Any,
+    source: Iterable[Any],
+    window: int,
+    on_fail: Callable[[BaseException, int], None],
+    count: _FailureCount,
+    stats: StageStats,
+) -> Iterator[Any]:
+    """Yield ``fn(x)`` for each source item in source order, ``window`` items in flight at most.
+
+    Bound: when the consumer holds the item at position ``k``, at most ``k + 1 + window`` items have
+    been pulled from the source (``window`` pulled ahead of the consumer).
+    """
+    n_in = n_out = fill = 0
+    pulling = waiting = 0.0
+    clock = time.perf_counter
+    try:
+        src = iter(source)
+        backend.start()
+        stats.begin(backend.busy)
+        submit, get, ready = backend.submit, backend.get, backend.ready
+        stash: dict[int, Any] = {}
+        deferred: BaseException | None = None
+        more = True
+        while n_in < window:
+            t = clock()
+            try:
+                x = next(src, _END)
+            except Exception as e:
+                deferred, x = e, _END
+            pulling += clock() - t
+            if x is _END:
+                more = False
+                break
+            submit((n_in, x))
+            n_in += 1
+        while n_out < n_in:
+            rec = stash.pop(n_out, _MISSING)
+            if rec is _MISSING:
+                t = clock()
+                rec = get()
+                while rec[0] != n_out:
+                    stash[rec[0]] = rec
+                    rec = get()
+                waiting += clock() - t
+            fill += len(stash) + ready()
+            if more:
+                t = clock()
+                try:
+                    x = next(src, _END)
+                except Exception as e:
+                    deferred, x = e, _END
+                pulling += clock() - t
+                if x is _END:
+                    more = False
+                else:
+                    submit((n_in, x))
+                    n_in += 1
+            n_out += 1
+            if rec[1]:
+                yield rec[2]
+            else:
+                on_fail(rec[2], rec[0])
+            rec = None
+        if deferred is not None:
+            raise deferred
+    finally:
+        backend.close()
+        stats.finish(n_in, n_out - count.n, count.n, fill, n_out, pulling, waiting)
+
+
+def run_unordered(
+    backend: Any,
+    source: Iterable[Any],
+    window: int,
+    on_fail: Callable[[BaseException, int], None],
+    count: _FailureCount,
+    stats: StageStats,
+) -> Iterator[Any]:
+    """Yield ``fn(x)`` for each source item in completion order, ``window`` items in flight at most.
+
+    No head-of-line blocking: a slow item delays only itself. Same bound as :func:`run_ordered`.
+    """
+    n_in = n_out = fill = 0
+    pulling = waiting = 0.0
+    clock = time.perf_counter
+    try:
+        src = iter(source)
+        backend.start()
+        stats.begin(backend.busy)
+        submit, get, ready = backend.submit, backend.get, backend.ready
+        deferred: BaseException | None = None
+        more = True
+        while n_in < window:
+            t = clock()
+            try:
+                x = next(src, _END)
+            except Exception as e:
+                deferred, x = e, _END
+            pulling += clock() - t
+            if x is _END:
+                more = False
+                break
+            submit((n_in, x))
+            n_in += 1
+        while n_out < n_in:
+            t = clock()
+            rec = get()
+            waiting += clock() - t
+            fill += ready()
+            if more:
+                t = clock()
+                try:
+                    x = next(src, _END)
+                except Exception as e:
+                    deferred, x = e, _END
+                pulling += clock() - t
+                if x is _END:
+                    more = False
+                else:
+                    submit((n_in, x))
+                    n_in += 1
+            n_out += 1
+            if rec[1]:
+                yield rec[2]
+            else:
+                on_fail(rec[2], rec[0])
+            rec = None
+        if deferred is not None:
+            raise deferred
+    finally:
+        backend.close()
+        stats.finish(n_in, n_out - count.n, count.n, fill, n_out, pulling, waiting)

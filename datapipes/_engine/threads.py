@@ -1,0 +1,248 @@
+"""Thread backends: our own worker threads, and an executor the user built.
+
+Workers block on a queue and stop on a sentinel (no polling). A worker catches whatever ``fn``
+raises into its result record, and the consumer re-raises the very same object.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import weakref
+from concurrent.futures import Executor, Future
+from typing import Any, Callable
+
+__all__ = ["ThreadWorkers", "ExecutorWorkers", "JOIN_GRACE_S"]
+
+#: How long ``close()`` waits for workers to exit. An idle worker exits at once; one still inside
+#: ``fn`` exits as soon as ``fn`` returns, on its own (it is a daemon thread).
+JOIN_GRACE_S = 1.0
+
+_STOP = object()  # worker sentinel
+
+
+def _worker(inq: Any, outq: Any, fn: Callable[[Any], Any], busy: list[float], slot: int) -> None:
+    get, put, clock = inq.get, outq.put, time.perf_counter
+    while True:
+        job = get()
+        if job is _STOP:
+            return
+        i, x = job
+        t = clock()
+        try:
+            rec = (i, True, fn(x))
+        except BaseException as e:  # noqa: BLE001 - the consumer re-raises it, KeyboardInterrupt included
+            rec = (i, False, e)
+        busy[slot] += clock() - t
+        put(rec)
+        job = x = rec = None
+
+
+def _timed_worker(inq: Any, outq: Any, fn: Callable[[Any], Any], busy: list[float], slot: int,
+                  running: list[Any], abandoned: list[bool], lock: threading.Lock) -> None:
+    get, put, clock = inq.get, outq.put, time.monotonic
+    while True:
+        job = get()
+        if job is _STOP:
+            return
+        i, x = job
+        t = clock()
+        with lock:
+            running[slot] = (i, t)
+        try:
+            rec = (i, True, fn(x))
+        except BaseException as e:  # noqa: BLE001
+            rec = (i, False, e)
+        with lock:
+            if abandoned[slot]:  # the consumer gave up on this item: drop it and leave
+                return
+            running[slot] = None
+        busy[slot] += clock() - t
+        put(rec)
+        job = x = rec = None
+
+
+def _join(threads: list[threading.Thread], grace: float) -> None:
+    deadline = time.monotonic() + grace
+    me = threading.current_thread()
+    for t in threads:
+        if t is not me:
+            t.join(max(0.0, deadline - time.monotonic()))
+
+
+def _shutdown(inq: Any, threads: list[threading.Thread], abandoned: list[bool]) -> None:
+    # Cancel queued work, then one sentinel per worker that may still take a job.
+    while True:
+        try:
+            inq.get_nowait()
+        except queue.Empty:
+            break
+    live = [t for t, gone in zip(threads, abandoned) if not gone]
+    for _ in live:
+        inq.put(_STOP)
+    _join(live, JOIN_GRACE_S)
+
+
+class ThreadWorkers:
+    """``n`` daemon threads calling ``fn`` on submitted items (the default backend).
+
+    With ``timeout``, :meth:`get` gives up on an item that has been inside ``fn`` longer than
+    ``timeout`` seconds: it returns a failure record holding a :class:`TimeoutError` naming the stage
+    and the item's position, abandons the stuck worker (a daemon thread that drops its result and
+    exits when ``fn`` returns; it never blocks interpreter exit) and starts a replacement.
+
+    Owner of its threads: :meth:`close` is idempotent, the object is a context manager, and a
+    ``weakref.finalize`` stops the threads if it is dropped without being closed.
+    """
+
+    kind = "thread"
+
+    def __init__(self, fn: Callable[[Any], Any], n: int, label: str, timeout: float | None = None) -> None:
+        self.fn = fn
+        self.n = n
+        self.label = label
+        self.timeout = timeout
+        self.busy: list[float] = [0.0] * n
+        self._threads: list[threading.Thread] = []
+        self._abandoned: list[bool] = []
+        self._running: list[Any] = []
+        self._lock = threading.Lock()
+        self._finalizer: weakref.finalize | None = None
+
+    def start(self) -> None:
+        self._inq: Any = queue.SimpleQueue()
+        self._outq: Any = queue.SimpleQueue()
+        self.submit = self._inq.put
+        self.ready = self._outq.qsize
+        if self.timeout is None:
+            self.get = self._outq.get
+        self._finalizer = weakref.finalize(self, _shutdown, self._inq, self._threads, self._abandoned)
+        for _ in range(self.n):
+            self._spawn()
+
+    def _spawn(self) -> None:
+        slot = len(self._threads)
+        if slot >= len(self.busy):
+            self.busy.append(0.0)
+        self._abandoned.append(False)
+        self._running.append(None)
+        if self.timeout is None:
+            args: tuple[Any, ...] = (self._inq, self._outq, self.fn, self.busy, slot)
+            target: Callable[..., None] = _worker
+        else:
+            args = (self._inq, self._outq, self.fn, self.busy, slot, self._running, self._abandoned, self._lock)
+            target = _timed_worker
+        t = threading.Thread(target=target, args=args, name=f"datapipes {self.label} worker {slot}", daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def get(self) -> tuple[int, bool, Any]:
+        """The next result record; with a timeout, a failure record for an item past its deadline."""
+        timeout = self.timeout
+        assert timeout is not None  # without a timeout, start() binds get to the queue's own get
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                soonest = now + timeout
+                for slot, cur in enumerate(self._running):
+                    if cur is None or self._abandoned[slot]:
+                        continue
+                    due = cur[1] + timeout
+                    if due <= now:
+                        self._abandoned[slot] = True
+                        self._running[slot] = None
+                        self._spawn()
+                        err = TimeoutError(
+                            f"stage {self.label}: item {cur[0]} did not finish within timeout={timeout} s; "
+                            f"its worker thread was abandoned (it ends when fn returns)"
+                        )
+                        return (cur[0], False, err)
+                    soonest = min(soonest, due)
+            try:
+                return self._outq.get(timeout=max(0.0, soonest - now))
+            except queue.Empty:
+                pass
+
+    def close(self) -> None:
+        """Cancel queued items and stop the workers (idempotent)."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def __enter__(self) -> ThreadWorkers:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _run_job(fn: Callable[[Any], Any], job: tuple[int, Any], busy: list[float], lock: threading.Lock) -> tuple[int, bool, Any]:
+    t = time.perf_counter()
+    try:
+        rec = (job[0], True, fn(job[1]))
+    except BaseException as e:  # noqa: BLE001
+        rec = (job[0], False, e)
+    dt = time.perf_counter() - t
+    with lock:
+        busy[0] += dt
+    return rec
+
+
+def _cancel_all(pending: set[Future[Any]]) -> None:
+    for f in list(pending):
+        f.cancel()
+
+
+class ExecutorWorkers:
+    """Runs ``fn`` on a ``concurrent.futures.Executor`` the user built; we never shut it down.
+
+    A synchronous executor (``submit`` runs the call at once) works too, which makes a stage's logic
+    testable without threads. ``close()`` cancels the futures that have not started.
+    """
+
+    kind = "executor"
+
+    def __init__(self, fn: Callable[[Any], Any], executor: Executor, label: str) -> None:
+        self.fn = fn
+        self.executor = executor
+        self.label = label
+        self.busy: list[float] = [0.0]
+        self._finalizer: weakref.finalize | None = None
+
+    def start(self) -> None:
+        outq: Any = queue.SimpleQueue()
+        pending: set[Future[Any]] = set()
+        lock = threading.Lock()
+        put, discard = outq.put, pending.discard
+        fn, busy, submit = self.fn, self.busy, self.executor.submit
+
+        def done(f: Future[Any]) -> None:
+            discard(f)
+            if f.cancelled():
+                return
+            try:
+                rec = f.result()
+            except BaseException as e:  # noqa: BLE001 - the executor itself failed (e.g. a broken pool)
+                rec = (f._datapipes_index, False, e)  # type: ignore[attr-defined]
+            put(rec)
+
+        def submit_job(job: tuple[int, Any]) -> None:
+            f = submit(_run_job, fn, job, busy, lock)
+            f._datapipes_index = job[0]  # type: ignore[attr-defined]
+            pending.add(f)
+            f.add_done_callback(done)
+
+        self.submit = submit_job
+        self.get = outq.get
+        self.ready = outq.qsize
+        self._finalizer = weakref.finalize(self, _cancel_all, pending)
+
+    def close(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def __enter__(self) -> ExecutorWorkers:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

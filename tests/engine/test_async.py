@@ -1,0 +1,253 @@
+"""Async: async fn on the shared event loop, async iterables, async generator functions in flatmap."""
+
+import asyncio
+import gc
+import random
+import threading
+import time
+
+import pytest
+
+from datapipes._engine import LoopRef, iterate_async, loop_running
+from datapipes.iter import IterableWrapper
+from datapipes.testing import check_datapipe, same_multiset
+
+from engine_helpers import CountingSource
+
+
+class Boom(Exception):
+    pass
+
+
+async def slow_double(x):
+    await asyncio.sleep(random.random() * 0.002)
+    return 2 * x
+
+
+@pytest.fixture
+def loop_stopped(no_thread_leak):
+    yield
+    assert not loop_running()
+
+
+@pytest.mark.usefixtures("loop_stopped")
+class TestAsyncMapper:
+    def test_contract(self):
+        check_datapipe(IterableWrapper(range(30)).map(slow_double, concurrency=8), expected=[2 * x for x in range(30)],
+                       build=lambda src: src.map(slow_double, concurrency=3))
+        check_datapipe(IterableWrapper(range(30)).map(slow_double, concurrency=8, ordered=False),
+                       expected=[2 * x for x in range(30)], ordered=False)
+
+    def test_concurrency_one_still_uses_the_loop(self):
+        pipe = IterableWrapper(range(5)).map(slow_double)
+        assert list(pipe) == [0, 2, 4, 6, 8] and pipe.stats.kind == "async"
+
+    def test_tasks_in_flight_reach_concurrency_and_never_exceed_it(self):
+        state = {"now": 0, "max": 0}
+
+        async def fn(x):
+            state["now"] += 1
+            state["max"] = max(state["max"], state["now"])
+            await asyncio.sleep(0.005)
+            state["now"] -= 1
+            return x
+
+        assert list(IterableWrapper(range(200)).map(fn, concurrency=16)) == list(range(200))
+        assert state["max"] == 16
+
+    def test_async_callable_object(self):
+        class Add:
+            async def __call__(self, x):
+                return x + 1
+
+        assert list(IterableWrapper(range(3)).map(Add(), concurrency=2)) == [1, 2, 3]
+
+    def test_bounded_pulls(self):
+        src = CountingSource()
+        it = iter(IterableWrapper(src).map(slow_double, concurrency=8))
+        for consumed in range(1, 301):
+            next(it)
+            assert consumed <= src.pulled <= consumed + 8 + 2  # 8 tasks + 8 // 4 queued on the loop
+        it.close()
+
+    def test_error_same_object_and_skip(self):
+        err = Boom("x")
+
+        async def fn(x):
+            if x == 4:
+                raise err
+            return x
+
+        with pytest.raises(Boom) as info:
+            list(IterableWrapper(range(10)).map(fn, concurrency=3))
+        assert info.value is err and info.value.__notes__ == ["[datapipes] raised in stage Mapper(fn) at item 4"]
+        pipe = IterableWrapper(range(10)).map(fn, concurrency=3, on_error="skip")
+        assert list(pipe) == [0, 1, 2, 3, 5, 6, 7, 8, 9] and pipe.failures.count == 1
+
+    def test_timeout(self):
+        async def fn(x):
+            await asyncio.sleep(5 if x == 3 else 0)
+            return x
+
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError, match=r"stage Mapper\(fn\): item 3 did not finish within timeout=0.05 s"):
+            list(IterableWrapper(range(10)).map(fn, concurrency=4, timeout=0.05))
+        assert time.monotonic() - t0 < 2
+        pipe = IterableWrapper(range(6)).map(fn, concurrency=4, timeout=0.05, on_error="skip")
+        assert list(pipe) == [0, 1, 2, 4, 5]
+
+    def test_fn_own_timeout_error_passes_unchanged(self):
+        err = TimeoutError("mine")
+
+        async def fn(x):
+            raise err
+
+        with pytest.raises(TimeoutError) as info:
+            list(IterableWrapper([1]).map(fn, concurrency=2, timeout=5))
+        assert info.value is err
+
+    def test_fn_cancelling_itself_is_a_failure_not_a_hang(self):
+        async def fn(x):
+            raise asyncio.CancelledError()
+
+        with pytest.raises(asyncio.CancelledError):
+            list(IterableWrapper([1, 2]).map(fn, concurrency=2))
+
+    def test_keyboard_interrupt_from_fn(self):
+        async def fn(x):
+            if x == 2:
+                raise KeyboardInterrupt
+            return x
+
+        with pytest.raises(KeyboardInterrupt):
+            list(IterableWrapper(range(5)).map(fn, concurrency=2))
+
+    def test_early_break_cancels_tasks(self):
+        cancelled = []
+
+        async def fn(x):
+            try:
+                await asyncio.sleep(0 if x == 0 else 5)
+            except asyncio.CancelledError:
+                cancelled.append(x)
+                raise
+            return x
+
+        t0 = time.monotonic()
+        for _ in IterableWrapper(range(100)).map(fn, concurrency=8):
+            break
+        assert time.monotonic() - t0 < 2 and len(cancelled) >= 7
+
+    def test_deleted_iterator(self):
+        it = iter(IterableWrapper(CountingSource()).map(slow_double, concurrency=8))
+        next(it)
+        del it
+        gc.collect()
+
+    def test_two_async_stages_share_one_loop_thread_with_a_thread_stage_between(self):
+        seen = []
+
+        async def a(x):
+            seen.append(threading.get_ident())
+            await asyncio.sleep(0.001)
+            return x + 1
+
+        async def b(x):
+            seen.append(threading.get_ident())
+            return x * 2
+
+        pipe = IterableWrapper(range(50)).map(a, concurrency=4).map(lambda x: x - 1, concurrency=3).map(b, concurrency=2)
+        assert list(pipe) == [2 * x for x in range(50)]
+        assert len(set(seen)) == 1 and seen[0] != threading.get_ident()
+
+    def test_async_column(self):
+        async def inc(v):
+            return v + 1
+
+        assert list(IterableWrapper([(1, "a"), (2, "b")]).map(inc, input_col=0, concurrency=2)) == [(2, "a"), (3, "b")]
+
+
+@pytest.mark.usefixtures("loop_stopped")
+class TestIterateAsync:
+    def test_items_and_order(self):
+        async def agen():
+            for i in range(100):
+                if i % 10 == 0:
+                    await asyncio.sleep(0)
+                yield i
+
+        assert list(iterate_async(agen())) == list(range(100))
+
+    def test_error_same_object_after_items(self):
+        err = Boom("listing failed")
+
+        async def agen():
+            yield 1
+            yield 2
+            raise err
+
+        got = []
+        with pytest.raises(Boom) as info:
+            for x in iterate_async(agen()):
+                got.append(x)
+        assert info.value is err and got == [1, 2]
+
+    def test_close_runs_aclose_and_bounds_read_ahead(self):
+        state = {"pulled": 0, "closed": False}
+
+        async def agen():
+            try:
+                for i in range(10_000):
+                    state["pulled"] += 1
+                    yield i
+            finally:
+                state["closed"] = True
+
+        it = iterate_async(agen(), buffer_size=8)
+        for _ in range(20):
+            next(it)
+        time.sleep(0.02)
+        assert state["pulled"] <= 20 + 8
+        it.close()
+        assert state["closed"]
+
+    def test_async_iterable_object(self):
+        class Bucket:
+            def __aiter__(self):
+                return self.gen()
+
+            async def gen(self):
+                for k in ("a", "b"):
+                    yield k
+
+        assert list(iterate_async(Bucket())) == ["a", "b"]
+
+    def test_loop_ref_is_shared_and_released(self):
+        with LoopRef() as a, LoopRef() as b:
+            assert a.loop is b.loop and loop_running()
+        assert not loop_running()
+
+
+@pytest.mark.usefixtures("loop_stopped")
+class TestAsyncFlatMapper:
+    def test_async_generator_fn(self):
+        async def expand(x):
+            for i in range(x):
+                await asyncio.sleep(0)
+                yield (x, i)
+
+        check_datapipe(IterableWrapper([1, 2, 3]).flatmap(expand), expected=[(1, 0), (2, 0), (2, 1), (3, 0), (3, 1), (3, 2)],
+                       build=lambda src: src.flatmap(expand))
+
+    def test_errors_and_skip(self):
+        async def expand(x):
+            yield x
+            if x == 2:
+                raise Boom(x)
+            yield -x
+
+        with pytest.raises(Boom) as info:
+            list(IterableWrapper([1, 2, 3]).flatmap(expand))
+        assert info.value.__notes__ == ["[datapipes] raised in stage FlatMapper(expand) at item 1"]
+        pipe = IterableWrapper([1, 2, 3]).flatmap(expand, on_error="skip")
+        assert same_multiset(list(pipe), [1, -1, 2, 3, -3]) and pipe.failures.count == 1
