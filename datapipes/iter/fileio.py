@@ -143,8 +143,9 @@ class StreamWrapper:
         self.close()
 
     def __del__(self) -> None:
-        file_obj = self.__dict__.get("file_obj")
-        if file_obj is not None:
+        d = self.__dict__
+        file_obj = d.get("file_obj")
+        if file_obj is not None and not d.get("_closed", False):  # closed already: nothing to do
             try:
                 file_obj.close()
             except Exception:  # noqa: BLE001 - a finalizer must not raise
