@@ -9,6 +9,7 @@ from . import (
     callable as _callable,
     combinatorics as _combinatorics,
     combining as _combining,
+    device as _device,
     fileio as _fileio,
     grouping as _grouping,
     image as _image,
@@ -22,6 +23,7 @@ from .archive import *  # noqa: F401,F403
 from .callable import *  # noqa: F401,F403
 from .combinatorics import *  # noqa: F401,F403
 from .combining import *  # noqa: F401,F403
+from .device import *  # noqa: F401,F403
 from .fileio import *  # noqa: F401,F403
 from .grouping import *  # noqa: F401,F403
 from .image import *  # noqa: F401,F403
@@ -36,7 +38,7 @@ __all__ = sorted(
         *(
             m.__all__
             for m in (
-                _archive, _callable, _combinatorics, _combining, _fileio, _grouping,
+                _archive, _callable, _combinatorics, _combining, _device, _fileio, _grouping,
                 _image, _parsing, _prefetch, _remote, _sharding, _util,
             )
         )

@@ -1,0 +1,3 @@
+"""(family module: filled in by its owner)"""
+
+__all__: list[str] = []
