@@ -1,0 +1,546 @@
+# Typed declarations of the functional methods that ``functional_datapipe`` registers on
+# IterDataPipe and MapDataPipe at run time. Type checkers and IDEs read this file instead of
+# _methods.py; tests/test_typing.py keeps it in sync with the registry (every registered name, the
+# same parameter names in the same order as the class constructor, nothing unregistered).
+#
+# Conventions: the last declaration of a method is the general one and takes every parameter;
+# overloads before it narrow the result type for common calls (no input_col, no wrapper_class,
+# keep_key=True, ...). Stages that count skipped failures (on_error="skip") return their own class
+# where its element type is as precise, so ``pipe.map(f, on_error="skip").failures`` type-checks.
+
+import io
+from collections.abc import AsyncIterable, Callable, Coroutine, Hashable, Iterable, Mapping, Sequence
+from concurrent.futures import Executor
+from typing import IO, Any, Generic, Literal, TypeVar, overload
+
+from .datapipe import IterDataPipe, MapDataPipe
+from .iter.archive import TarArchiveLoader, ZipArchiveLoader
+from .iter.callable import FlatMapper, Filter, Mapper
+from .iter.fileio import FileOpener, StreamWrapper
+from .iter.image import ImageDecoder
+from .iter.parsing import JsonParser
+from .iter.remote import FSSpecFileOpener
+
+T_co = TypeVar("T_co", covariant=True)
+U = TypeVar("U")
+V = TypeVar("V")
+K = TypeVar("K", bound=Hashable)
+Key = TypeVar("Key")
+T1 = TypeVar("T1")
+T2 = TypeVar("T2")
+T3 = TypeVar("T3")
+T4 = TypeVar("T4")
+
+# A column of a tuple/list/dict item (index or key), or several columns.
+_Col = Hashable | Sequence[Hashable]
+_OnError = Literal["raise", "skip"]
+_Executor = Literal["thread", "process"] | Executor
+_Rng = Literal["python", "numpy", "torch"]
+
+class IterMethods(Generic[T_co]):
+    """The functional methods of ``IterDataPipe``."""
+
+    # -- callable.py -------------------------------------------------------------------------------
+    # map: an async fn gives its awaited result; with rng, fn is called as fn(item, rng=generator);
+    # with input_col, fn receives columns and the result is Any.
+    @overload
+    def map(
+        self,
+        fn: Callable[[T_co], Coroutine[Any, Any, U]],
+        input_col: None = ...,
+        output_col: None = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+        concurrency: int = ...,
+        ordered: bool = ...,
+        executor: _Executor = ...,
+        timeout: float | None = ...,
+        chunksize: int | None = ...,
+        rng: None = ...,
+    ) -> Mapper[U]: ...
+    @overload
+    def map(
+        self,
+        fn: Callable[[T_co], U],
+        input_col: None = ...,
+        output_col: None = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+        concurrency: int = ...,
+        ordered: bool = ...,
+        executor: _Executor = ...,
+        timeout: float | None = ...,
+        chunksize: int | None = ...,
+        rng: None = ...,
+    ) -> Mapper[U]: ...
+    @overload
+    def map(
+        self,
+        fn: Callable[..., Coroutine[Any, Any, U]],
+        input_col: None = ...,
+        output_col: None = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+        concurrency: int = ...,
+        ordered: bool = ...,
+        executor: _Executor = ...,
+        timeout: float | None = ...,
+        chunksize: int | None = ...,
+        rng: _Rng,
+    ) -> Mapper[U]: ...
+    @overload
+    def map(
+        self,
+        fn: Callable[..., U],
+        input_col: None = ...,
+        output_col: None = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+        concurrency: int = ...,
+        ordered: bool = ...,
+        executor: _Executor = ...,
+        timeout: float | None = ...,
+        chunksize: int | None = ...,
+        rng: _Rng,
+    ) -> Mapper[U]: ...
+    @overload
+    def map(
+        self,
+        fn: Callable[..., Any],
+        input_col: _Col,
+        output_col: _Col | None = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+        concurrency: int = ...,
+        ordered: bool = ...,
+        executor: _Executor = ...,
+        timeout: float | None = ...,
+        chunksize: int | None = ...,
+        rng: _Rng | None = ...,
+    ) -> Mapper[Any]: ...
+    @overload
+    def filter(
+        self,
+        filter_fn: Callable[[T_co], object],
+        input_col: None = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+    ) -> Filter[T_co]: ...
+    @overload
+    def filter(
+        self,
+        filter_fn: Callable[[Any], object],
+        input_col: Hashable,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+    ) -> Filter[T_co]: ...
+    @overload
+    def flatmap(
+        self: IterMethods[Iterable[U]],
+        fn: None = ...,
+        input_col: None = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+    ) -> FlatMapper[U]: ...
+    @overload
+    def flatmap(
+        self,
+        fn: Callable[[T_co], AsyncIterable[U]],
+        input_col: None = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+    ) -> FlatMapper[U]: ...
+    @overload
+    def flatmap(
+        self,
+        fn: Callable[[T_co], Iterable[U]],
+        input_col: None = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+    ) -> FlatMapper[U]: ...
+    @overload
+    def flatmap(
+        self,
+        fn: Callable[..., Iterable[U] | AsyncIterable[U]],
+        input_col: _Col,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+    ) -> FlatMapper[U]: ...
+
+    # -- grouping.py -------------------------------------------------------------------------------
+    @overload
+    def batch(self, batch_size: int, drop_last: bool = ...) -> IterDataPipe[list[T_co]]: ...
+    @overload
+    def batch(
+        self, batch_size: int, drop_last: bool = ..., wrapper_class: Callable[[list[T_co]], U] = ...
+    ) -> IterDataPipe[U]: ...
+    @overload
+    def unbatch(self: IterMethods[Iterable[U]], unbatch_level: Literal[1] = ...) -> IterDataPipe[U]: ...
+    @overload
+    def unbatch(self, unbatch_level: int = ...) -> IterDataPipe[Any]: ...
+    def bucketbatch(
+        self,
+        batch_size: int,
+        drop_last: bool = ...,
+        batch_num: int = ...,
+        bucket_num: int = ...,
+        sort_key: Callable[[list[T_co]], Iterable[T_co]] | None = ...,
+        use_in_batch_shuffle: bool = ...,
+        *,
+        key: Callable[[T_co], Any] | None = ...,
+    ) -> IterDataPipe[list[T_co]]: ...
+    @overload
+    def groupby(
+        self,
+        group_key_fn: Callable[[T_co], Hashable],
+        *,
+        keep_key: Literal[False] = ...,
+        buffer_size: int | None = ...,
+        group_size: int | None = ...,
+        guaranteed_group_size: int | None = ...,
+        drop_remaining: bool = ...,
+    ) -> IterDataPipe[list[T_co]]: ...
+    # keep_key=True pairs each group with its key's type; with a lambda as group_key_fn mypy cannot
+    # tell this overload from the general one and gives Any.
+    @overload
+    def groupby(
+        self,
+        group_key_fn: Callable[[T_co], Key],
+        *,
+        keep_key: Literal[True],
+        buffer_size: int | None = ...,
+        group_size: int | None = ...,
+        guaranteed_group_size: int | None = ...,
+        drop_remaining: bool = ...,
+    ) -> IterDataPipe[tuple[Key, list[T_co]]]: ...
+    @overload
+    def groupby(
+        self,
+        group_key_fn: Callable[[T_co], Hashable],
+        *,
+        keep_key: bool = ...,
+        buffer_size: int | None = ...,
+        group_size: int | None = ...,
+        guaranteed_group_size: int | None = ...,
+        drop_remaining: bool = ...,
+    ) -> IterDataPipe[Any]: ...
+
+    # -- combinatorics.py --------------------------------------------------------------------------
+    @overload
+    def shuffle(self, *, buffer_size: int = ..., unbatch_level: Literal[0] = ...) -> IterDataPipe[T_co]: ...
+    @overload
+    def shuffle(self, *, buffer_size: int = ..., unbatch_level: int = ...) -> IterDataPipe[Any]: ...
+    # target=None gives the list of every split; a split name gives that one pipe
+    @overload
+    def random_split(  # type: ignore[overload-overlap]
+        self, weights: Mapping[K, float], seed: int, total_length: int | None = ..., target: None = ...
+    ) -> list[IterDataPipe[T_co]]: ...
+    @overload
+    def random_split(
+        self, weights: Mapping[K, float], seed: int, total_length: int | None = ..., *, target: K
+    ) -> IterDataPipe[T_co]: ...
+    @overload
+    def random_split(
+        self, weights: Mapping[K, float], seed: int, total_length: int | None, target: K
+    ) -> IterDataPipe[T_co]: ...
+
+    # -- combining.py ------------------------------------------------------------------------------
+    def concat(self, *datapipes: IterDataPipe[U]) -> IterDataPipe[T_co | U]: ...
+    @overload
+    def zip(self, /) -> IterDataPipe[tuple[T_co]]: ...
+    @overload
+    def zip(self, dp1: IterDataPipe[T1], /) -> IterDataPipe[tuple[T_co, T1]]: ...
+    @overload
+    def zip(self, dp1: IterDataPipe[T1], dp2: IterDataPipe[T2], /) -> IterDataPipe[tuple[T_co, T1, T2]]: ...
+    @overload
+    def zip(
+        self, dp1: IterDataPipe[T1], dp2: IterDataPipe[T2], dp3: IterDataPipe[T3], /
+    ) -> IterDataPipe[tuple[T_co, T1, T2, T3]]: ...
+    @overload
+    def zip(
+        self, dp1: IterDataPipe[T1], dp2: IterDataPipe[T2], dp3: IterDataPipe[T3], dp4: IterDataPipe[T4], /
+    ) -> IterDataPipe[tuple[T_co, T1, T2, T3, T4]]: ...
+    @overload
+    def zip(self, *datapipes: IterDataPipe[Any]) -> IterDataPipe[tuple[Any, ...]]: ...
+    def mux(self, *datapipes: IterDataPipe[U]) -> IterDataPipe[T_co | U]: ...
+    def fork(
+        self, num_instances: int, buffer_size: int = ..., copy: Literal["shallow", "deep"] | None = ...
+    ) -> list[IterDataPipe[T_co]]: ...
+    def demux(
+        self,
+        num_instances: int,
+        classifier_fn: Callable[[T_co], int | None],
+        drop_none: bool = ...,
+        buffer_size: int = ...,
+    ) -> list[IterDataPipe[T_co]]: ...
+
+    # -- util.py, sharding.py ----------------------------------------------------------------------
+    def header(self, limit: int | None = ...) -> IterDataPipe[T_co]: ...
+    def cycle(self, count: int | None = ...) -> IterDataPipe[T_co]: ...
+    def enumerate(self, starting_index: int = ...) -> IterDataPipe[tuple[int, T_co]]: ...
+    def in_memory_cache(self, size: float | None = ...) -> IterDataPipe[T_co]: ...
+    def sharding_filter(self, sharding_group_filter: int | None = ...) -> IterDataPipe[T_co]: ...
+
+    # -- fileio.py: local files and fsspec URLs (the pipe's items are paths / URLs) ----------------
+    def list_files(
+        self,
+        masks: str | list[str] = ...,
+        *,
+        recursive: bool = ...,
+        abspath: bool = ...,
+        non_deterministic: bool = ...,
+        length: int = ...,
+    ) -> IterDataPipe[str]: ...
+    def open_files(
+        self,
+        mode: str = ...,
+        encoding: str | None = ...,
+        length: int = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+    ) -> FileOpener: ...
+    def save_to_disk(self, mode: str = ..., filepath_fn: Callable[[Any], Any] | None = ...) -> IterDataPipe[str]: ...
+    def list_files_by_fsspec(
+        self,
+        masks: str | list[str] = ...,
+        *,
+        recursive: bool = ...,
+        retries: int = ...,
+        backoff: float = ...,
+        **storage_options: Any,
+    ) -> IterDataPipe[str]: ...
+    def open_files_by_fsspec(
+        self,
+        mode: str = ...,
+        *,
+        kwargs_for_open: dict[str, Any] | None = ...,
+        encoding: str | None = ...,
+        retries: int = ...,
+        backoff: float = ...,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+        **storage_options: Any,
+    ) -> FSSpecFileOpener: ...
+    def save_by_fsspec(
+        self,
+        mode: str = ...,
+        filepath_fn: Callable[[Any], Any] | None = ...,
+        *,
+        kwargs_for_open: dict[str, Any] | None = ...,
+        **storage_options: Any,
+    ) -> IterDataPipe[str]: ...
+
+    # -- parsing.py: (path, stream) pairs -> records -----------------------------------------------
+    @overload
+    def parse_csv(
+        self,
+        *,
+        skip_lines: int = ...,
+        decode: bool = ...,
+        encoding: str = ...,
+        errors: str = ...,
+        return_path: Literal[False] = ...,
+        as_tuple: Literal[False] = ...,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+        **fmtparams: Any,
+    ) -> IterDataPipe[list[str]]: ...
+    @overload
+    def parse_csv(
+        self,
+        *,
+        skip_lines: int = ...,
+        decode: bool = ...,
+        encoding: str = ...,
+        errors: str = ...,
+        return_path: Literal[False] = ...,
+        as_tuple: Literal[True],
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+        **fmtparams: Any,
+    ) -> IterDataPipe[tuple[str, ...]]: ...
+    @overload
+    def parse_csv(
+        self,
+        *,
+        skip_lines: int = ...,
+        decode: bool = ...,
+        encoding: str = ...,
+        errors: str = ...,
+        return_path: bool = ...,
+        as_tuple: bool = ...,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+        **fmtparams: Any,
+    ) -> IterDataPipe[Any]: ...
+    @overload
+    def parse_csv_files(
+        self,
+        *,
+        skip_lines: int = ...,
+        decode: bool = ...,
+        encoding: str = ...,
+        errors: str = ...,
+        return_path: Literal[True] = ...,
+        as_tuple: Literal[False] = ...,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+        **fmtparams: Any,
+    ) -> IterDataPipe[tuple[str, list[str]]]: ...
+    @overload
+    def parse_csv_files(
+        self,
+        *,
+        skip_lines: int = ...,
+        decode: bool = ...,
+        encoding: str = ...,
+        errors: str = ...,
+        return_path: bool = ...,
+        as_tuple: bool = ...,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+        **fmtparams: Any,
+    ) -> IterDataPipe[Any]: ...
+    @overload
+    def parse_csv_as_dict(
+        self,
+        *,
+        skip_lines: int = ...,
+        decode: bool = ...,
+        encoding: str = ...,
+        errors: str = ...,
+        return_path: Literal[False] = ...,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+        **fmtparams: Any,
+    ) -> IterDataPipe[dict[str, str]]: ...
+    @overload
+    def parse_csv_as_dict(
+        self,
+        *,
+        skip_lines: int = ...,
+        decode: bool = ...,
+        encoding: str = ...,
+        errors: str = ...,
+        return_path: Literal[True],
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+        **fmtparams: Any,
+    ) -> IterDataPipe[tuple[str, dict[str, str]]]: ...
+    @overload
+    def parse_csv_as_dict(
+        self,
+        *,
+        skip_lines: int = ...,
+        decode: bool = ...,
+        encoding: str = ...,
+        errors: str = ...,
+        return_path: bool = ...,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+        **fmtparams: Any,
+    ) -> IterDataPipe[Any]: ...
+    def parse_json_files(
+        self, *, on_error: _OnError = ..., max_failures: int | None = ..., **kwargs: Any
+    ) -> JsonParser: ...
+    # lines are str from text streams (or with decode=True), bytes from binary ones
+    @overload
+    def readlines(
+        self,
+        *,
+        skip_lines: int = ...,
+        strip_newline: bool = ...,
+        decode: bool = ...,
+        encoding: str = ...,
+        errors: str = ...,
+        return_path: Literal[True] = ...,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+    ) -> IterDataPipe[tuple[str, Any]]: ...
+    @overload
+    def readlines(
+        self,
+        *,
+        skip_lines: int = ...,
+        strip_newline: bool = ...,
+        decode: bool = ...,
+        encoding: str = ...,
+        errors: str = ...,
+        return_path: bool = ...,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+    ) -> IterDataPipe[Any]: ...
+
+    # -- archive.py: (path, stream) pairs of archives -> (member path, in-memory stream) -----------
+    def load_from_tar(
+        self, mode: str = ..., length: int = ..., *, on_error: _OnError = ..., max_failures: int | None = ...
+    ) -> TarArchiveLoader: ...
+    def load_from_zip(
+        self, length: int = ..., *, on_error: _OnError = ..., max_failures: int | None = ...
+    ) -> ZipArchiveLoader: ...
+    def webdataset(self) -> IterDataPipe[dict[str, Any]]: ...
+    def decompress(self, file_type: str | None = ...) -> IterDataPipe[tuple[str, IO[bytes]]]: ...
+
+    # -- image.py: encoded images (bytes, streams or (path, stream) pairs) -> arrays / PIL images ---
+    def decode_image(
+        self,
+        *,
+        mode: str | None = ...,
+        size: tuple[int, int] | None = ...,
+        resample: int = ...,
+        draft: bool = ...,
+        output: Literal["numpy", "pil"] = ...,
+        layout: Literal["hwc", "chw"] = ...,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+    ) -> ImageDecoder: ...
+
+    # -- prefetch.py -------------------------------------------------------------------------------
+    def prefetch(self, buffer_size: int = ...) -> IterDataPipe[T_co]: ...
+
+    # -- map/converter.py: to a map-style pipe ------------------------------------------------------
+    @overload
+    def to_map_datapipe(self: IterMethods[tuple[Any, V]], key_value_fn: None = ...) -> MapDataPipe[V]: ...
+    @overload
+    def to_map_datapipe(self, key_value_fn: Callable[[T_co], tuple[Any, V]]) -> MapDataPipe[V]: ...
+
+class MapMethods(Generic[T_co]):
+    """The functional methods of ``MapDataPipe``."""
+
+    @overload
+    def map(self, fn: Callable[[T_co], U], input_col: None = ..., output_col: None = ...) -> MapDataPipe[U]: ...
+    @overload
+    def map(self, fn: Callable[..., Any], input_col: _Col, output_col: _Col | None = ...) -> MapDataPipe[Any]: ...
+    @overload
+    def batch(self, batch_size: int, drop_last: bool = ...) -> MapDataPipe[list[T_co]]: ...
+    @overload
+    def batch(
+        self, batch_size: int, drop_last: bool = ..., wrapper_class: Callable[[list[T_co]], U] = ...
+    ) -> MapDataPipe[U]: ...
+    def concat(self, *datapipes: MapDataPipe[U]) -> MapDataPipe[T_co | U]: ...
+    @overload
+    def zip(self, /) -> MapDataPipe[tuple[T_co]]: ...
+    @overload
+    def zip(self, dp1: MapDataPipe[T1], /) -> MapDataPipe[tuple[T_co, T1]]: ...
+    @overload
+    def zip(self, dp1: MapDataPipe[T1], dp2: MapDataPipe[T2], /) -> MapDataPipe[tuple[T_co, T1, T2]]: ...
+    @overload
+    def zip(
+        self, dp1: MapDataPipe[T1], dp2: MapDataPipe[T2], dp3: MapDataPipe[T3], /
+    ) -> MapDataPipe[tuple[T_co, T1, T2, T3]]: ...
+    @overload
+    def zip(self, *datapipes: MapDataPipe[Any]) -> MapDataPipe[tuple[Any, ...]]: ...
+    def shuffle(self, *, indices: Sequence[Any] | None = ...) -> IterDataPipe[T_co]: ...
+    def to_iter_datapipe(self, indices: Sequence[Any] | None = ...) -> IterDataPipe[T_co]: ...
