@@ -13,6 +13,8 @@ from collections.abc import AsyncIterable, Callable, Coroutine, Hashable, Iterab
 from concurrent.futures import Executor
 from typing import IO, Any, Generic, Literal, TypeVar, overload
 
+import torch
+
 from .datapipe import IterDataPipe, MapDataPipe
 from .iter.archive import TarArchiveLoader, ZipArchiveLoader
 from .iter.callable import FlatMapper, Filter, Mapper
@@ -506,6 +508,12 @@ class IterMethods(Generic[T_co]):
         on_error: _OnError = ...,
         max_failures: int | None = ...,
     ) -> ImageDecoder: ...
+
+    # -- callable.py: collate, device.py -----------------------------------------------------------
+    def collate(self, conversion: Callable[[T_co], U] | None = ..., collate_fn: Callable[[T_co], U] | None = ...) -> IterDataPipe[Any]: ...
+    def pin_memory(self, pin_memory_fn: Callable[[T_co], T_co] | None = ..., buffer_size: int = ...) -> IterDataPipe[T_co]: ...
+    def to_device(self, device: str | int | torch.device, non_blocking: bool = ...) -> IterDataPipe[T_co]: ...
+    def to_cuda(self, device: str | int | torch.device | None = ..., non_blocking: bool = ...) -> IterDataPipe[T_co]: ...
 
     # -- prefetch.py -------------------------------------------------------------------------------
     def prefetch(self, buffer_size: int = ...) -> IterDataPipe[T_co]: ...

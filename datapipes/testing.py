@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import itertools
 import pickle
@@ -55,6 +56,8 @@ def items_equal(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(items_equal(x, y) for x, y in zip(a, b))
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(items_equal(a[k], b[k]) for k in a)
+    if dataclasses.is_dataclass(a) and not isinstance(a, type):
+        return all(items_equal(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
     mod = type(a).__module__
     if mod == "numpy":
         import numpy as np
