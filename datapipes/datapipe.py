@@ -17,13 +17,14 @@ all the runtime state of one pass, so iterating a pipe twice gives two independe
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import inspect
 import pickle
 from typing import Any, Callable, Iterator, TypeVar
 
 import cloudpickle
-from torch.utils.data import Dataset, IterableDataset
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from ._methods import IterMethods, MapMethods
 
@@ -176,6 +177,22 @@ class _DataPipeMixin:
         return _derive_seed(self._seed, "epoch", self._epoch)
 
 
+def _hook_pass(iter_fn: Callable[[Any], Iterator[Any]]) -> Callable[[Any], Iterator[Any]]:
+    """``iter_fn`` (a class's ``__iter__``) with a check at the start of each pass, never per item,
+    that does anything only inside a torch DataLoader worker (see ``_worker.worker_pass``)."""
+
+    @functools.wraps(iter_fn)
+    def __iter__(self: Any) -> Iterator[Any]:
+        if get_worker_info() is not None:
+            from ._worker import worker_pass
+
+            worker_pass(self)
+        return iter_fn(self)
+
+    __iter__._pass_hooked = True  # type: ignore[attr-defined]
+    return __iter__
+
+
 class IterDataPipe(IterableDataset[T_co], IterMethods[T_co], _DataPipeMixin):
     """Base of iterable-style pipes: a lazy, re-iterable stream of items.
 
@@ -186,6 +203,12 @@ class IterDataPipe(IterableDataset[T_co], IterMethods[T_co], _DataPipeMixin):
 
     #: functional name -> class, for the methods registered on IterDataPipe
     _functions: dict[str, type] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__iter__")
+        if own is not None and not getattr(own, "_pass_hooked", False):
+            cls.__iter__ = _hook_pass(own)  # type: ignore[method-assign]
 
     def __iter__(self) -> Iterator[T_co]:
         raise TypeError(f"{type(self).__name__} is an IterDataPipe but defines no __iter__")
@@ -300,8 +323,11 @@ def _make_method(name: str, cls: type, base: type) -> Callable[..., Any]:
     method.__doc__ = cls.__doc__
     try:
         params = list(inspect.signature(cls).parameters.values())
+        # The source is the first parameter; a ``*datapipes`` constructor (concat, zip) keeps it,
+        # since the method's own pipe is only the first of them.
+        rest = params if params and params[0].kind is inspect.Parameter.VAR_POSITIONAL else params[1:]
         method.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-            [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *params[1:]]
+            [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD), *rest]
         )
     except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
         pass

@@ -2,8 +2,13 @@
 
 A ``sharding_filter()`` marks where a pipe splits into shards: instance ``i`` of ``n`` keeps the
 items whose position is ``i`` modulo ``n``, so ``n`` instances together see every item exactly once.
-Which shard a pass reads is set explicitly with ``apply_sharding`` (on the stage, or on a whole graph
-with the module function), with torch DataPipes' names, sharding groups and semantics.
+
+Which shard a pass reads is found at the start of the pass: inside a torch DataLoader worker of a
+distributed run, worker ``w`` of ``W`` on rank ``r`` of ``R`` reads shard ``r * W + w`` of ``R * W``
+(see :mod:`datapipes._worker`), so ``torch.utils.data.DataLoader(pipe, num_workers=W)`` on every rank
+sees each item exactly once. ``apply_sharding`` (on the stage, or on a whole graph with the module
+function) sets the shard explicitly instead, with torch DataPipes' names, sharding groups and
+semantics.
 
 >>> from datapipes.iter import IterableWrapper
 >>> from datapipes.iter.sharding import apply_sharding
@@ -19,7 +24,18 @@ from enum import IntEnum
 from itertools import islice
 from typing import Any, Iterator, TypeVar
 
-from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, sources_of
+from torch.utils.data import get_worker_info
+
+from .._worker import base_seed, capture_rank, lend_seeds, placement, unseeded_across_ranks
+from ..datapipe import (
+    IterDataPipe,
+    _derive_seed,
+    functional_datapipe,
+    require_int,
+    require_pipe,
+    sources_of,
+    stage_label,
+)
 
 __all__ = ["ShardingFilter"]
 
@@ -78,17 +94,35 @@ class ShardingFilter(IterDataPipe[T]):
     """Keep one shard of the items: those whose position is ``instance_id`` modulo
     ``num_of_instances`` (functional name: ``sharding_filter``).
 
-    Until ``apply_sharding`` is called there is one shard and every item passes.
+    The shard is decided at the start of each pass. Unless ``apply_sharding`` was called, it is
+    found from where the pass runs: DataLoader worker ``w`` of ``W``
+    (``torch.utils.data.get_worker_info()``) on distributed rank ``r`` of ``R`` (``torch.distributed``
+    when initialised, else the ``RANK``/``WORLD_SIZE`` environment variables when both are set) reads
+    shard ``r * W + w`` of ``R * W``; in a plain process there is one shard and every item passes.
+    Groups set with ``apply_sharding`` replace the discovered ones.
 
     Args:
         source_datapipe: the source pipe.
-        sharding_group_filter: count only this sharding group (a ``SHARDING_PRIORITIES`` member);
-            ``None`` (default): combine every group applied.
+        sharding_group_filter: count only this sharding group (a ``SHARDING_PRIORITIES`` member;
+            found by itself, ``DISTRIBUTED`` is the rank and ``MULTIPROCESSING`` the worker);
+            ``None`` (default): combine every group.
 
     Yields:
         The items of this instance's shard, in source order. The ``num_of_instances`` shards
         partition the source: every item is in exactly one, provided every instance reads the
-        source in the same order (a shuffle upstream needs the same seed in every instance).
+        source in the same order.
+
+    Raises:
+        RuntimeError: at the start of a pass over several distributed ranks found by itself, when a
+            random stage upstream (a shuffle) has no seed the ranks share: call ``set_seed`` with the
+            same seed on every rank, or iterate with ``datapipes.DataLoader``.
+        ValueError: ``RANK``/``WORLD_SIZE`` are set but not valid.
+
+    Seeds: random stages upstream of a sharded pass draw the same order in every shard. Unseeded
+    ones get a seed shared by the workers of a DataLoader (derived from its base seed, new each
+    epoch) or agreed by ``datapipes.DataLoader``; seeded ones keep their seed. Inside a DataLoader
+    worker each new pass counts as the next epoch, so persistent workers reshuffle too. Stages
+    downstream keep per-worker draws. See :mod:`datapipes._worker`.
 
     ``len()`` is the shard's length, from the source's length and the shard at call time:
     ``n // num_of_instances`` plus one for the first ``n % num_of_instances`` instances.
@@ -101,6 +135,13 @@ class ShardingFilter(IterDataPipe[T]):
 
     See also: :func:`apply_sharding` to shard every ``sharding_filter`` of a graph.
     """
+
+    #: (seed, epoch) agreed across ranks by datapipes.DataLoader (see _worker.set_loader_seed)
+    _loader_seed: tuple[int, int] | None = None
+    #: (rank, world_size) of the process group seen where the pipe was pickled (for spawned workers)
+    _captured_rank: tuple[int, int] | None = None
+    #: passes started in this DataLoader worker process (persistent workers: pass k is k epochs on)
+    _worker_passes: int = 0
 
     def __init__(self, source_datapipe: IterDataPipe[T], sharding_group_filter: Any = None) -> None:
         require_pipe(source_datapipe, "ShardingFilter", "source_datapipe")
@@ -117,7 +158,8 @@ class ShardingFilter(IterDataPipe[T]):
         instance_id: int,
         sharding_group: SHARDING_PRIORITIES = SHARDING_PRIORITIES.DEFAULT,
     ) -> None:
-        """Read shard ``instance_id`` of ``num_of_instances`` in ``sharding_group`` from the next pass.
+        """Read shard ``instance_id`` of ``num_of_instances`` in ``sharding_group`` from the next pass,
+        instead of the shard found from the DataLoader worker and distributed rank.
 
         Raises:
             TypeError / ValueError: ``num_of_instances`` is not an int >= 1, ``instance_id`` not an
@@ -135,20 +177,57 @@ class ShardingFilter(IterDataPipe[T]):
             )
         self.groups[group] = (num_of_instances, instance_id)
 
+    def _found_groups(self) -> dict[SHARDING_PRIORITIES, tuple[int, int]]:
+        """The groups of the place the code runs: the distributed rank and the DataLoader worker."""
+        where = placement(self._captured_rank)
+        return {
+            SHARDING_PRIORITIES.DISTRIBUTED: (where.world_size, where.rank),
+            SHARDING_PRIORITIES.MULTIPROCESSING: (where.num_workers, where.worker_id),
+        }
+
+    def _combine(self, groups: dict[SHARDING_PRIORITIES, tuple[int, int]]) -> tuple[int, int]:
+        # Higher priority varies fastest, as torch does: rank r of R, worker w of W -> r * W + w.
+        num, instance = 1, 0
+        wanted = self.sharding_group_filter
+        for group in sorted(groups, reverse=True):
+            if wanted is None or group == wanted:
+                group_num, group_id = groups[group]
+                instance += num * group_id
+                num *= group_num
+        return num, instance
+
     def _shard(self) -> tuple[int, int]:
         """``(num_of_instances, instance_id)`` for a pass starting now.
 
-        The one place that decides which shard this instance reads; every pass and ``len()`` ask
-        it. Today it combines the groups set by ``apply_sharding`` (higher priority varying
-        fastest, as torch does).
+        The groups set by ``apply_sharding``, or else those found from the DataLoader worker and the
+        distributed rank. ``len()`` and the properties ask it; a pass asks :meth:`_start_pass`,
+        which decides the same way and also shares the upstream seeds.
         """
-        num, instance = 1, 0
-        wanted = self.sharding_group_filter
-        for group in sorted(self.groups, reverse=True):
-            if wanted is None or group == wanted:
-                group_num, group_id = self.groups[group]
-                instance += num * group_id
-                num *= group_num
+        return self._combine(self.groups or self._found_groups())
+
+    def _start_pass(self) -> tuple[int, int]:
+        """The shard of a pass starting now, with the upstream random stages given shared seeds."""
+        explicit = bool(self.groups)
+        groups = self.groups if explicit else self._found_groups()
+        num, instance = self._combine(groups)
+        in_worker = get_worker_info() is not None
+        if num == 1 and not in_worker:
+            return num, instance  # one shard in the main process: nothing to agree on
+        passes = 0
+        if in_worker:
+            passes = self._worker_passes
+            self._worker_passes = passes + 1
+        ranks = 1
+        if not explicit and self.sharding_group_filter in (None, SHARDING_PRIORITIES.DISTRIBUTED):
+            ranks = groups[SHARDING_PRIORITIES.DISTRIBUTED][0]
+        root: int | None = None
+        if self._loader_seed is not None:
+            root = _derive_seed(self._loader_seed[0], "loader epoch", self._loader_seed[1])
+        elif in_worker and ranks == 1:
+            root = base_seed()
+        unseeded = lend_seeds(self.source_datapipe, root, passes)
+        if unseeded and ranks > 1:
+            raise unseeded_across_ranks(unseeded, ranks, stage_label(self))
         return num, instance
 
     @property
@@ -162,7 +241,7 @@ class ShardingFilter(IterDataPipe[T]):
         return self._shard()[1]
 
     def __iter__(self) -> Iterator[T]:
-        num, instance = self._shard()
+        num, instance = self._start_pass()
         if num == 1:
             return iter(self.source_datapipe)
         return _every_nth(self.source_datapipe, instance, num)
@@ -172,8 +251,16 @@ class ShardingFilter(IterDataPipe[T]):
         num, instance = self._shard()
         return n // num + (1 if instance < n % num else 0)
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        captured = capture_rank()
+        if captured is not None:
+            state["_captured_rank"] = captured  # a spawned DataLoader worker is not in the group
+        return state
 
-def _is_sharding_stage(stage: Any) -> bool:
+
+def is_sharding_stage(stage: Any) -> bool:
+    """True for a :class:`ShardingFilter` and any stage with an ``apply_sharding`` method."""
     return isinstance(stage, ShardingFilter) or inspect.ismethod(getattr(stage, "apply_sharding", None))
 
 
@@ -218,7 +305,7 @@ def apply_sharding(
         if key in seen:
             continue
         seen.add(key)
-        if _is_sharding_stage(stage):
+        if is_sharding_stage(stage):
             if above is not None:
                 raise ValueError(
                     f"{where}: the graph shards twice on one path, which would lose data: "

@@ -1,0 +1,241 @@
+"""Where a pass runs, and the seeds that the shards of one pipe must share.
+
+A ``sharding_filter()`` that was not given a shard with ``apply_sharding`` finds it here at the start
+of each pass: the torch DataLoader worker (``torch.utils.data.get_worker_info()``) times the
+distributed rank (``torch.distributed`` when initialised, else the ``RANK``/``WORLD_SIZE``
+environment variables when both are set). Shard ``rank * num_workers + worker_id`` of
+``world_size * num_workers``.
+
+The shards partition the data only if every shard reads the source in the same order, so random
+stages *upstream* of a ``sharding_filter`` must draw the same numbers in every worker and rank. At the
+start of a sharded pass, the ``sharding_filter`` lends each unseeded upstream random stage a seed
+derived from a root every shard agrees on, and takes it back at its next pass:
+
+- a seed agreed by ``datapipes.DataLoader`` (:func:`set_loader_seed`, e.g. broadcast from rank 0);
+- else, inside a torch DataLoader worker of a single rank, the loader's base seed
+  (``get_worker_info().seed - get_worker_info().id``), which the loader draws per epoch from torch's
+  global generator in the main process (``torch.manual_seed`` reproduces it);
+- else, across several ranks, nothing: a plain ``torch.utils.data.DataLoader`` cannot agree on a
+  seed across ranks, so the pass raises and asks for ``set_seed``.
+
+A stage seeded by the user (``pipe.set_seed``) agrees by construction and keeps its seed. Persistent
+workers (``persistent_workers=True``) keep their base seed, and ``set_epoch`` in the main process
+cannot reach them, so inside a worker the ``k``-th pass of a ``sharding_filter`` counts as ``k``
+epochs later: each epoch reshuffles, identically in every worker. Stages *downstream* of the
+``sharding_filter`` keep per-worker draws (torch seeds each worker's global generator with
+``base_seed + worker_id``).
+
+A lent seed is plain state on the stage (``_seed``/``_epoch``) of the process's own copy of the pipe;
+a record beside it (``_shard_lent``) lets the next pass tell a lent seed from one the user set since.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Iterable, NamedTuple
+
+import torch.distributed as dist
+from torch.utils.data import get_worker_info
+
+from .datapipe import _derive_seed, require_int, stage_label
+from .graph import traverse
+
+__all__ = [
+    "Placement",
+    "base_seed",
+    "capture_rank",
+    "lend_seeds",
+    "placement",
+    "rank_placement",
+    "set_loader_seed",
+    "unseeded_across_ranks",
+    "worker_pass",
+    "worker_placement",
+]
+
+
+class Placement(NamedTuple):
+    """Where the calling code runs: distributed ``rank`` of ``world_size``, DataLoader ``worker_id``
+    of ``num_workers``. Its shard is ``rank * num_workers + worker_id`` of ``world_size * num_workers``."""
+
+    rank: int
+    world_size: int
+    worker_id: int
+    num_workers: int
+
+    @property
+    def shard(self) -> tuple[int, int]:
+        """``(num_of_instances, instance_id)``."""
+        return self.world_size * self.num_workers, self.rank * self.num_workers + self.worker_id
+
+
+def worker_placement() -> tuple[int, int]:
+    """``(worker_id, num_workers)`` of the torch DataLoader worker running now; ``(0, 1)`` outside one."""
+    info = get_worker_info()
+    return (0, 1) if info is None else (info.id, info.num_workers)
+
+
+def _env_rank() -> tuple[int, int] | None:
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is None or world is None:
+        return None
+    try:
+        r, w = int(rank), int(world)
+    except ValueError:
+        r, w = -1, 0
+    if not 0 <= r < w:
+        raise ValueError(
+            f"sharding_filter: the RANK and WORLD_SIZE environment variables must be integers with "
+            f"0 <= RANK < WORLD_SIZE, got RANK={rank!r}, WORLD_SIZE={world!r}"
+        )
+    return r, w
+
+
+def _initialised_rank() -> tuple[int, int] | None:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return None
+
+
+def rank_placement(captured: tuple[int, int] | None = None) -> tuple[int, int]:
+    """``(rank, world_size)`` of this process: from ``torch.distributed`` when initialised; else,
+    inside a DataLoader worker, ``captured`` (what the main process saw, see :func:`capture_rank`);
+    else from the ``RANK``/``WORLD_SIZE`` environment variables when both are set; else ``(0, 1)``.
+
+    Raises:
+        ValueError: ``RANK``/``WORLD_SIZE`` are set but not integers with ``0 <= RANK < WORLD_SIZE``.
+    """
+    found = _initialised_rank()
+    if found is not None:
+        return found
+    if captured is not None and get_worker_info() is not None:
+        return captured
+    found = _env_rank()
+    return (0, 1) if found is None else found
+
+
+def capture_rank() -> tuple[int, int] | None:
+    """``(rank, world_size)`` of an initialised process group of several ranks, else None.
+
+    A pipe pickled to a spawned DataLoader worker carries this along: the worker is not part of the
+    process group (a forked one still sees it), and may not have ``RANK``/``WORLD_SIZE`` either.
+    """
+    found = _initialised_rank()
+    return found if found is not None and found[1] > 1 else None
+
+
+def placement(captured: tuple[int, int] | None = None) -> Placement:
+    """The :class:`Placement` of the calling code (see :func:`rank_placement`, :func:`worker_placement`)."""
+    rank, world = rank_placement(captured)
+    worker, workers = worker_placement()
+    return Placement(rank, world, worker, workers)
+
+
+def base_seed() -> int | None:
+    """The torch DataLoader's base seed for this epoch (the same in every worker of one loader),
+    or None outside a worker."""
+    info = get_worker_info()
+    return None if info is None else info.seed - info.id
+
+
+# -- seeds shared by the shards --------------------------------------------------------------------
+
+
+def set_loader_seed(pipe: Any, seed: int | None, epoch: int = 0) -> Any:
+    """Install a seed agreed by every rank (and worker) on each ``sharding_filter`` of ``pipe``'s
+    graph; returns ``pipe``. For ``datapipes.DataLoader``, which agrees on ``seed`` across ranks (the
+    user's, or one broadcast from rank 0) before the pipe goes to its workers.
+
+    Unseeded random stages upstream of a sharded ``sharding_filter`` then draw from seeds derived from
+    ``(seed, epoch)`` (and, inside a torch DataLoader worker, the worker's pass count), the same in
+    every shard; stages the user seeded keep their seeds. ``seed=None`` removes it. The seed travels
+    with the pipe when it is pickled or forked to workers; call again (new ``epoch``) for each epoch
+    whose pipe reaches its workers afresh.
+
+    Raises:
+        TypeError / ValueError: ``seed`` is not an int or None, ``epoch`` not an int >= 0.
+    """
+    require_int(seed, "set_loader_seed", "seed", optional=True)
+    require_int(epoch, "set_loader_seed", "epoch", minimum=0)
+    from .iter.sharding import ShardingFilter
+
+    for stage in traverse(pipe):
+        if isinstance(stage, ShardingFilter):
+            stage._loader_seed = None if seed is None else (seed, epoch)
+    return pipe
+
+
+def _restore(stage: Any) -> None:
+    """Take back a seed lent at an earlier pass, unless the user has set one since."""
+    lent = stage.__dict__.pop("_shard_lent", None)
+    if lent is not None and (stage._seed, stage._epoch) == lent[2:]:
+        stage._seed, stage._epoch = lent[0], lent[1]
+
+
+def lend_seeds(source: Any, root: int | None, passes: int) -> list[Any]:
+    """Give the random stages of ``source``'s graph the seeds of a sharded pass; returns the stages
+    left unseeded (those without a user seed, when ``root`` is None).
+
+    Unseeded stage ``i`` (in graph order) gets ``derive(root, passes, i)``; a user-seeded stage keeps
+    its seed and moves ``passes`` epochs on. Seeds lent at an earlier pass are taken back first.
+    """
+    stages = [s for s in traverse(source) if s._is_random]
+    for stage in stages:
+        _restore(stage)
+    unseeded = []
+    for index, stage in enumerate(stages):
+        seed, epoch = stage._seed, stage._epoch
+        if seed is None:
+            if root is None:
+                unseeded.append(stage)
+                continue
+            lent = (_derive_seed(root, "shared pass", passes, "stage", index), epoch)
+        else:
+            lent = (seed, epoch + passes)
+        if lent != (seed, epoch):
+            stage._seed, stage._epoch = lent
+            stage._shard_lent = (seed, epoch, *lent)
+    return unseeded
+
+
+def unseeded_across_ranks(stages: Iterable[Any], world_size: int, where: str) -> RuntimeError:
+    """The error for random stages upstream of a ``sharding_filter`` with no seed the ranks share."""
+    names = ", ".join(stage_label(s) for s in stages)
+    return RuntimeError(
+        f"{where}: {names} upstream of sharding_filter() has no seed, so each of the {world_size} "
+        f"distributed ranks would draw its own order and their shards would overlap. Call "
+        f"pipe.set_seed(seed) with the same seed on every rank (and pipe.set_epoch(epoch) to reshuffle "
+        f"each epoch), or iterate with datapipes.DataLoader, which agrees on a seed across ranks"
+    )
+
+
+# -- the per-pass check inside a DataLoader worker -------------------------------------------------
+
+_checked = False
+
+
+def worker_pass(pipe: Any) -> None:
+    """Called when a pass of ``pipe`` starts inside a torch DataLoader worker (by the base class).
+
+    Once per process, when ``pipe`` is the loader's dataset: warn if several workers iterate a graph
+    without a sharding stage (every worker would yield the whole data).
+    """
+    global _checked
+    info = get_worker_info()
+    if _checked or info is None or pipe is not info.dataset:
+        return
+    _checked = True
+    if info.num_workers < 2:
+        return
+    from .iter.sharding import is_sharding_stage
+
+    if not any(is_sharding_stage(s) for s in traverse(pipe)):
+        warnings.warn(
+            f"datapipes: the pipe {pipe!r} is iterated by {info.num_workers} DataLoader workers but has no "
+            f"sharding_filter(): every worker yields the whole data, so each item comes "
+            f"{info.num_workers} times. Add .sharding_filter() after the source (and after any shuffle) "
+            f"to split the items among the workers",
+            UserWarning,
+            stacklevel=3,
+        )
