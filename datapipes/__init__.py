@@ -10,9 +10,11 @@
 not exported by ``from datapipes import *`` (they would shadow the builtins).
 """
 
+from ._collate import collate
 from .datapipe import IterDataPipe, MapDataPipe, functional_datapipe
 from .errors import ErrorPolicy, FailureLog
 from . import graph
+from .loader import DataLoader
 from .profiling import profile
 from . import iter  # noqa: A004 - a submodule, deliberately not in __all__
 from . import map  # noqa: A004 - a submodule, deliberately not in __all__
@@ -20,10 +22,12 @@ from . import map  # noqa: A004 - a submodule, deliberately not in __all__
 __version__ = "0.1.0"
 
 __all__ = [
+    "DataLoader",
     "ErrorPolicy",
     "FailureLog",
     "IterDataPipe",
     "MapDataPipe",
+    "collate",
     "functional_datapipe",
     "graph",
     "profile",

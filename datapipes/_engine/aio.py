@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import queue
 import threading
 import time
@@ -89,6 +90,18 @@ def _release(shared: _SharedLoop) -> None:
             _shared = None
     if last:
         shared.stop()  # outside the lock: stopping may run finalizers that release other refs
+
+
+def _forget_loop_after_fork() -> None:
+    # A forked child (a torch DataLoader worker, say) inherits the module state but not the loop's
+    # thread: start afresh there, or async stages in the child would wait on a loop nobody runs.
+    global _shared, _lock
+    _shared = None
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_loop_after_fork)
 
 
 def loop_running() -> bool:

@@ -251,3 +251,32 @@ class TestAsyncFlatMapper:
         assert info.value.__notes__ == ["[datapipes] raised in stage FlatMapper(expand) at item 1"]
         pipe = IterableWrapper([1, 2, 3]).flatmap(expand, on_error="skip")
         assert same_multiset(list(pipe), [1, -1, 2, 3, -3]) and pipe.failures.count == 1
+
+
+def test_forked_child_starts_its_own_loop():
+    """A child forked while the shared loop runs (a DataLoader worker) must not wait on the parent's."""
+    import asyncio
+    import multiprocessing
+
+    from datapipes.iter import IterableWrapper
+
+    async def double(x):
+        await asyncio.sleep(0)
+        return 2 * x
+
+    def child(q):
+        q.put(list(IterableWrapper(range(5)).map(double, concurrency=2)))
+
+    it = iter(IterableWrapper(range(100)).map(double, concurrency=2))
+    next(it)  # the parent's shared loop is running now
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    proc = ctx.Process(target=child, args=(q,))
+    proc.start()
+    try:
+        assert q.get(timeout=20) == [0, 2, 4, 6, 8]
+    finally:
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+        it.close()

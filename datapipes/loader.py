@@ -1,0 +1,870 @@
+"""The DataLoader adapter: a pipe in, batched tensors on the device out.
+
+:class:`DataLoader` builds one pipe from what it is given and runs it. Two spellings reach the same
+implementation:
+
+- torch's: ``DataLoader(pipe, batch_size=32, collate_fn=..., pin_memory=True, device="cuda",
+  num_workers=2, seed=0)``: ``batch -> collate -> pin_memory -> to_device`` after your pipe, the pipe
+  run in the calling process (``num_workers=0``) or in worker processes each holding a shard;
+- SPDL's (``spdl.dataloader.DataLoader``): ``DataLoader(src, preprocessor=fn, batch_size=32,
+  aggregator=fn, transfer_fn=fn, buffer_size=3, num_threads=8, timeout=None, output_order="input")``:
+  ``concurrent map (or flatmap) -> batch -> aggregate -> transfer on one thread -> buffer``.
+
+>>> from datapipes.loader import DataLoader
+>>> list(DataLoader(range(7), preprocessor=lambda x: x * 10, batch_size=3))
+[[0, 10, 20], [30, 40, 50], [60]]
+"""
+
+from __future__ import annotations
+
+import inspect
+import queue
+import threading
+import time
+import warnings
+from itertools import islice
+from typing import Any, Callable, Iterable, Iterator
+
+from torch.utils.data import IterableDataset
+
+from ._engine import StageStats, is_async_callable, is_async_gen_callable
+from ._engine.background import _END as _PRODUCER_END, _ITEM as _PRODUCER_ITEM, _Producer
+from .datapipe import (
+    IterDataPipe,
+    MapDataPipe,
+    _derive_seed,
+    _draw_seed,
+    require_callable,
+    require_int,
+    sources_of,
+    stage_label,
+)
+from ._worker import capture_rank, placement
+from .graph import stages, traverse
+from .iter.sharding import SHARDING_PRIORITIES, ShardingFilter, is_sharding_stage
+
+__all__ = ["DataLoader"]
+
+_WHERE = "DataLoader"
+
+#: Arguments only the torch spelling takes, and only the SPDL spelling takes (in signature order).
+_TORCH_ONLY = ("collate_fn", "pin_memory", "device", "num_workers", "persistent_workers", "prefetch_factor",
+               "multiprocessing_context", "worker_init_fn")
+_SPDL_ONLY = ("src", "preprocessor", "aggregator", "transfer_fn", "buffer_size", "num_threads", "output_order")
+
+#: SPDL's defaults where our signature says None (so a call can tell what was given).
+_SPDL_BUFFER_SIZE = 3
+_SPDL_NUM_THREADS = 8
+_SPDL_OUTPUT_ORDER = "input"  # SPDL's is "completion"; ours is deterministic
+
+#: The buffer the torch spelling puts before pin_memory/to_device when ``timeout`` is set.
+_TIMEOUT_BUFFER = 2
+
+_EVEN = (None, "drop", "pad")
+
+_END = object()  # private end-of-pass marker (None is a valid batch)
+
+
+# -- small pieces the built pipe uses --------------------------------------------------------------
+
+
+def _identity(batch: Any) -> Any:
+    """torch DataLoader's ``collate_fn`` for batches already collated in the worker."""
+    return batch
+
+
+class _Gathered:
+    """``fn`` (a generator function) run to the end on one item: ``list(fn(x))``, so a concurrent map
+    can run generators on threads and a flatmap can flatten their lists."""
+
+    def __init__(self, fn: Callable[[Any], Iterable[Any]]) -> None:
+        self.fn = fn
+        self.__qualname__ = getattr(fn, "__qualname__", type(fn).__name__)
+
+    def __call__(self, x: Any) -> list[Any]:
+        return list(self.fn(x))
+
+
+class _AsyncGathered:
+    """``fn`` (an async generator function) run to the end on one item, as a coroutine."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+        self.__qualname__ = getattr(fn, "__qualname__", type(fn).__name__)
+
+    async def __call__(self, x: Any) -> list[Any]:
+        return [y async for y in self.fn(x)]
+
+
+def _is_gen_callable(fn: Any) -> bool:
+    return inspect.isgeneratorfunction(fn) or inspect.isgeneratorfunction(getattr(fn, "__call__", None))
+
+
+# -- the timed buffer: prefetch whose consumer waits at most `timeout` per item --------------------
+
+
+def _timed_buffer(stage: TimedBuffer) -> Iterator[Any]:
+    label = stage_label(stage)
+    stats = stage.stats = StageStats(label, "prefetch", 1, stage.buffer_size)
+    source, timeout = stage.source_datapipe, stage.timeout
+    n = fill = 0
+    waiting = 0.0
+    clock = time.perf_counter
+    busy = [0.0]
+    producer = None
+    try:
+        producer = _Producer(lambda: source, None, stage.buffer_size, label, busy)
+        stats.begin(busy)
+        get, ready, release = producer.queue.get, producer.queue.qsize, producer.slots.release
+        while True:
+            t = clock()
+            try:
+                kind, value = get(timeout=timeout)
+            except queue.Empty:
+                raise TimeoutError(
+                    f"{stage.owner}: batch {n} did not arrive within timeout={timeout} s; the pipe upstream "
+                    f"({source!r}) is stuck or slower than that. Raise timeout, or find the slow stage with "
+                    f"datapipes.profile(loader.pipe)"
+                ) from None
+            waiting += clock() - t
+            fill += ready()
+            if kind == _PRODUCER_ITEM:
+                release()
+                n += 1
+                yield value
+            elif kind == _PRODUCER_END:
+                return
+            else:
+                raise value
+    finally:
+        if producer is not None:
+            producer.close()
+        stats.finish(n, n, 0, fill, n, sum(busy), waiting)
+
+
+class TimedBuffer(IterDataPipe[Any]):
+    """A stage of the pipe :class:`DataLoader` builds when ``timeout`` is set: the upstream runs on a
+    background thread, up to ``buffer_size`` items ahead (as :class:`~datapipes.iter.Prefetcher`),
+    and the consumer waits at most ``timeout`` seconds for each item, then raises a ``TimeoutError``
+    naming ``owner``. ``len()`` is the upstream's."""
+
+    _repr_fields = ("buffer_size", "timeout")
+
+    def __init__(self, source_datapipe: IterDataPipe[Any], buffer_size: int, timeout: float, owner: str) -> None:
+        self.source_datapipe = source_datapipe
+        self.buffer_size = buffer_size
+        self.timeout = timeout
+        self.owner = owner
+        self.stats: Any = None
+
+    def __iter__(self) -> Iterator[Any]:
+        return _timed_buffer(self)
+
+    def __len__(self) -> int:
+        return len(self.source_datapipe)  # type: ignore[arg-type]
+
+
+# -- seeds: one per loader, agreed across ranks ----------------------------------------------------
+
+
+def _distributed() -> Any:
+    """``torch.distributed`` when a process group of two or more ranks is initialised, else None."""
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover - torch built without distributed
+        return None
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return None
+    return dist
+
+
+def _collective_device(dist: Any) -> Any:
+    """Where a tensor for a collective of the default group lives: CUDA for NCCL, else the CPU."""
+    import torch
+
+    backend = str(dist.get_backend()).lower()
+    if "nccl" in backend and "gloo" not in backend:
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _rank_sharded_random(pipe: Any) -> list[Any]:
+    """The random stages upstream of a stage that shards across distributed ranks."""
+    found: dict[int, Any] = {}
+    for stage in traverse(pipe):
+        if not is_sharding_stage(stage):
+            continue
+        if getattr(stage, "sharding_group_filter", None) == SHARDING_PRIORITIES.MULTIPROCESSING:
+            continue  # shards among the workers of one rank only, which share the loader's seed
+        for source in sources_of(stage):
+            found.update((id(s), s) for s in traverse(source) if s._is_random)
+    return list(found.values())
+
+
+def _agreed_seed(pipe: Any) -> int:
+    """A fresh seed from torch's global generator; under torch.distributed, rank 0's (broadcast).
+
+    Raises:
+        RuntimeError: ``RANK``/``WORLD_SIZE`` name several ranks but no process group is initialised
+            to agree on a seed, and ``pipe`` shuffles upstream of a ``sharding_filter``.
+    """
+    seed = _draw_seed()
+    dist = _distributed()
+    if dist is None:
+        world_size = placement().world_size
+        if world_size > 1:
+            unagreed = _rank_sharded_random(pipe)
+            if unagreed:
+                names = ", ".join(stage_label(s) for s in unagreed)
+                raise RuntimeError(
+                    f"{_WHERE}: RANK/WORLD_SIZE name {world_size} ranks but no torch.distributed process group "
+                    f"is initialised, so the ranks cannot agree on a seed for {names} upstream of "
+                    f"sharding_filter(), and their shards would overlap. Pass seed=... (the same on every rank), "
+                    f"or call torch.distributed.init_process_group() before iterating"
+                )
+        return seed
+    import torch
+
+    box = torch.tensor([seed], dtype=torch.int64, device=_collective_device(dist))
+    dist.broadcast(box, src=0)
+    return int(box.item())
+
+
+def _sharded_random_stages(pipe: Any) -> list[Any]:
+    """The random stages downstream of a sharding stage: each shard should draw its own numbers."""
+    below: set[int] = set()
+    found = []
+    for stage in stages(pipe):  # sources first
+        if is_sharding_stage(stage) or any(id(s) in below for s in sources_of(stage)):
+            below.add(id(stage))
+            if stage._is_random:
+                found.append(stage)
+    return found
+
+
+def _install_seeds(pipe: Any, seed: int, epoch: int, shard: int) -> None:
+    """Seed ``pipe`` for one pass: every random stage from (seed, its place, epoch); the random stages
+    downstream of a sharding stage also from ``shard`` (this process's shard id), so shuffles upstream
+    of ``sharding_filter`` agree across shards while augmentations downstream differ."""
+    pipe.set_seed(seed)
+    pipe.set_epoch(epoch)
+    if shard:
+        for stage in _sharded_random_stages(pipe):
+            stage._seed = _derive_seed(stage._seed, "shard", shard)
+
+
+def _shard_id(captured: tuple[int, int] | None = None) -> int:
+    """This process's shard among all the loader's processes: ``rank * num_workers + worker``."""
+    return placement(captured).shard[1]
+
+
+# -- worker processes: torch's DataLoader runs the pipe, each worker a shard ----------------------
+
+
+class _WorkerFeed(IterableDataset):  # type: ignore[type-arg]
+    """What each torch DataLoader worker iterates: the worker pipe, seeded for the current pass.
+
+    The seed travels with the object (fixed per loader); the epoch is read from shared memory at the
+    start of every pass, so persistent workers see ``set_epoch`` too.
+    """
+
+    def __init__(self, datapipe: IterDataPipe[Any], seed: int, epoch: Any) -> None:
+        self.datapipe = datapipe
+        self.seed = seed
+        self.epoch = epoch
+        self.captured = capture_rank()  # a spawned worker is not in the process group
+
+    def __iter__(self) -> Iterator[Any]:
+        pipe = self.datapipe
+        _install_seeds(pipe, self.seed, int(self.epoch.value), _shard_id(self.captured))
+        for stage in traverse(pipe):
+            if isinstance(stage, ShardingFilter):
+                # The loader hands every pass its epoch: a persistent worker's pass count must not
+                # move the seeds on as well (it does for a plain torch DataLoader, which cannot).
+                stage._worker_passes = 0
+        return iter(pipe)
+
+
+def _run_workers(stage: WorkerProcesses) -> Iterator[Any]:
+    with stage._lock:  # workers fork (or pickle the pipe) here: not while len() lends shards
+        it = iter(stage._torch_loader())
+    try:
+        yield from it
+    finally:
+        if not stage.persistent_workers:
+            it._shutdown_workers()
+
+
+class WorkerProcesses(IterDataPipe[Any]):
+    """The source stage of the pipe :class:`DataLoader` builds for ``num_workers > 0``: torch's
+    DataLoader runs ``datapipe`` in ``num_workers`` processes, each reading its own shard through
+    ``sharding_filter``, and this stage yields what they produce, in torch's round-robin order.
+
+    Each pass starts its workers (``persistent_workers``: the first pass) and stops them when it
+    ends, is closed or collected; :meth:`close` stops persistent ones. ``len()`` is the sum of the
+    workers' lengths, each computed as that worker will see its shard.
+    """
+
+    _repr_fields = ("num_workers",)
+
+    def __init__(self, datapipe: IterDataPipe[Any], num_workers: int, persistent_workers: bool,
+                 prefetch_factor: int | None, multiprocessing_context: Any, worker_init_fn: Any) -> None:
+        self.datapipe = datapipe
+        self.num_workers = num_workers
+        self.persistent_workers = persistent_workers
+        self.prefetch_factor = prefetch_factor
+        self.multiprocessing_context = multiprocessing_context
+        self.worker_init_fn = worker_init_fn
+        self.seed = 0
+        self._epoch: Any = None
+        self._loader: Any = None
+        self._lock = threading.Lock()
+
+    def prepare(self, seed: int, epoch: int) -> None:
+        """Set the seed and epoch the workers of the next pass use."""
+        if self._epoch is None:
+            from multiprocessing.sharedctypes import RawValue
+
+            self._epoch = RawValue("q", 0)
+        self._epoch.value = epoch
+        self.seed = seed  # fixed per loader: persistent workers keep the one they started with
+
+    def _torch_loader(self) -> Any:
+        if self._loader is not None:
+            return self._loader
+        from torch.utils.data import DataLoader as TorchDataLoader
+
+        kwargs: dict[str, Any] = {}
+        if self.prefetch_factor is not None:
+            kwargs["prefetch_factor"] = self.prefetch_factor
+        loader = TorchDataLoader(
+            _WorkerFeed(self.datapipe, self.seed, self._epoch), batch_size=None, num_workers=self.num_workers,
+            collate_fn=_identity, persistent_workers=self.persistent_workers, worker_init_fn=self.worker_init_fn,
+            multiprocessing_context=self.multiprocessing_context, **kwargs,
+        )
+        if self.persistent_workers:
+            self._loader = loader
+        return loader
+
+    def close(self) -> None:
+        """Stop persistent workers (idempotent); the next pass starts new ones."""
+        loader, self._loader = self._loader, None
+        it = getattr(loader, "_iterator", None)
+        if it is not None:
+            it._shutdown_workers()
+
+    def __iter__(self) -> Iterator[Any]:
+        return _run_workers(self)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return _worker_len(self.datapipe, self.num_workers)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_loader"] = None
+        state["_epoch"] = None
+        state["_lock"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+
+def _worker_len(pipe: IterDataPipe[Any], num_workers: int) -> int:
+    """How many items the ``num_workers`` workers of one rank yield together: ``len(pipe)`` as each
+    worker will see it, its ``sharding_filter`` stages reading that worker's shard.
+
+    The discovering ``sharding_filter`` stages of the main process's copy are given each worker's
+    shard explicitly for the call (the caller holds the loader's lock, so no pass forks or pickles
+    the pipe meanwhile), then put back.
+    """
+    found = [s for s in traverse(pipe) if isinstance(s, ShardingFilter) and not s.groups]
+    where = placement()
+    saved = [s.groups for s in found]
+    total = 0
+    try:
+        for worker in range(num_workers):
+            for stage in found:
+                stage.groups = {
+                    SHARDING_PRIORITIES.DISTRIBUTED: (where.world_size, where.rank),
+                    SHARDING_PRIORITIES.MULTIPROCESSING: (num_workers, worker),
+                }
+            total += len(pipe)  # type: ignore[arg-type]
+    finally:
+        for stage, groups in zip(found, saved):
+            stage.groups = groups
+    return total
+
+
+# -- even batch counts across ranks ----------------------------------------------------------------
+
+
+def _even_pass(loader: DataLoader, it: Iterator[Any], mode: str) -> Iterator[Any]:
+    """Yield the batches of ``it`` so that every rank yields the same number (``mode`` "drop": the
+    smallest count, "pad": the largest, repeating each short rank's last batch)."""
+    dist = _distributed()
+    try:
+        if dist is None:
+            yield from it
+            return
+        import torch
+
+        device = _collective_device(dist)
+        try:
+            n, known = len(loader), 1
+        except TypeError:
+            n, known = 0, 0
+        counts = torch.tensor([n, -n, known], dtype=torch.int64, device=device)
+        dist.all_reduce(counts, op=dist.ReduceOp.MIN)
+        least, most, all_known = counts.tolist()
+        most = -most
+        if all_known:
+            yield from _even_known(loader, it, mode, least, most, n)
+        else:
+            yield from _even_stepwise(loader, it, mode, dist, device)
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+
+
+def _cannot_pad(loader: DataLoader) -> ValueError:
+    return ValueError(
+        f"{_WHERE}: even_batches='pad' repeats a rank's last batch, but a rank yielded no batch at all; "
+        f"use even_batches='drop' or give every rank data ({loader.pipe!r})"
+    )
+
+
+def _even_known(loader: DataLoader, it: Iterator[Any], mode: str, least: int, most: int, n: int) -> Iterator[Any]:
+    """Every rank knows its count: one all_reduce at the start of the pass settled the target."""
+    k = 0
+    last: Any = _END
+    if mode == "drop":
+        for last in islice(it, least):
+            k += 1
+            yield last
+        if k < least:
+            raise RuntimeError(
+                f"{_WHERE}: even_batches='drop' expected {least} batches on this rank (len() said {n}) but the "
+                f"pipe ended after {k}; the other ranks will wait for this one. len() must be exact ({loader.pipe!r})"
+            )
+        return
+    if least == 0 and most > 0:
+        raise _cannot_pad(loader)  # every rank sees the same counts: they all raise, none waits
+    for last in islice(it, most):
+        k += 1
+        yield last
+    if k < most:
+        if last is _END:
+            raise _cannot_pad(loader)
+        for _ in range(most - k):
+            yield last
+
+
+def _even_stepwise(loader: DataLoader, it: Iterator[Any], mode: str, dist: Any, device: Any) -> Iterator[Any]:
+    """Some rank's count is unknown: the ranks agree on "anyone still has data" before every batch
+    (one all_reduce of three integers per batch)."""
+    import torch
+
+    last: Any = _END
+    done = False
+    while True:
+        batch = _END if done else next(it, _END)
+        done = batch is _END
+        has = 0 if done else 1
+        flags = torch.tensor([has, -has, 0 if done and last is _END else 1], dtype=torch.int64, device=device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MIN)
+        all_have, minus_any_has, all_can_pad = flags.tolist()
+        if mode == "drop":
+            if not all_have:
+                return
+            yield batch
+        elif minus_any_has == 0:
+            return
+        elif not all_can_pad:
+            raise _cannot_pad(loader)
+        elif done:
+            yield last
+        else:
+            last = batch
+            yield batch
+
+
+# -- the loader ------------------------------------------------------------------------------------
+
+
+def _check_flag(value: Any, name: str) -> bool:
+    if not isinstance(value, int):
+        raise TypeError(f"{_WHERE}: {name} must be a bool, got {type(value).__name__}")
+    return bool(value)
+
+
+def _check_device(device: Any) -> Any:
+    if device is None:
+        return None
+    import torch
+
+    if not isinstance(device, (str, int, torch.device)) or isinstance(device, bool):
+        raise TypeError(f"{_WHERE}: device must be a str, an int or a torch.device, got {type(device).__name__}")
+    try:
+        return torch.device(device)
+    except (RuntimeError, ValueError) as e:
+        raise ValueError(f"{_WHERE}: device={device!r} is not a device ({e})") from None
+
+
+def _check_timeout(timeout: Any) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"{_WHERE}: timeout must be a number of seconds or None, got {type(timeout).__name__}")
+    if not timeout > 0:
+        raise ValueError(f"{_WHERE}: timeout must be > 0, got {timeout!r}")
+    return float(timeout)
+
+
+def _as_pipe(data: Any, name: str) -> IterDataPipe[Any]:
+    if isinstance(data, IterDataPipe):
+        return data
+    if isinstance(data, MapDataPipe):
+        return data.to_iter_datapipe()  # type: ignore[attr-defined]
+    from .iter import IterableWrapper
+
+    kind = type(data)
+    if not (hasattr(kind, "__iter__") or hasattr(kind, "__aiter__") or hasattr(kind, "__getitem__")):
+        raise TypeError(f"{_WHERE}: {name} must be an IterDataPipe, an iterable or an async iterable, "
+                        f"got {kind.__name__}")
+    return IterableWrapper(data)
+
+
+class DataLoader:
+    """Run a pipe and yield its batches, collated into tensors and moved to the device.
+
+    Two spellings, one implementation (see the how-to, ``docs/howto/dataloader.rst``):
+
+    torch's: ``DataLoader(pipe, batch_size=None, *, drop_last=False, collate_fn=None,
+    pin_memory=False, device=None, num_workers=0, seed=None, ...)`` builds::
+
+        pipe -> [batch(batch_size, drop_last) -> collate(collate_fn)] -> [pin_memory] -> [to_device]
+
+    SPDL's: ``DataLoader(src, *, preprocessor=None, batch_size=None, drop_last=False,
+    aggregator=None, transfer_fn=None, buffer_size=3, num_threads=8, timeout=None,
+    output_order="input")`` builds::
+
+        src -> map(preprocessor, concurrency=num_threads)  (flatmap for a generator)
+            -> [batch(batch_size, drop_last)] -> [map(aggregator, concurrency=num_threads)]
+            -> [map(transfer_fn)] -> prefetch(buffer_size)
+
+    Any SPDL-only argument (``src=``, ``preprocessor``, ``aggregator``, ``transfer_fn``,
+    ``buffer_size``, ``num_threads``, ``output_order``) selects the SPDL spelling; it cannot be mixed
+    with a torch-only one (``collate_fn``, ``pin_memory``, ``device``, ``num_workers``,
+    ``persistent_workers``, ``prefetch_factor``, ``multiprocessing_context``, ``worker_init_fn``).
+    ``batch_size``, ``drop_last``, ``seed``, ``timeout`` and ``even_batches`` belong to both.
+
+    Args:
+        pipe: the data: an ``IterDataPipe``, a ``MapDataPipe`` (iterated in index order), or any
+            iterable or async iterable (wrapped in :class:`~datapipes.iter.IterableWrapper`).
+        batch_size: items per batch; ``None``: the pipe's items as they are (the pipe may batch
+            itself). Torch spelling: batches are collated (``collate_fn`` or the default
+            :func:`datapipes.collate`, which makes tensors). SPDL spelling: batches are lists,
+            handed to ``aggregator``.
+        drop_last: drop a last batch shorter than ``batch_size``.
+        collate_fn: turns a list of items into a batch; default: the default collate. With
+            ``batch_size=None`` it is applied to every item (as in torch).
+        pin_memory: pin batches in page-locked memory (on a background thread) before they go to
+            ``device``; skipped for ``device="cpu"``. Where pinning is not available it is a no-op
+            with a warning.
+        device: move batches there (``"cuda"``, ``"cuda:1"``, ``"cpu"``, a ``torch.device``); CUDA
+            copies run on a side stream, overlapped with your compute.
+        num_workers: ``0`` runs the pipe in this process, on its stages' own threads (the fast path
+            for I/O and for work that releases the GIL). ``n > 0`` runs it in ``n`` processes, each
+            holding a shard (for Python code that holds the GIL): torch's DataLoader starts them,
+            each runs the pipe up to batching and collating, and the main process pins and copies.
+            A pipe without ``sharding_filter()`` gets one at its end (with a warning: each worker
+            would then run the whole pipe and keep its share; put ``sharding_filter()`` right after
+            the source instead).
+        seed: seeds every random stage (shuffle, sample, rng maps): the same seed gives the same
+            order, every epoch another one. ``None``: one seed per loader drawn from torch's global
+            generator at the first pass (``torch.manual_seed`` reproduces it); under
+            ``torch.distributed`` rank 0's is broadcast, so shuffles before ``sharding_filter`` agree
+            across ranks and workers. The loader owns the seeds of its pipe's random stages.
+        even_batches: under ``torch.distributed``, make every rank yield the same number of batches
+            (uneven counts hang collective training): ``"drop"`` stops every rank at the smallest
+            count, ``"pad"`` goes on to the largest, a rank that ran out repeating its last batch;
+            ``None`` (default): each rank yields what it has. When every rank knows its ``len()``
+            this costs one all_reduce per pass; otherwise one tiny all_reduce (three integers) per
+            batch. No-op without a process group of two or more ranks.
+        timeout: seconds to wait for each batch; past it, ``TimeoutError`` naming the loader. The
+            wait happens on a buffer: SPDL spelling, the final ``buffer_size`` buffer; torch
+            spelling, a buffer of 2 batches on a background thread before ``pin_memory``.
+        persistent_workers, prefetch_factor, multiprocessing_context, worker_init_fn: passed to
+            torch's DataLoader for ``num_workers > 0``. Persistent workers see ``set_epoch``.
+        src: the SPDL name of ``pipe``.
+        preprocessor: called on each source item, concurrently on ``num_threads`` threads (an
+            ``async def`` one as tasks on the event loop). A generator function or async generator
+            function yields several outputs per item (flatmap); with ``num_threads > 1`` each item's
+            outputs are gathered into a list on a worker, then flattened.
+        aggregator: called on each batch (or item without ``batch_size``), on ``num_threads`` workers.
+        transfer_fn: called on each batch on one background thread (the buffer's), e.g. a copy to
+            the GPU: transfers are never concurrent.
+        buffer_size: batches buffered ahead of the consumer (default 3).
+        num_threads: workers of the preprocessor and aggregator stages (default 8).
+        output_order: ``"input"`` (default, deterministic) or ``"completion"`` (SPDL's default:
+            a slow item does not hold back the others).
+
+    Yields:
+        The batches (or items). ``iter(loader)`` starts a new pass: a new epoch, unless
+        :meth:`set_epoch` was called for it.
+
+    Raises:
+        TypeError / ValueError: bad arguments, or the two spellings mixed (at construction).
+        TimeoutError: a batch took longer than ``timeout``.
+        Whatever the pipe raises, as the same object (from worker processes: as torch re-raises it).
+
+    ``len()`` is the number of batches a pass yields, from the pipe's length at call time
+    (``ceil(len / batch_size)``, ``floor`` with ``drop_last``; with workers, the sum over the workers'
+    shards; under ``torch.distributed``, this rank's shard, before ``even_batches``). ``TypeError``
+    naming the stage whose length is unknown.
+
+    Lifecycle: each pass owns its threads and worker processes; they stop when the pass ends, is
+    closed (``break``, ``close()``) or garbage collected. Persistent workers live until
+    :meth:`close` (or the loader is collected); the loader is a context manager.
+
+    >>> from datapipes.iter import IterableWrapper
+    >>> loader = DataLoader(IterableWrapper(range(10)), batch_size=4, seed=0)
+    >>> [batch.tolist() for batch in loader]
+    [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    >>> len(loader)
+    3
+    >>> loader = DataLoader(["a", "b", "c"], preprocessor=str.upper, batch_size=2, aggregator="".join)
+    >>> list(loader)
+    ['AB', 'C']
+
+    See also: :func:`datapipes.profile` (``profile(loader.pipe)``) to find the slow stage.
+    """
+
+    def __init__(
+        self,
+        pipe: Any = None,
+        batch_size: int | None = None,
+        *,
+        drop_last: bool = False,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        pin_memory: bool = False,
+        device: Any = None,
+        num_workers: int = 0,
+        seed: int | None = None,
+        even_batches: str | None = None,
+        timeout: float | None = None,
+        persistent_workers: bool = False,
+        prefetch_factor: int | None = None,
+        multiprocessing_context: Any = None,
+        worker_init_fn: Callable[[int], None] | None = None,
+        src: Any = None,
+        preprocessor: Callable[[Any], Any] | None = None,
+        aggregator: Callable[[list[Any]], Any] | None = None,
+        transfer_fn: Callable[[Any], Any] | None = None,
+        buffer_size: int | None = None,
+        num_threads: int | None = None,
+        output_order: str | None = None,
+    ) -> None:
+        given = locals()
+        torch_args = [n for n in _TORCH_ONLY if _is_set(n, given[n])]
+        spdl_args = [n for n in _SPDL_ONLY if given[n] is not None]
+        if torch_args and spdl_args:
+            raise TypeError(
+                f"{_WHERE}: cannot mix the SPDL spelling ({', '.join(a + '=' for a in spdl_args)}) with torch-style "
+                f"arguments ({', '.join(a + '=' for a in torch_args)}); SPDL's aggregator= takes the place of "
+                f"collate_fn=, transfer_fn= of pin_memory=/device=, num_threads= of num_workers="
+            )
+        if pipe is not None and src is not None:
+            raise TypeError(f"{_WHERE}: give the data once, as pipe or as src, not both")
+        data = pipe if src is None else src
+        if data is None:
+            raise TypeError(f"{_WHERE}: missing the data: DataLoader(pipe, ...) or DataLoader(src=..., ...)")
+        require_int(batch_size, _WHERE, "batch_size", minimum=1, optional=True)
+        self.batch_size = batch_size
+        self.drop_last = _check_flag(drop_last, "drop_last")
+        if self.drop_last and batch_size is None:
+            raise ValueError(f"{_WHERE}: drop_last=True needs a batch_size, got batch_size=None")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(f"{_WHERE}: seed must be an int or None, got {type(seed).__name__}")
+        self.seed = seed
+        if even_batches not in _EVEN or isinstance(even_batches, bool):
+            raise ValueError(f"{_WHERE}: even_batches must be None, 'drop' or 'pad', got {even_batches!r}")
+        self.even_batches = even_batches
+        self.timeout = _check_timeout(timeout)
+        self.datapipe = _as_pipe(data, "src" if src is not None else "pipe")
+        self.spdl = bool(spdl_args)
+        self._workers: WorkerProcesses | None = None
+        if self.spdl:
+            self.pipe = self._build_spdl(preprocessor, aggregator, transfer_fn, buffer_size, num_threads,
+                                         output_order)
+        else:
+            self.pipe = self._build_torch(collate_fn, pin_memory, device, num_workers, persistent_workers,
+                                          prefetch_factor, multiprocessing_context, worker_init_fn)
+        self._epoch = 0
+        self._epoch_set = False
+        self._passes = 0
+        self._base_seed: int | None = seed
+
+    # -- building ----------------------------------------------------------------------------------
+
+    def _build_torch(self, collate_fn: Any, pin_memory: Any, device: Any, num_workers: Any, persistent_workers: Any,
+                     prefetch_factor: Any, multiprocessing_context: Any, worker_init_fn: Any) -> IterDataPipe[Any]:
+        require_callable(collate_fn, _WHERE, "collate_fn", optional=True)
+        pin = _check_flag(pin_memory, "pin_memory")
+        self.device = _check_device(device)
+        require_int(num_workers, _WHERE, "num_workers", minimum=0)
+        self.num_workers = num_workers
+        persistent = _check_flag(persistent_workers, "persistent_workers")
+        require_int(prefetch_factor, _WHERE, "prefetch_factor", minimum=1, optional=True)
+        require_callable(worker_init_fn, _WHERE, "worker_init_fn", optional=True)
+        if num_workers == 0:
+            for name, value in (("persistent_workers", persistent), ("prefetch_factor", prefetch_factor),
+                                ("multiprocessing_context", multiprocessing_context),
+                                ("worker_init_fn", worker_init_fn)):
+                if value:
+                    raise ValueError(f"{_WHERE}: {name} needs num_workers > 0, got num_workers=0")
+        self.collate_fn = collate_fn
+        self.pin_memory = pin
+        pipe = self.datapipe
+        if num_workers > 0 and not any(is_sharding_stage(s) for s in traverse(pipe)):
+            warnings.warn(
+                f"{_WHERE}: the pipe has no sharding_filter(); each of the {num_workers} workers runs the whole "
+                f"pipe and keeps its share of the items. Put .sharding_filter() right after the source so each "
+                f"worker only does its own share ({pipe!r})",
+                UserWarning, stacklevel=3,
+            )
+            pipe = pipe.sharding_filter(SHARDING_PRIORITIES.MULTIPROCESSING)
+        if batch_size := self.batch_size:
+            pipe = pipe.batch(batch_size, drop_last=self.drop_last)
+            pipe = pipe.collate() if collate_fn is None else pipe.collate(collate_fn=collate_fn)
+        elif collate_fn is not None:
+            pipe = pipe.map(collate_fn)
+        if num_workers > 0:
+            self._workers = WorkerProcesses(pipe, num_workers, persistent, prefetch_factor, multiprocessing_context,
+                                     worker_init_fn)
+            pipe = self._workers
+        if self.timeout is not None:
+            pipe = TimedBuffer(pipe, _TIMEOUT_BUFFER, self.timeout, _WHERE)
+        if pin and (self.device is None or self.device.type != "cpu"):
+            pipe = pipe.pin_memory()
+        if self.device is not None:
+            pipe = pipe.to_device(self.device)
+        return pipe
+
+    def _build_spdl(self, preprocessor: Any, aggregator: Any, transfer_fn: Any, buffer_size: Any, num_threads: Any,
+                    output_order: Any) -> IterDataPipe[Any]:
+        require_callable(preprocessor, _WHERE, "preprocessor", optional=True)
+        require_callable(aggregator, _WHERE, "aggregator", optional=True)
+        require_callable(transfer_fn, _WHERE, "transfer_fn", optional=True)
+        buffer_size = _SPDL_BUFFER_SIZE if buffer_size is None else buffer_size
+        require_int(buffer_size, _WHERE, "buffer_size", minimum=1)
+        num_threads = _SPDL_NUM_THREADS if num_threads is None else num_threads
+        require_int(num_threads, _WHERE, "num_threads", minimum=1)
+        output_order = _SPDL_OUTPUT_ORDER if output_order is None else output_order
+        if output_order not in ("input", "completion"):
+            raise ValueError(f"{_WHERE}: output_order must be 'input' or 'completion', got {output_order!r}")
+        self.num_workers = 0
+        self.device = None
+        self.buffer_size = buffer_size
+        self.num_threads = num_threads
+        self.output_order = output_order
+        ordered = output_order == "input"
+        pipe = self.datapipe
+        if preprocessor is not None:
+            pipe = _preprocess(pipe, preprocessor, num_threads, ordered)
+        if self.batch_size is not None:
+            pipe = pipe.batch(self.batch_size, drop_last=self.drop_last)
+        if aggregator is not None:
+            pipe = pipe.map(aggregator, concurrency=num_threads, ordered=ordered)
+        if transfer_fn is not None:
+            pipe = pipe.map(transfer_fn)  # serial: it runs on the buffer's one background thread
+        if self.timeout is None:
+            return pipe.prefetch(buffer_size)
+        return TimedBuffer(pipe, buffer_size, self.timeout, _WHERE)
+
+    # -- epochs and seeds --------------------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use ``epoch`` for the next pass: with the loader's seed, it fixes the order of every random
+        stage (same seed and epoch, same order). Passes without a ``set_epoch`` count up from the
+        last epoch."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError(f"{_WHERE}: epoch must be an int >= 0, got {epoch!r}")
+        self._epoch = epoch
+        self._epoch_set = True
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the current (or, before the first pass, the next) pass."""
+        return self._epoch
+
+    def _begin_pass(self) -> tuple[int, int]:
+        if not self._epoch_set and self._passes:
+            self._epoch += 1
+        self._epoch_set = False
+        self._passes += 1
+        if self._base_seed is None:
+            self._base_seed = _agreed_seed(self.datapipe)
+        return self._base_seed, self._epoch
+
+    # -- running -----------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        seed, epoch = self._begin_pass()
+        if self._workers is not None:
+            self._workers.prepare(seed, epoch)
+        else:
+            _install_seeds(self.datapipe, seed, epoch, _shard_id())
+        it = iter(self.pipe)
+        if self.even_batches is None:
+            return it
+        return _even_pass(self, it, self.even_batches)
+
+    def __len__(self) -> int:
+        return len(self.pipe)  # type: ignore[arg-type]
+
+    def __bool__(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        """Stop persistent worker processes (idempotent). Passes stop their own threads and workers."""
+        if self._workers is not None:
+            self._workers.close()
+
+    def __enter__(self) -> DataLoader:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        extra = f", num_workers={self.num_workers}" if self.num_workers else ""
+        return f"DataLoader({self.pipe!r}{extra})"
+
+
+def _is_set(name: str, value: Any) -> bool:
+    """Whether a torch-only argument was given a value other than its default."""
+    if name in ("pin_memory", "persistent_workers"):
+        return value is not False
+    if name == "num_workers":
+        return isinstance(value, bool) or value != 0
+    return value is not None
+
+
+def _preprocess(pipe: IterDataPipe[Any], fn: Any, num_threads: int, ordered: bool) -> IterDataPipe[Any]:
+    """The SPDL preprocessor stage: a concurrent map, or a flatmap for a (async) generator function."""
+    if is_async_gen_callable(fn):
+        if num_threads == 1:
+            return pipe.flatmap(fn)
+        return pipe.map(_AsyncGathered(fn), concurrency=num_threads, ordered=ordered).flatmap()
+    if _is_gen_callable(fn):
+        if num_threads == 1:
+            return pipe.flatmap(fn)
+        return pipe.map(_Gathered(fn), concurrency=num_threads, ordered=ordered).flatmap()
+    if is_async_callable(fn) or num_threads > 1:
+        return pipe.map(fn, concurrency=num_threads, ordered=ordered)
+    return pipe.map(fn)
