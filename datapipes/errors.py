@@ -119,20 +119,22 @@ class ErrorPolicy:
     Args:
         on_error: ``"raise"`` or ``"skip"``.
         max_failures: with ``"skip"``, how many failures one pass tolerates (``None``: any number).
+        stage: the stage's name, for the messages of bad arguments.
     """
 
     __slots__ = ("on_error", "max_failures")
 
-    def __init__(self, on_error: str = "raise", max_failures: int | None = None) -> None:
+    def __init__(self, on_error: str = "raise", max_failures: int | None = None, stage: str | None = None) -> None:
+        at = f"{stage}: " if stage else ""
         if on_error not in _ON_ERROR:
-            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+            raise ValueError(f"{at}on_error must be 'raise' or 'skip', got {on_error!r}")
         if max_failures is not None:
             if isinstance(max_failures, bool) or not isinstance(max_failures, int):
-                raise TypeError(f"max_failures must be an int or None, got {type(max_failures).__name__}")
+                raise TypeError(f"{at}max_failures must be an int or None, got {type(max_failures).__name__}")
             if max_failures < 0:
-                raise ValueError(f"max_failures must be >= 0 or None, got {max_failures}")
+                raise ValueError(f"{at}max_failures must be >= 0 or None, got {max_failures}")
             if on_error == "raise":
-                raise ValueError("max_failures applies only with on_error='skip'")
+                raise ValueError(f"{at}max_failures applies only with on_error='skip'")
         self.on_error = on_error
         self.max_failures = max_failures
 

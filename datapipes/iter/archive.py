@@ -230,7 +230,7 @@ class TarArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         self.datapipe = datapipe
         self.mode = mode
         self.length = length
-        self._policy = ErrorPolicy(on_error, max_failures)
+        self._policy = ErrorPolicy(on_error, max_failures, type(self).__name__)
         self._run = _tar_skip if self._policy.skips else _tar_raise
         self.failures = FailureLog()
 
@@ -356,7 +356,7 @@ class ZipArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         _check_length(length, stage)
         self.datapipe = datapipe
         self.length = length
-        self._policy = ErrorPolicy(on_error, max_failures)
+        self._policy = ErrorPolicy(on_error, max_failures, type(self).__name__)
         self._run = _zip_skip if self._policy.skips else _zip_raise
         self.failures = FailureLog()
 

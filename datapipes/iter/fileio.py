@@ -508,7 +508,7 @@ class FileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         self.mode = mode
         self.encoding = encoding
         self.length = length
-        self._policy = ErrorPolicy(on_error, max_failures)
+        self._policy = ErrorPolicy(on_error, max_failures, type(self).__name__)
         self.failures = FailureLog()
 
     def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:

@@ -508,8 +508,8 @@ class Grouper(IterDataPipe[Any]):
 
     Raises:
         Whatever ``group_key_fn`` raises, as the same object, with a note naming the stage and the
-        item's position. An unhashable key raises Python's own ``TypeError`` object (``unhashable
-        type: 'list'``) with two notes: the stage and item position, and the key's type.
+        item's position. An unhashable key raises Python's own ``TypeError`` object
+        (``unhashable type: 'list'``) with two notes: the stage and item position, and the key's type.
         RuntimeError: the buffer is full and its largest group is smaller than
             ``guaranteed_group_size`` (without ``drop_remaining``).
 

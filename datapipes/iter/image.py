@@ -235,7 +235,7 @@ class ImageDecoder(IterDataPipe[Any]):
         self.draft = draft
         self.output = output
         self.layout = layout
-        self._policy = ErrorPolicy(on_error, max_failures)
+        self._policy = ErrorPolicy(on_error, max_failures, type(self).__name__)
         self._run = _images_skip if self._policy.skips else _images_raise
         self.failures = FailureLog()
 

@@ -355,7 +355,7 @@ class CSVParser(IterDataPipe[Any]):
         self.as_tuple = as_tuple
         self.fmtparams = fmtparams
         self._text = _TextOptions(skip_lines, decode, encoding, errors, newline="")
-        self._policy = ErrorPolicy(on_error, max_failures)
+        self._policy = ErrorPolicy(on_error, max_failures, type(self).__name__)
         self._run = _csv_skip if self._policy.skips else _csv_raise
         self.failures = FailureLog()
 
@@ -621,7 +621,7 @@ class JsonParser(IterDataPipe[tuple[str, Any]]):
             raise TypeError(f"JsonParser: invalid json.loads arguments {sorted(kwargs)}: {e}") from None
         self.source_datapipe = source_datapipe
         self.kwargs = kwargs
-        self._policy = ErrorPolicy(on_error, max_failures)
+        self._policy = ErrorPolicy(on_error, max_failures, type(self).__name__)
         self._run = _json_skip if self._policy.skips else _json_raise
         self.failures = FailureLog()
 
@@ -753,7 +753,7 @@ class LineReader(IterDataPipe[Any]):
         self.errors = errors
         self.return_path = return_path
         self._text = _TextOptions(skip_lines, decode, encoding, errors, newline="\n")
-        self._policy = ErrorPolicy(on_error, max_failures)
+        self._policy = ErrorPolicy(on_error, max_failures, type(self).__name__)
         self._run = _lines_skip if self._policy.skips else _lines_raise
         self.failures = FailureLog()
 

@@ -451,7 +451,7 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         self.retries = retries
         self.backoff = backoff
         self.storage_options = storage_options
-        self._policy = ErrorPolicy(on_error, max_failures)
+        self._policy = ErrorPolicy(on_error, max_failures, type(self).__name__)
         self.failures = FailureLog()
 
     def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:

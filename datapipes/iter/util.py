@@ -8,7 +8,7 @@ import itertools
 import sys
 from collections.abc import AsyncIterator as _AsyncIteratorABC
 from collections.abc import Iterator as _IteratorABC
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, AsyncIterable, Callable, Iterable, Iterator, TypeVar
 
 from .._engine import iterate_async
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe
@@ -46,7 +46,7 @@ class IterableWrapper(IterDataPipe[T]):
     2
     """
 
-    def __init__(self, iterable: Iterable[T], deepcopy: bool = False) -> None:
+    def __init__(self, iterable: Iterable[T] | AsyncIterable[T], deepcopy: bool = False) -> None:
         kind = type(iterable)
         self._async = hasattr(kind, "__aiter__") and not hasattr(kind, "__iter__")
         if not (self._async or hasattr(kind, "__iter__") or hasattr(kind, "__getitem__")):
