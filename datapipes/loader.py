@@ -18,9 +18,7 @@ implementation:
 from __future__ import annotations
 
 import inspect
-import queue
 import threading
-import time
 import warnings
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator
@@ -28,7 +26,7 @@ from typing import Any, Callable, Iterable, Iterator
 from torch.utils.data import IterableDataset
 
 from ._engine import StageStats, is_async_callable, is_async_gen_callable
-from ._engine.background import _END as _PRODUCER_END, _ITEM as _PRODUCER_ITEM, _Producer
+from ._engine.background import background_iter
 from .datapipe import (
     IterDataPipe,
     MapDataPipe,
@@ -107,39 +105,15 @@ def _timed_buffer(stage: TimedBuffer) -> Iterator[Any]:
     label = stage_label(stage)
     stats = stage.stats = StageStats(label, "prefetch", 1, stage.buffer_size)
     source, timeout = stage.source_datapipe, stage.timeout
-    n = fill = 0
-    waiting = 0.0
-    clock = time.perf_counter
-    busy = [0.0]
-    producer = None
-    try:
-        producer = _Producer(lambda: source, None, stage.buffer_size, label, busy)
-        stats.begin(busy)
-        get, ready, release = producer.queue.get, producer.queue.qsize, producer.slots.release
-        while True:
-            t = clock()
-            try:
-                kind, value = get(timeout=timeout)
-            except queue.Empty:
-                raise TimeoutError(
-                    f"{stage.owner}: batch {n} did not arrive within timeout={timeout} s; the pipe upstream "
-                    f"({source!r}) is stuck or slower than that. Raise timeout, or find the slow stage with "
-                    f"datapipes.profile(loader.pipe)"
-                ) from None
-            waiting += clock() - t
-            fill += ready()
-            if kind == _PRODUCER_ITEM:
-                release()
-                n += 1
-                yield value
-            elif kind == _PRODUCER_END:
-                return
-            else:
-                raise value
-    finally:
-        if producer is not None:
-            producer.close()
-        stats.finish(n, n, 0, fill, n, sum(busy), waiting)
+
+    def late(n: int) -> TimeoutError:
+        return TimeoutError(
+            f"{stage.owner}: batch {n} did not arrive within timeout={timeout} s; the pipe upstream "
+            f"({source!r}) is stuck or slower than that. Raise timeout, or find the slow stage with "
+            f"datapipes.profile(loader.pipe)"
+        )
+
+    return background_iter(lambda: source, stage.buffer_size, label, stats, timeout=timeout, on_timeout=late)
 
 
 class TimedBuffer(IterDataPipe[Any]):

@@ -87,8 +87,12 @@ class _Producer:
 
 
 def background_iter(make: Callable[[], Iterable[Any]], buffer_size: int, label: str, stats: StageStats,
-                    fn: Callable[[Any], Any] | None = None) -> Iterator[Any]:
+                    fn: Callable[[Any], Any] | None = None, timeout: float | None = None,
+                    on_timeout: Callable[[int], BaseException] | None = None) -> Iterator[Any]:
     """Yield the items of ``make()`` (through ``fn`` when given), produced on a background thread.
+
+    With ``timeout``, the consumer waits at most that many seconds for each item, then raises
+    ``on_timeout(position)`` (default: a ``TimeoutError`` naming ``label``).
 
     Order is kept. At most ``buffer_size`` items are produced ahead of the consumer (taken from the
     source and not yet handed over), plus the one the producer is working on. An exception raised
@@ -108,7 +112,12 @@ def background_iter(make: Callable[[], Iterable[Any]], buffer_size: int, label: 
         get, ready, release = producer.queue.get, producer.queue.qsize, producer.slots.release
         while True:
             t = clock()
-            kind, value = get()
+            try:
+                kind, value = get(True, timeout)
+            except queue.Empty:
+                if on_timeout is not None:
+                    raise on_timeout(n) from None
+                raise TimeoutError(f"{label}: item {n} did not arrive within timeout={timeout} s") from None
             waiting += clock() - t
             fill += ready()
             if kind == _ITEM:
