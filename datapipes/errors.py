@@ -27,7 +27,16 @@ import threading
 from collections import deque
 from typing import Any, Callable, NamedTuple
 
-__all__ = ["ErrorPolicy", "Failure", "FailureLog", "PassFailures", "add_stage_note", "call_lines", "raised_at"]
+__all__ = [
+    "ErrorPolicy",
+    "Failure",
+    "FailureLog",
+    "PassFailures",
+    "add_stage_note",
+    "call_lines",
+    "policy_and_log",
+    "raised_at",
+]
 
 _ON_ERROR = ("raise", "skip")
 _RECENT = 16  # failures kept for inspection in a FailureLog
@@ -161,6 +170,13 @@ class ErrorPolicy:
 
     def __setstate__(self, state: tuple[str, int | None]) -> None:
         self.on_error, self.max_failures = state
+
+
+def policy_and_log(stage: Any, on_error: str, max_failures: int | None) -> tuple[ErrorPolicy, FailureLog]:
+    """A stage's validated :class:`ErrorPolicy` (bad arguments named after ``stage``'s class) and
+    its empty :class:`FailureLog`, for ``self._policy, self.failures = policy_and_log(self, ...)``
+    in the constructor, which then picks its hot loop from ``self._policy.skips``."""
+    return ErrorPolicy(on_error, max_failures, type(stage).__name__), FailureLog()
 
 
 class PassFailures:

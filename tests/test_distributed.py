@@ -20,14 +20,9 @@ from datapipes import _worker
 from datapipes.iter import IterableWrapper
 from datapipes.iter.sharding import SHARDING_PRIORITIES
 
+from helpers import plain_process  # noqa: F401 - an autouse fixture
+
 N = 40
-
-
-@pytest.fixture(autouse=True)
-def plain_process(monkeypatch):
-    monkeypatch.delenv("RANK", raising=False)
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.setattr(_worker, "_checked", False)
 
 
 @contextmanager

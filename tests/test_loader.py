@@ -3,7 +3,6 @@ even batch counts across ranks, and the lifecycle of its threads and processes."
 
 import asyncio
 import gc
-import glob
 import json
 import multiprocessing
 import os
@@ -21,19 +20,15 @@ from datapipes.iter import IterableWrapper
 from datapipes.loader import DataLoader
 from datapipes.map import SequenceWrapper
 
+from helpers import child_pids as process_children
+
 
 def child_pids():
     """Pids of this process's live children (from /proc: every thread's children list), but for
     multiprocessing's resource tracker, which lives as long as the process once started."""
     from multiprocessing import resource_tracker
 
-    pids = set()
-    for path in glob.glob(f"/proc/{os.getpid()}/task/*/children"):
-        try:
-            with open(path) as f:
-                pids.update(int(p) for p in f.read().split())
-        except OSError:
-            pass
+    pids = process_children()
     pids.discard(getattr(resource_tracker._resource_tracker, "_pid", None))
     return pids
 

@@ -21,15 +21,9 @@ from datapipes import IterDataPipe, _worker
 from datapipes.iter import IterableWrapper
 from datapipes.iter.sharding import SHARDING_PRIORITIES
 
+from helpers import plain_process  # noqa: F401 - an autouse fixture
+
 N = 24
-
-
-@pytest.fixture(autouse=True)
-def plain_process(monkeypatch):
-    """No distributed rank from the environment, and the once-per-process warning not yet given."""
-    monkeypatch.delenv("RANK", raising=False)
-    monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.setattr(_worker, "_checked", False)
 
 
 @contextmanager

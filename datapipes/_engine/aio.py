@@ -21,6 +21,8 @@ import weakref
 from collections import deque
 from typing import Any, AsyncIterable, Callable, Iterator
 
+from .lifecycle import Closeable
+
 __all__ = ["AsyncWorkers", "LoopRef", "is_async_callable", "is_async_gen_callable", "iterate_async", "loop_running"]
 
 _STOP_GRACE_S = 2.0  # how long a stop waits for tasks to end after being cancelled
@@ -109,7 +111,7 @@ def loop_running() -> bool:
     return _shared is not None
 
 
-class LoopRef:
+class LoopRef(Closeable):
     """A handle on the shared event loop: the loop thread runs while at least one handle is open.
 
     :meth:`close` is idempotent; the handle is a context manager; a ``weakref.finalize`` releases it
@@ -125,17 +127,8 @@ class LoopRef:
     def on_loop_thread(self) -> bool:
         return threading.current_thread() is self.thread
 
-    def close(self) -> None:
-        self._finalizer()
 
-    def __enter__(self) -> LoopRef:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-
-class AsyncWorkers:
+class AsyncWorkers(Closeable):
     """Runs ``async def fn`` on the shared loop with at most ``n`` tasks in flight.
 
     The consumer appends items to an inbox and wakes the loop only when it is idle and the consumer
@@ -285,12 +278,6 @@ class AsyncWorkers:
         finally:
             self._closed = True
             ref.close()
-
-    def __enter__(self) -> AsyncWorkers:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 # -- async iterables ---------------------------------------------------------------------------------

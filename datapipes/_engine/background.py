@@ -15,6 +15,7 @@ import time
 import weakref
 from typing import Any, Callable, Iterable, Iterator
 
+from .lifecycle import Closeable
 from .stats import StageStats
 
 __all__ = ["background_iter"]
@@ -61,7 +62,7 @@ def _stop(stop: threading.Event, slots: threading.Semaphore, thread: threading.T
         thread.join(_GRACE_S)
 
 
-class _Producer:
+class _Producer(Closeable):
     """Owner of one producer thread: idempotent :meth:`close`, context manager, finalize backstop."""
 
     def __init__(self, make: Callable[[], Iterable[Any]], fn: Callable[[Any], Any] | None, buffer_size: int,
@@ -75,15 +76,6 @@ class _Producer:
         )
         self._finalizer = weakref.finalize(self, _stop, self.stop, self.slots, self.thread)
         self.thread.start()
-
-    def close(self) -> None:
-        self._finalizer()
-
-    def __enter__(self) -> _Producer:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 def background_iter(make: Callable[[], Iterable[Any]], buffer_size: int, label: str, stats: StageStats,

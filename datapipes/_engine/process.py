@@ -30,6 +30,7 @@ import weakref
 from typing import Any, Callable, Iterable, Iterator
 
 from . import _procworker
+from .lifecycle import Closeable
 from .stats import StageStats
 
 __all__ = ["ProcessWorkers", "run_process_stage", "live_worker_pids"]
@@ -125,7 +126,7 @@ def _shutdown(procs: list[subprocess.Popen[bytes]], inq: Any, slots: list[thread
             t.join(_GRACE_S)
 
 
-class ProcessWorkers:
+class ProcessWorkers(Closeable):
     """``n`` worker processes, each fed by a writer thread and read by a reader thread.
 
     Owner of its processes and threads: :meth:`close` is idempotent (it asks the workers to exit,
@@ -196,16 +197,6 @@ class ProcessWorkers:
                 t = threading.Thread(target=target, args=args, name=f"datapipes {self.label} {role} {k}", daemon=True)
                 threads.append(t)
                 t.start()
-
-    def close(self) -> None:
-        if self._finalizer is not None:
-            self._finalizer()
-
-    def __enter__(self) -> ProcessWorkers:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
 def _encode(chunk_id: int, items: list[Any], first: int, label: str) -> bytes:

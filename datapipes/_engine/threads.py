@@ -13,6 +13,8 @@ import weakref
 from concurrent.futures import Executor, Future
 from typing import Any, Callable
 
+from .lifecycle import Closeable
+
 __all__ = ["ThreadWorkers", "ExecutorWorkers", "JOIN_GRACE_S"]
 
 #: How long ``close()`` waits for workers to exit. An idle worker exits at once; one still inside
@@ -84,7 +86,7 @@ def _shutdown(inq: Any, threads: list[threading.Thread], abandoned: list[bool]) 
     _join(live, JOIN_GRACE_S)
 
 
-class ThreadWorkers:
+class ThreadWorkers(Closeable):
     """``n`` daemon threads calling ``fn`` on submitted items (the default backend).
 
     With ``timeout``, :meth:`get` gives up on an item that has been inside ``fn`` longer than
@@ -164,17 +166,6 @@ class ThreadWorkers:
             except queue.Empty:
                 pass
 
-    def close(self) -> None:
-        """Cancel queued items and stop the workers (idempotent)."""
-        if self._finalizer is not None:
-            self._finalizer()
-
-    def __enter__(self) -> ThreadWorkers:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
 
 def _run_job(fn: Callable[[Any], Any], job: tuple[int, Any], busy: list[float], lock: threading.Lock) -> tuple[int, bool, Any]:
     t = time.perf_counter()
@@ -193,7 +184,7 @@ def _cancel_all(pending: set[Future[Any]]) -> None:
         f.cancel()
 
 
-class ExecutorWorkers:
+class ExecutorWorkers(Closeable):
     """Runs ``fn`` on a ``concurrent.futures.Executor`` the user built; we never shut it down.
 
     A synchronous executor (``submit`` runs the call at once) works too, which makes a stage's logic
@@ -237,12 +228,3 @@ class ExecutorWorkers:
         self.ready = outq.qsize
         self._finalizer = weakref.finalize(self, _cancel_all, pending)
 
-    def close(self) -> None:
-        if self._finalizer is not None:
-            self._finalizer()
-
-    def __enter__(self) -> ExecutorWorkers:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()

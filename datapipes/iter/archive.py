@@ -42,7 +42,7 @@ import zipfile
 from typing import Any, Callable, Iterator
 
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
-from ..errors import ErrorPolicy, FailureLog, add_stage_note
+from ..errors import add_stage_note, policy_and_log
 from .parsing import _close, _pair, _skip_failure
 
 __all__ = ["Decompressor", "TarArchiveLoader", "WebDatasetGrouper", "ZipArchiveLoader"]
@@ -230,9 +230,8 @@ class TarArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         self.datapipe = datapipe
         self.mode = mode
         self.length = length
-        self._policy = ErrorPolicy(on_error, max_failures, type(self).__name__)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
         self._run = _tar_skip if self._policy.skips else _tar_raise
-        self.failures = FailureLog()
 
     def __iter__(self) -> Iterator[tuple[str, io.BytesIO]]:
         return self._run(self)
@@ -356,9 +355,8 @@ class ZipArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         _check_length(length, stage)
         self.datapipe = datapipe
         self.length = length
-        self._policy = ErrorPolicy(on_error, max_failures, type(self).__name__)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
         self._run = _zip_skip if self._policy.skips else _zip_raise
-        self.failures = FailureLog()
 
     def __iter__(self) -> Iterator[tuple[str, io.BytesIO]]:
         return self._run(self)

@@ -16,7 +16,7 @@ from .._collate import collate as default_collate
 from .._engine import LoopRef, concurrent_map, is_async_callable, is_async_gen_callable, iterate_async, new_stats
 from .._engine.rng import check_rng, item_seed, make_rng, seeded_call, with_seeds
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
-from ..errors import ErrorPolicy, FailureLog, add_stage_note, call_lines, raised_at
+from ..errors import add_stage_note, call_lines, policy_and_log, raised_at
 
 __all__ = ["Mapper", "Filter", "FlatMapper", "Collator"]
 
@@ -340,7 +340,7 @@ class Mapper(IterDataPipe[U]):
         self.chunksize = chunksize
         self.rng = rng
         self._async = is_async_callable(fn)
-        self._policy = ErrorPolicy(on_error, max_failures, type(self).__name__)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
         if rng is not None:
             self._is_random = True
         serial = concurrency == 1 and timeout is None and not self._async and executor == "thread"
@@ -350,7 +350,6 @@ class Mapper(IterDataPipe[U]):
             self._run = _map_seeded_skip if self._policy.skips else _map_seeded_raise
         else:
             self._run = _map_skip if self._policy.skips else _map_raise
-        self.failures = FailureLog()
         self.stats: Any = None
 
     def __iter__(self) -> Iterator[U]:
@@ -443,9 +442,8 @@ class Filter(IterDataPipe[T]):
         self.datapipe = datapipe
         self.filter_fn = filter_fn
         self.input_col = input_col
-        self._policy = ErrorPolicy(on_error, max_failures, type(self).__name__)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
         self._run = _filter_skip if self._policy.skips else _filter_raise
-        self.failures = FailureLog()
 
     def __iter__(self) -> Iterator[T]:
         return self._run(self)
@@ -559,12 +557,11 @@ class FlatMapper(IterDataPipe[U]):
         self.datapipe = datapipe
         self.fn = fn
         self.input_col = input_col
-        self._policy = ErrorPolicy(on_error, max_failures, type(self).__name__)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
         if fn is not None and is_async_gen_callable(fn):
             self._run = _flatmap_async_skip if self._policy.skips else _flatmap_async_raise
         else:
             self._run = _flatmap_skip if self._policy.skips else _flatmap_raise
-        self.failures = FailureLog()
 
     def __iter__(self) -> Iterator[U]:
         return self._run(self)

@@ -387,6 +387,49 @@ class _Hub:
                 self._retire(p, RuntimeError(f"{self.label}: this pass is over"))
 
 
+class _HubChild(IterDataPipe[T]):
+    """One child of a fork or demux: reads through the pass it shares with its siblings on ``hub``.
+
+    A subclass picks, once at construction, the loop ``_loop(hub)`` that its passes run, and
+    defines ``__len__``. Its source in the pipe graph is the hub's source.
+    """
+
+    _repr_fields = ("instance_id",)
+
+    def __init__(self, hub: Any, instance_id: int) -> None:
+        self._hub = hub
+        self.instance_id = instance_id
+        self._run = self._loop(hub)
+        hub.register(self, instance_id)
+
+    @staticmethod
+    def _loop(hub: Any) -> Callable[[Any, int], Iterator[Any]]:
+        raise NotImplementedError
+
+    @property
+    def num_instances(self) -> int:
+        return self._hub.num_instances
+
+    @property
+    def buffer_size(self) -> int:
+        return self._hub.buffer_size
+
+    def __iter__(self) -> Iterator[T]:
+        return self._run(self._hub, self.instance_id)
+
+    def _sources(self) -> list[Any]:
+        return [self._hub.datapipe]
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return _rebuild_child, (type(self), self._hub, self.instance_id)
+
+    def __copy__(self) -> Any:
+        return type(self)(self._hub, self.instance_id)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        return type(self)(_copy.deepcopy(self._hub, memo), self.instance_id)
+
+
 # -- Forker ----------------------------------------------------------------------------------------
 
 
@@ -529,46 +572,19 @@ def _fork_child_copy(hub: _ForkHub, i: int) -> Iterator[Any]:
         yield copy_fn(item)
 
 
-class ForkerChild(IterDataPipe[T]):
+class ForkerChild(_HubChild[T]):
     """One child of :class:`Forker`: the items of the fork's source, in order, read through the
     pass it shares with its siblings.
 
     ``len()`` is the source's length. Its source in the pipe graph is the fork's source.
     """
 
-    _repr_fields = ("instance_id",)
-
-    def __init__(self, hub: _ForkHub, instance_id: int) -> None:
-        self._hub = hub
-        self.instance_id = instance_id
-        self._run = _fork_child if hub.copy_fn is None else _fork_child_copy
-        hub.register(self, instance_id)
-
-    @property
-    def num_instances(self) -> int:
-        return self._hub.num_instances
-
-    @property
-    def buffer_size(self) -> int:
-        return self._hub.buffer_size
-
-    def __iter__(self) -> Iterator[T]:
-        return self._run(self._hub, self.instance_id)
+    @staticmethod
+    def _loop(hub: _ForkHub) -> Callable[[Any, int], Iterator[Any]]:
+        return _fork_child if hub.copy_fn is None else _fork_child_copy
 
     def __len__(self) -> int:
         return len(self._hub.datapipe)
-
-    def _sources(self) -> list[Any]:
-        return [self._hub.datapipe]
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        return _rebuild_child, (type(self), self._hub, self.instance_id)
-
-    def __copy__(self) -> Any:
-        return type(self)(self._hub, self.instance_id)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        return type(self)(_copy.deepcopy(self._hub, memo), self.instance_id)
 
 
 @functional_datapipe("fork")
@@ -784,45 +800,18 @@ def _demux_child(hub: _DemuxHub, i: int) -> Iterator[Any]:
         hub.leave(p, i)
 
 
-class DemultiplexerChild(IterDataPipe[T]):
+class DemultiplexerChild(_HubChild[T]):
     """One child of :class:`Demultiplexer`: the items ``classifier_fn`` sends to it, in order.
 
     ``len()`` raises ``TypeError``. Its source in the pipe graph is the demux's source.
     """
 
-    _repr_fields = ("instance_id",)
-
-    def __init__(self, hub: _DemuxHub, instance_id: int) -> None:
-        self._hub = hub
-        self.instance_id = instance_id
-        self._run = _demux_child
-        hub.register(self, instance_id)
-
-    @property
-    def num_instances(self) -> int:
-        return self._hub.num_instances
-
-    @property
-    def buffer_size(self) -> int:
-        return self._hub.buffer_size
-
-    def __iter__(self) -> Iterator[T]:
-        return self._run(self._hub, self.instance_id)
+    @staticmethod
+    def _loop(hub: _DemuxHub) -> Callable[[Any, int], Iterator[Any]]:
+        return _demux_child
 
     def __len__(self) -> int:
         raise len_unknown(self, "how many items classifier_fn sends to each child is known only after iterating")
-
-    def _sources(self) -> list[Any]:
-        return [self._hub.datapipe]
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        return _rebuild_child, (type(self), self._hub, self.instance_id)
-
-    def __copy__(self) -> Any:
-        return type(self)(self._hub, self.instance_id)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        return type(self)(_copy.deepcopy(self._hub, memo), self.instance_id)
 
 
 @functional_datapipe("demux")

@@ -43,7 +43,7 @@ import weakref
 from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
-from ..errors import ErrorPolicy, FailureLog, add_stage_note
+from ..errors import add_stage_note, policy_and_log
 from .util import IterableWrapper
 
 __all__ = [
@@ -242,6 +242,20 @@ class _OpenPass:
                 close()
         finally:
             self._abandon()
+
+
+def _open_pass(pipe: Any, source: Iterable[Any], open_fn: Callable[[Any], Any]) -> _OpenPass:
+    """One pass of the opener stage ``pipe`` (its ``_policy`` and ``failures`` set) over ``source``."""
+    stage = stage_label(pipe)
+    failures = pipe._policy.new_pass(stage, pipe.failures) if pipe._policy.skips else None
+    return _OpenPass(source, open_fn, stage, failures)
+
+
+def _opened_len(pipe: Any, source: Any) -> int:
+    """The length of an opener stage over ``source``: unknown with ``on_error="skip"``."""
+    if pipe._policy.skips:
+        raise len_unknown(pipe, "with on_error='skip' the number of files that open is known only after iterating")
+    return len(source)
 
 
 def _paths_pipe(datapipe: Any, stage: str, name: str) -> IterDataPipe[Any]:
@@ -508,20 +522,15 @@ class FileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         self.mode = mode
         self.encoding = encoding
         self.length = length
-        self._policy = ErrorPolicy(on_error, max_failures, type(self).__name__)
-        self.failures = FailureLog()
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
 
     def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
-        stage = stage_label(self)
-        failures = self._policy.new_pass(stage, self.failures) if self._policy.skips else None
-        return _OpenPass(self.datapipe, _local_opener(self), stage, failures)
+        return _open_pass(self, self.datapipe, _local_opener(self))
 
     def __len__(self) -> int:
         if self.length != -1:
             return self.length
-        if self._policy.skips:
-            raise len_unknown(self, "with on_error='skip' the number of files that open is known only after iterating")
-        return len(self.datapipe)  # type: ignore[arg-type]
+        return _opened_len(self, self.datapipe)
 
 
 # -- Saver -----------------------------------------------------------------------------------------

@@ -76,7 +76,7 @@ def _batch_wrap(pipe: Batcher) -> Iterator[Any]:
             b += 1
     except Exception as e:
         if raised_at(e, _WRAP_FN_LINES):
-            add_stage_note(e, stage_label(pipe), b, "batch")
+            add_stage_note(e, stage_label(pipe), b, pipe._batch_what)
         raise
 
 
@@ -115,6 +115,7 @@ class Batcher(IterDataPipe[Any]):
     """
 
     _repr_fields = ("batch_size",)
+    _batch_what = "batch"  # what the note on a wrapper_class error calls the failing batch
 
     def __init__(
         self,

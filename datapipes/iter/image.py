@@ -14,7 +14,7 @@ import numpy as np
 from PIL import Image, ImageMode
 
 from ..datapipe import IterDataPipe, functional_datapipe, require_pipe, stage_label
-from ..errors import ErrorPolicy, FailureLog, add_stage_note, call_lines, raised_at
+from ..errors import add_stage_note, call_lines, policy_and_log, raised_at
 from .parsing import _close, _require_bool, _skip_failure
 
 __all__ = ["ImageDecoder"]
@@ -235,9 +235,8 @@ class ImageDecoder(IterDataPipe[Any]):
         self.draft = draft
         self.output = output
         self.layout = layout
-        self._policy = ErrorPolicy(on_error, max_failures, type(self).__name__)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
         self._run = _images_skip if self._policy.skips else _images_raise
-        self.failures = FailureLog()
 
     def __iter__(self) -> Iterator[Any]:
         return self._run(self)

@@ -34,7 +34,7 @@ from itertools import chain, islice, repeat
 from typing import Any, Callable, Iterator, Sequence
 
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
-from ..errors import ErrorPolicy, FailureLog, PassFailures, add_stage_note
+from ..errors import PassFailures, add_stage_note, policy_and_log
 
 __all__ = ["CSVDictParser", "CSVFilesParser", "CSVParser", "JsonParser", "LineReader"]
 
@@ -355,9 +355,8 @@ class CSVParser(IterDataPipe[Any]):
         self.as_tuple = as_tuple
         self.fmtparams = fmtparams
         self._text = _TextOptions(skip_lines, decode, encoding, errors, newline="")
-        self._policy = ErrorPolicy(on_error, max_failures, type(self).__name__)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
         self._run = _csv_skip if self._policy.skips else _csv_raise
-        self.failures = FailureLog()
 
     def __iter__(self) -> Iterator[Any]:
         return self._run(self)
@@ -621,9 +620,8 @@ class JsonParser(IterDataPipe[tuple[str, Any]]):
             raise TypeError(f"JsonParser: invalid json.loads arguments {sorted(kwargs)}: {e}") from None
         self.source_datapipe = source_datapipe
         self.kwargs = kwargs
-        self._policy = ErrorPolicy(on_error, max_failures, type(self).__name__)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
         self._run = _json_skip if self._policy.skips else _json_raise
-        self.failures = FailureLog()
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
         return self._run(self)
@@ -753,9 +751,8 @@ class LineReader(IterDataPipe[Any]):
         self.errors = errors
         self.return_path = return_path
         self._text = _TextOptions(skip_lines, decode, encoding, errors, newline="\n")
-        self._policy = ErrorPolicy(on_error, max_failures, type(self).__name__)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
         self._run = _lines_skip if self._policy.skips else _lines_raise
-        self.failures = FailureLog()
 
     def __iter__(self) -> Iterator[Any]:
         return self._run(self)

@@ -17,8 +17,8 @@ import time
 from typing import Any, Callable, Iterator, Sequence
 
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
-from ..errors import ErrorPolicy, FailureLog, add_stage_note
-from .fileio import StreamWrapper, _OpenPass, _TEXT_KWARGS, _check_bool, _check_masks, _check_read_mode, _check_write_mode, _mask_matcher, _pair, _paths_pipe, _roots_pipe
+from ..errors import add_stage_note, policy_and_log
+from .fileio import StreamWrapper, _TEXT_KWARGS, _check_bool, _check_masks, _check_read_mode, _check_write_mode, _mask_matcher, _open_pass, _opened_len, _pair, _paths_pipe, _roots_pipe
 
 __all__ = ["FSSpecFileLister", "FSSpecFileOpener", "FSSpecSaver"]
 
@@ -451,18 +451,13 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         self.retries = retries
         self.backoff = backoff
         self.storage_options = storage_options
-        self._policy = ErrorPolicy(on_error, max_failures, type(self).__name__)
-        self.failures = FailureLog()
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
 
     def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
-        stage = stage_label(self)
-        failures = self._policy.new_pass(stage, self.failures) if self._policy.skips else None
-        return _OpenPass(self.source_datapipe, _fsspec_opener(self), stage, failures)
+        return _open_pass(self, self.source_datapipe, _fsspec_opener(self))
 
     def __len__(self) -> int:
-        if self._policy.skips:
-            raise len_unknown(self, "with on_error='skip' the number of files that open is known only after iterating")
-        return len(self.source_datapipe)  # type: ignore[arg-type]
+        return _opened_len(self, self.source_datapipe)
 
 
 # -- FSSpecSaver -----------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Index checks shared by the positional map-style pipes (Batcher, Concater, Zipper)."""
+"""Index checks shared by the map-style pipes: positions (Batcher, Concater, Zipper) and lists of
+indices (Shuffler, MapToIterConverter)."""
 
 from __future__ import annotations
 
@@ -23,3 +24,15 @@ def position(pipe: Any, index: Any, length: int) -> int:
     if 0 <= j < length:
         return j
     raise IndexError(f"{stage_label(pipe)}: index {i} out of range for length {length}")
+
+
+def require_indices(indices: Any, stage: str) -> None:
+    """``TypeError`` naming ``stage`` unless ``indices`` is ``None`` or a sized iterable that is not a
+    str or bytes."""
+    if indices is not None:
+        kind = type(indices)
+        if not (hasattr(kind, "__len__") and hasattr(kind, "__iter__")) or isinstance(indices, (str, bytes)):
+            raise TypeError(
+                f"{stage}: indices must be a sized iterable of indices (a list, a range) or None, "
+                f"got {kind.__name__}"
+            )

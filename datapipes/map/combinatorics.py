@@ -11,6 +11,7 @@ from typing import Any, Iterator, Sequence, TypeVar
 import numpy as np
 
 from ..datapipe import IterDataPipe, MapDataPipe, functional_datapipe, require_pipe
+from ._index import require_indices
 
 __all__ = ["Shuffler"]
 
@@ -54,13 +55,7 @@ class Shuffler(IterDataPipe[T]):
 
     def __init__(self, datapipe: MapDataPipe[T], *, indices: Sequence[Any] | None = None) -> None:
         require_pipe(datapipe, "Shuffler", kind=MapDataPipe)
-        if indices is not None:
-            kind = type(indices)
-            if not (hasattr(kind, "__len__") and hasattr(kind, "__iter__")) or isinstance(indices, (str, bytes)):
-                raise TypeError(
-                    f"Shuffler: indices must be a sized iterable of indices (a list, a range) or None, "
-                    f"got {kind.__name__}"
-                )
+        require_indices(indices, "Shuffler")
         self.datapipe = datapipe
         self.indices = indices
 

@@ -9,6 +9,7 @@ from typing import Any, Callable, Hashable, Iterator, Sequence, TypeVar
 
 from ..datapipe import IterDataPipe, MapDataPipe, functional_datapipe, require_callable, require_pipe, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
+from ._index import require_indices
 
 __all__ = ["IterToMapConverter", "MapToIterConverter"]
 
@@ -230,13 +231,7 @@ class MapToIterConverter(IterDataPipe[T]):
 
     def __init__(self, datapipe: MapDataPipe[T], indices: Sequence[Any] | None = None) -> None:
         require_pipe(datapipe, "MapToIterConverter", kind=MapDataPipe)
-        if indices is not None:
-            kind = type(indices)
-            if not (hasattr(kind, "__len__") and hasattr(kind, "__iter__")) or isinstance(indices, (str, bytes)):
-                raise TypeError(
-                    f"MapToIterConverter: indices must be a sized iterable of indices (a list, a range) or "
-                    f"None, got {kind.__name__}"
-                )
+        require_indices(indices, "MapToIterConverter")
         self.datapipe = datapipe
         self.indices = indices
         self._run = _iter_all if indices is None else _iter_indices

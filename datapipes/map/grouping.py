@@ -2,45 +2,16 @@
 
 from __future__ import annotations
 
-from itertools import islice
 from typing import Any, Callable, Iterator, TypeVar
 
 from ..datapipe import MapDataPipe, functional_datapipe, require_callable, require_int, require_pipe, stage_label
-from ..errors import add_stage_note, call_lines, raised_at
+from ..errors import add_stage_note
+from ..iter.grouping import _batch_drop, _batch_keep, _batch_wrap, _count_batches, _require_flag
 from ._index import position
 
 __all__ = ["Batcher"]
 
 T = TypeVar("T")
-
-
-def _batch_lists(pipe: Batcher) -> Iterator[list[Any]]:
-    n = pipe.batch_size
-    it = iter(pipe.datapipe)
-    while len(batch := list(islice(it, n))) == n:
-        yield batch
-    if batch and not pipe.drop_last:
-        yield batch
-
-
-def _batch_wrapped(pipe: Batcher) -> Iterator[Any]:
-    fn = pipe.wrapper_class
-    n = pipe.batch_size
-    it = iter(pipe.datapipe)
-    b = 0
-    try:
-        while len(batch := list(islice(it, n))) == n:
-            yield fn(batch)
-            b += 1
-        if batch and not pipe.drop_last:
-            yield fn(batch)
-    except Exception as e:
-        if raised_at(e, _WRAP_FN_LINES):
-            add_stage_note(e, stage_label(pipe), b, "index")
-        raise
-
-
-_WRAP_FN_LINES = call_lines(_batch_wrapped)
 
 
 @functional_datapipe("batch")
@@ -77,6 +48,8 @@ class Batcher(MapDataPipe[Any]):
     """
 
     _repr_fields = ("batch_size",)
+    _batch_what = "index"  # the iterable-style loops, reused for iterating, name the batch's index
+    _run: Callable[[Any], Iterator[Any]]
 
     def __init__(
         self,
@@ -87,20 +60,22 @@ class Batcher(MapDataPipe[Any]):
     ) -> None:
         require_pipe(datapipe, "Batcher", kind=MapDataPipe)
         require_int(batch_size, "Batcher", "batch_size", minimum=1)
-        if not isinstance(drop_last, int):  # bool is an int; 0 and 1 read as torch code may pass them
-            raise TypeError(f"Batcher: drop_last must be a bool, got {type(drop_last).__name__}")
+        drop_last = _require_flag(drop_last, "Batcher", "drop_last")  # 0 and 1 read as torch code may pass them
         require_callable(wrapper_class, "Batcher", "wrapper_class")
         self.datapipe = datapipe
         self.batch_size = batch_size
-        self.drop_last = bool(drop_last)
+        self.drop_last = drop_last
         self.wrapper_class = wrapper_class
-        self._run = _batch_lists if wrapper_class is list else _batch_wrapped
+        if wrapper_class is list:
+            self._run = _batch_drop if drop_last else _batch_keep
+        else:
+            self._run = _batch_wrap
 
     def __getitem__(self, index: int) -> Any:
         dp = self.datapipe
         n = len(dp)
         bs = self.batch_size
-        i = position(self, index, n // bs if self.drop_last else -(-n // bs))
+        i = position(self, index, _count_batches(n, bs, self.drop_last))
         start = i * bs
         batch = [dp[j] for j in range(start, min(start + bs, n))]
         if self.wrapper_class is list:
@@ -115,5 +90,4 @@ class Batcher(MapDataPipe[Any]):
         return self._run(self)
 
     def __len__(self) -> int:
-        n = len(self.datapipe)
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        return _count_batches(len(self.datapipe), self.batch_size, self.drop_last)

@@ -1,13 +1,13 @@
 """Helpers shared by the engine tests: a counting lazy source, the live children of this process, and
 the ``no_child_left`` fixture (imported by the test modules that use it)."""
 
-import glob
 import itertools
 import multiprocessing
-import os
 import threading
 
 import pytest
+
+from helpers import child_pids
 
 
 class CountingSource:
@@ -23,18 +23,6 @@ class CountingSource:
             with self.lock:
                 self.pulled += 1
             yield i
-
-
-def child_pids():
-    """Pids of this process's live children (from /proc: every thread's children list)."""
-    pids = set()
-    for path in glob.glob(f"/proc/{os.getpid()}/task/*/children"):
-        try:
-            with open(path) as f:
-                pids.update(int(p) for p in f.read().split())
-        except OSError:
-            pass
-    return pids
 
 
 @pytest.fixture

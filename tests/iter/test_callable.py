@@ -7,20 +7,7 @@ import pytest
 from datapipes.iter import Filter, FlatMapper, IterableWrapper, Mapper
 from datapipes.testing import check_datapipe
 
-
-class Boom(Exception):
-    def __init__(self, code, detail):
-        super().__init__(code, detail)
-        self.code = code
-
-
-def fail_at(k):
-    def fn(x):
-        if x == k:
-            raise Boom(k, "custom")
-        return x
-
-    return fn
+from helpers import Boom, fail_at
 
 
 class TestMapper:
