@@ -1,0 +1,547 @@
+"""End-to-end image benchmark (DESIGN section 8, issue 5): a JPEG folder -> batches of uint8 tensors.
+
+    .venv-bench/bin/python benchmarks/end_to_end.py                   # every system, 3 repeats, both mallocs
+    .venv-bench/bin/python benchmarks/end_to_end.py --repeats 5 --malloc tuned
+    .venv-bench/bin/python benchmarks/end_to_end.py --only datapipes,nodes,limit --concurrency 2,3,4
+    nice -n -10 .venv-bench/bin/python benchmarks/end_to_end.py --repeats 5   # on a shared machine
+
+Workload: 1,000 generated ~500x375 JPEGs in class folders on disk (``datapipes._demo_data``, seed 0)
+-> read -> decode + resize to 224x224 -> ``(3, 224, 224)`` uint8 arrays -> batches of 32 -> a uint8
+tensor ``(32, 3, 224, 224)`` (the last one ``(8, 3, 224, 224)``). No shuffling.
+
+Every system runs in a FRESH PROCESS (this script started again with ``--child``), one after the
+other, interleaved repeat by repeat, so none inherits another's warm allocator, thread pools or page
+faults; the figures are medians over the repeats. In the child, the clock starts after the imports,
+when the system starts building its pipeline (listing the files is inside the clock), and stops at
+the last batch:
+
+- images/s: 1,000 images over that whole time (start-up and time to first batch included);
+- first batch: from building the pipeline to holding the first batch;
+- peak RSS: the child's ``VmHWM`` plus the ``VmHWM`` of each of its worker processes, read while the
+  last batch is held (workers still alive), from ``/proc``;
+- CPU s: user + system time of the child and its workers; cores used: CPU s over wall time. On a
+  shared machine a run that got fewer cores shows it here; before each run the script waits (up
+  to ``--wait-idle`` seconds) for the machine to be idle.
+
+Systems, all with the same per-image decode function (:func:`decode_bytes`: Pillow open, ``draft``
+(a no-op at this size: 1/2 scale would be 250x188, under 224), RGB, bilinear resize, channels-first
+copy) and the same thread count where they use threads:
+
+- ``datapipes``: ``FileLister -> open_files("b") -> map(decode, concurrency=C) -> batch(32) -> collate()``;
+- ``torch DataLoader(num_workers=0)`` / ``(num_workers=2)``: a map-style ``Dataset`` over the file
+  list, ``batch_size=32``, torch's default collate (shared-memory batches in workers);
+- ``torch DataPipes + DataLoader(num_workers=2)``: ``torch.utils.data.datapipes`` ``FileLister ->
+  sharding_filter -> FileOpener -> Mapper(decode)`` through the DataLoader (batch 32, default collate);
+- ``torchdata.nodes``: ``IterableWrapper -> ParallelMapper(C threads, in order) -> Batcher(32) ->
+  Mapper(stack) -> Loader``;
+- ``spdl.pipeline``: ``add_source(paths) -> pipe(decode, concurrency=C) -> aggregate(32) ->
+  pipe(stack) -> add_sink(3)``, ``build(num_threads=C)``, SPDL's default completion order;
+- ``limit``: every file read into memory first (outside the clock), then a plain
+  ``ThreadPoolExecutor(2)`` decoding them with 4 futures in flight, grouped by 32 and stacked.
+
+``stack`` (nodes, SPDL, limit) is ``torch.from_numpy(np.stack(batch))``: numpy's copy, no torch
+kernel, so no peer pays for torch's intra-op thread pool. Nothing in a measuring loop calls torch.
+
+Targets (printed PASS/FAIL, measured with the tuned malloc and the default one):
+- datapipes ahead of every peer in images/s, and >= 75% of the limit;
+- datapipes' time to first batch <= 1/3 of torch DataLoader(num_workers=2)'s;
+- datapipes' peak RSS <= 1/2 of torch DataLoader(num_workers=2)'s (its workers included).
+
+Malloc: decoding on the main thread page-faults far more than on a worker thread under glibc's
+default, dynamic mmap threshold (DESIGN section 8); every system is therefore run twice, with the
+default malloc and with ``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_`` pinned in the child's
+environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Iterator
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+SIZE = 224
+BATCH = 32
+TUNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "1048576", "MALLOC_TRIM_THRESHOLD_": "268435456"}
+
+SYSTEMS = ["datapipes", "dataloader0", "dataloader2", "datapipes_torch", "nodes", "spdl", "limit"]
+LABELS = {
+    "datapipes": "datapipes (concurrency={c})",
+    "dataloader0": "torch DataLoader(num_workers=0)",
+    "dataloader2": "torch DataLoader(num_workers=2)",
+    "datapipes_torch": "torch DataPipes + DataLoader(num_workers=2)",
+    "nodes": "torchdata.nodes ({c} threads)",
+    "spdl": "spdl.pipeline ({c} threads)",
+    "limit": "limit: ThreadPoolExecutor(2), bytes in memory",
+}
+PEERS = ["dataloader0", "dataloader2", "datapipes_torch", "nodes", "spdl"]
+
+
+# -- the shared per-image work (imported lazily: the parent process never decodes) -----------------
+
+
+def decode_bytes(data: bytes) -> Any:
+    """JPEG bytes -> a ``(3, 224, 224)`` uint8 array: the one decode function every system runs."""
+    import numpy as np
+    from PIL import Image
+
+    img: Image.Image = Image.open(io.BytesIO(data))
+    img.draft("RGB", (SIZE, SIZE))
+    if img.mode != "RGB":
+        img = img.convert("RGB")
+    img = img.resize((SIZE, SIZE), Image.Resampling.BILINEAR)
+    return np.ascontiguousarray(np.asarray(img).transpose(2, 0, 1))
+
+
+def load(path: str) -> Any:
+    """A path -> its decoded image (peers that take paths)."""
+    with open(path, "rb") as f:
+        return decode_bytes(f.read())
+
+
+def load_pair(item: tuple[str, Any]) -> Any:
+    """A ``(path, stream)`` pair from ``open_files`` -> its decoded image (datapipes, torch DataPipes)."""
+    _, stream = item
+    try:
+        data = stream.read()
+    finally:
+        stream.close()
+    return decode_bytes(data)
+
+
+def stack(batch: list[Any]) -> Any:
+    import numpy as np
+    import torch
+
+    return torch.from_numpy(np.stack(batch))
+
+
+def list_jpegs(root: str) -> list[str]:
+    out: list[str] = []
+    for folder, _, files in os.walk(root):
+        out.extend(os.path.join(folder, f) for f in files if f.endswith(".jpg"))
+    out.sort()
+    return out
+
+
+# -- peak RSS (psutil is not installed: /proc) ------------------------------------------------------
+
+
+def _hwm_kb(pid: int | str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def workers_hwm_kb() -> dict[int, int]:
+    """``{pid: VmHWM}`` of this process's descendants alive now."""
+    out: dict[int, int] = {}
+    todo = _children(os.getpid())
+    while todo:
+        pid = todo.pop()
+        out[pid] = _hwm_kb(pid)
+        todo.extend(_children(pid))
+    return out
+
+
+# -- the systems (each returns an iterator of batches; the clock runs around building + iterating) -----
+
+
+def run_datapipes(root: str, c: int) -> Iterator[Any]:
+    from datapipes.iter import FileLister
+
+    pipe = FileLister(root, "*.jpg", recursive=True).open_files(mode="b").map(load_pair, concurrency=c).batch(BATCH).collate()
+    return iter(pipe)
+
+
+class JpegFolder:
+    """The map-style dataset a torch user writes: the file list, one decoded image per index."""
+
+    def __init__(self, root: str) -> None:
+        self.paths = list_jpegs(root)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> Any:
+        return load(self.paths[i])
+
+
+def run_dataloader(root: str, workers: int) -> Iterator[Any]:
+    from torch.utils.data import DataLoader
+
+    return iter(DataLoader(JpegFolder(root), batch_size=BATCH, num_workers=workers))  # type: ignore[arg-type]
+
+
+def run_datapipes_torch(root: str) -> Iterator[Any]:
+    from torch.utils.data import DataLoader
+    from torch.utils.data.datapipes.iter import FileLister
+
+    dp = FileLister(root, "*.jpg", recursive=True).sharding_filter().open_files(mode="b").map(load_pair)
+    return iter(DataLoader(dp, batch_size=BATCH, num_workers=2))
+
+
+def run_nodes(root: str, c: int) -> Iterator[Any]:
+    import torchdata.nodes as tn
+
+    node = tn.ParallelMapper(tn.IterableWrapper(list_jpegs(root)), load, num_workers=c, method="thread", in_order=True)
+    return iter(tn.Loader(tn.Mapper(tn.Batcher(node, BATCH, drop_last=False), stack)))
+
+
+def run_spdl(root: str, c: int) -> Iterator[Any]:
+    from spdl.pipeline import PipelineBuilder
+
+    pipeline = (
+        PipelineBuilder().add_source(list_jpegs(root)).pipe(load, concurrency=c).aggregate(BATCH)
+        .pipe(stack).add_sink(3).build(num_threads=c)
+    )
+
+    def run() -> Iterator[Any]:
+        with pipeline.auto_stop():
+            yield from pipeline.get_iterator(timeout=600)
+
+    return run()
+
+
+def run_limit(datas: list[bytes], window: int = 4) -> Iterator[Any]:
+    """Decode in-memory bytes on a plain ``ThreadPoolExecutor(2)``, ``window`` futures in flight.
+
+    A bounded window rather than ``ex.map`` over everything: ``ex.map`` first submits all 1,000
+    items from the main thread, a Python loop that holds the GIL while the workers queue for it
+    between images (seen here: first batch ~150-200 ms instead of ~60-90 ms, and a lower rate).
+    """
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    def run() -> Iterator[Any]:
+        with ThreadPoolExecutor(2) as ex:
+            submit = ex.submit
+            pending: deque[Any] = deque()
+            batch = []
+            for data in datas:
+                pending.append(submit(decode_bytes, data))
+                if len(pending) < window:
+                    continue
+                batch.append(pending.popleft().result())
+                if len(batch) == BATCH:
+                    yield stack(batch)
+                    batch = []
+            while pending:
+                batch.append(pending.popleft().result())
+                if len(batch) == BATCH:
+                    yield stack(batch)
+                    batch = []
+            if batch:
+                yield stack(batch)
+
+    return run()
+
+
+def child(system: str, root: str, c: int) -> dict[str, Any]:
+    """Run one system once in this (fresh) process; return its figures."""
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    # Imports happen before the clock: numpy, Pillow's JPEG plugin, torch, and the system's own package.
+    import numpy  # noqa: F401
+    import torch  # noqa: F401
+    from PIL import Image, JpegImagePlugin  # noqa: F401
+
+    Image.init()
+    build: Callable[[], Iterator[Any]]
+    if system == "datapipes":
+        import datapipes.iter  # noqa: F401
+
+        build = lambda: run_datapipes(root, c)  # noqa: E731
+    elif system in ("dataloader0", "dataloader2"):
+        import torch.utils.data  # noqa: F401
+
+        build = lambda: run_dataloader(root, 0 if system == "dataloader0" else 2)  # noqa: E731
+    elif system == "datapipes_torch":
+        import torch.utils.data.datapipes.iter  # noqa: F401
+
+        build = lambda: run_datapipes_torch(root)  # noqa: E731
+    elif system == "nodes":
+        import torchdata.nodes  # noqa: F401
+
+        build = lambda: run_nodes(root, c)  # noqa: E731
+    elif system == "spdl":
+        import spdl.pipeline  # noqa: F401
+
+        build = lambda: run_spdl(root, c)  # noqa: E731
+    elif system == "limit":
+        datas = []
+        for p in list_jpegs(root):
+            with open(p, "rb") as f:
+                datas.append(f.read())
+        build = lambda: run_limit(datas)  # noqa: E731
+    else:
+        raise SystemExit(f"unknown system {system!r}")
+    expected = len(list_jpegs(root))
+    last = (expected + BATCH - 1) // BATCH
+    cpu0 = os.times()
+    t0 = time.perf_counter()
+    it = build()
+    first_at = 0.0
+    shape = None
+    images = batches = 0
+    workers: dict[int, int] = {}
+    for batch in it:
+        if batches == 0:
+            first_at = time.perf_counter()
+            shape, dtype = tuple(batch.shape), str(batch.dtype)
+        images += batch.shape[0]
+        batches += 1
+        if batches == last:  # workers are still alive while the last batch is held
+            workers = workers_hwm_kb()
+    t1 = time.perf_counter()
+    del it  # a DataLoader joins its workers here, so their CPU time is counted below
+    gc.collect()
+    cpu1 = os.times()
+    if images != expected or shape != (BATCH, 3, SIZE, SIZE) or dtype != "torch.uint8":
+        raise SystemExit(f"{system}: got {images} images, first batch {shape} {dtype}; expected {expected}, "
+                         f"({BATCH}, 3, {SIZE}, {SIZE}) torch.uint8")
+    own = _hwm_kb("self")
+    return {
+        "system": system,
+        "images": images,
+        "seconds": t1 - t0,
+        "first_s": first_at - t0,
+        "steady_ips": (images - BATCH) / max(t1 - first_at, 1e-9),
+        "rss_mb": (own + sum(workers.values())) / 1024,
+        "workers": len(workers),
+        "cpu_s": (cpu1.user + cpu1.system + cpu1.children_user + cpu1.children_system)
+        - (cpu0.user + cpu0.system + cpu0.children_user + cpu0.children_system),
+    }
+
+
+# -- the parent: generate, run every system in fresh processes, tabulate -----------------------------
+
+
+def available(system: str, python: str) -> bool:
+    mod = {"nodes": "torchdata.nodes", "spdl": "spdl.pipeline", "datapipes_torch": "torch.utils.data.datapipes.iter"}
+    if system not in mod:
+        return True
+    r = subprocess.run([python, "-c", f"import {mod[system]}"], capture_output=True)
+    return r.returncode == 0
+
+
+def cpu_busy(seconds: float = 0.3) -> float:
+    """The fraction of the machine's CPU time spent busy over ``seconds`` (from ``/proc/stat``)."""
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return v[3] + v[4], sum(v)
+
+    idle0, total0 = sample()
+    time.sleep(seconds)
+    idle1, total1 = sample()
+    return 1.0 - (idle1 - idle0) / max(1, total1 - total0)
+
+
+def wait_idle(limit_s: float) -> float:
+    """Wait (at most ``limit_s``) until the machine is nearly idle; return the last busy fraction seen.
+
+    On a shared machine another process's burst would otherwise land on whichever system happens to
+    run then; waiting spreads the luck more evenly (medians over repeats do the rest)."""
+    deadline = time.monotonic() + limit_s
+    busy = cpu_busy()
+    while busy > 0.1 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        busy = cpu_busy()
+    return busy
+
+
+def run_child(system: str, root: str, c: int, env: dict[str, str]) -> dict[str, Any] | str:
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", system, "--root", root, "--concurrency", str(c)]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        return (r.stderr.strip().splitlines() or ["failed"])[-1][:100]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def median(rows: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def table(results: dict[str, list[dict[str, Any]]], order: list[tuple[str, int]], failed: dict[str, str],
+          skipped: list[str]) -> dict[str, dict[str, float]]:
+    """Print the Markdown table of medians; return them by system key."""
+    med: dict[str, dict[str, float]] = {}
+    for key, rows in results.items():
+        if rows:
+            med[key] = {k: median(rows, k) for k in ("seconds", "first_s", "steady_ips", "rss_mb", "cpu_s")}
+            med[key]["cores"] = statistics.median(r["cpu_s"] / r["seconds"] for r in rows)
+            med[key]["ips"] = rows[0]["images"] / med[key]["seconds"]
+    base = med.get("dataloader0:0", {}).get("ips")
+    print("| system | images/s | vs DataLoader(0) | steady images/s | first batch (ms) | peak RSS (MB) | CPU s | cores used |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for system, c in order:
+        key = f"{system}:{c}"
+        label = LABELS[system].format(c=c)
+        if key in failed:
+            print(f"| {label} | failed: {failed[key]} | | | | | | |")
+            continue
+        if key not in med:
+            continue
+        m = med[key]
+        ratio = f"{m['ips'] / base:.2f}x" if base else "-"
+        print(f"| {label} | {m['ips']:,.0f} | {ratio} | {m['steady_ips']:,.0f} | {1000 * m['first_s']:.0f} | "
+              f"{m['rss_mb']:,.0f} | {m['cpu_s']:.2f} | {m['cores']:.2f} |")
+    for system in skipped:
+        print(f"| {LABELS[system].format(c='-')} | not installed | | | | | | |")
+    return med
+
+
+def verdicts(med: dict[str, dict[str, float]], c: int) -> bool:
+    ours = med.get(f"datapipes:{c}")
+    if ours is None:
+        print("datapipes did not run: no verdicts")
+        return False
+    ok = True
+
+    def say(passed: bool, text: str) -> None:
+        nonlocal ok
+        ok &= passed
+        print(f"  {'PASS' if passed else 'FAIL'}  {text}")
+
+    peers = {k: v for k, v in med.items() if k.split(":")[0] in PEERS}
+    if peers:
+        best_key, best = max(peers.items(), key=lambda kv: kv[1]["ips"])
+        name = LABELS[best_key.split(':')[0]].format(c=best_key.split(':')[1])
+        say(ours["ips"] > best["ips"],
+            f"ahead of every peer: {ours['ips']:,.0f} images/s vs the best peer's {best['ips']:,.0f} ({name})")
+    limit = med.get("limit:0")
+    if limit:
+        say(ours["ips"] >= 0.75 * limit["ips"],
+            f">= 75% of the limit: {ours['ips'] / limit['ips']:.0%} ({ours['ips']:,.0f} vs {limit['ips']:,.0f} images/s)")
+    dl2 = med.get("dataloader2:0")
+    if dl2:
+        say(ours["first_s"] <= dl2["first_s"] / 3,
+            f"time to first batch <= 1/3 of DataLoader(num_workers=2)'s: {1000 * ours['first_s']:.0f} ms vs "
+            f"{1000 * dl2['first_s']:.0f} ms ({ours['first_s'] / dl2['first_s']:.2f}x)")
+        say(ours["rss_mb"] <= dl2["rss_mb"] / 2,
+            f"peak RSS <= 1/2 of DataLoader(num_workers=2)'s: {ours['rss_mb']:,.0f} MB vs {dl2['rss_mb']:,.0f} MB "
+            f"({ours['rss_mb'] / dl2['rss_mb']:.2f}x)")
+    return ok
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--images", type=int, default=1000, help="JPEGs to generate (default 1000)")
+    parser.add_argument("--repeats", type=int, default=3, help="fresh-process runs per system (default 3)")
+    parser.add_argument("--concurrency", default="2",
+                        help="datapipes' decoding threads, also given to the threaded peers; a comma list runs "
+                             "datapipes once per value (the first one is judged) (default 2)")
+    parser.add_argument("--malloc", choices=["both", "default", "tuned"], default="both")
+    parser.add_argument("--only", default=None, help="comma list of systems: " + ",".join(SYSTEMS))
+    parser.add_argument("--wait-idle", type=float, default=20.0,
+                        help="before each run, wait up to this many seconds for the machine to be idle (default 20; "
+                             "0: do not wait)")
+    parser.add_argument("--data", default=None, help="use the JPEGs under DIR instead of generating them")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--root", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    conc = [int(x) for x in str(args.concurrency).split(",")]
+    if args.child:
+        print(json.dumps(child(args.child, args.root, conc[0])))
+        return 0
+
+    systems = SYSTEMS if args.only is None else [s for s in args.only.split(",") if s]
+    for s in systems:
+        if s not in SYSTEMS:
+            parser.error(f"--only: unknown system {s!r}; choose from {','.join(SYSTEMS)}")
+    skipped = [s for s in systems if not available(s, sys.executable)]
+    order: list[tuple[str, int]] = []
+    for s in systems:
+        if s in skipped:
+            continue
+        if s == "datapipes":
+            order.extend((s, c) for c in conc)
+        elif s in ("nodes", "spdl"):
+            order.append((s, conc[0]))
+        else:
+            order.append((s, 0))
+    import torch
+
+    print(f"python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} CPUs; "
+          f"{args.images} JPEGs, batch {BATCH}, resize {SIZE}; medians of {args.repeats} fresh-process runs",
+          flush=True)
+    settings = {"default": {}, "tuned": TUNED_MALLOC}
+    if args.malloc != "both":
+        settings = {args.malloc: settings[args.malloc]}
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="datapipes-e2e-") as tmp:
+        root = args.data
+        if root is None:
+            from datapipes._demo_data import make_dataset
+
+            t = time.perf_counter()
+            info = make_dataset(tmp, args.images, seed=0)
+            size_mb = sum(os.path.getsize(p) for p in info.paths) / 1e6
+            print(f"generated {args.images} JPEGs ({info.image_size[0]}x{info.image_size[1]}, {size_mb:.0f} MB) in "
+                  f"{time.perf_counter() - t:.1f} s", flush=True)
+            root = tmp
+        for name, extra in settings.items():
+            env = {k: v for k, v in os.environ.items() if k not in TUNED_MALLOC}
+            env.update(extra)
+            what = "default glibc malloc" if not extra else ", ".join(f"{k}={v}" for k, v in extra.items())
+            print(f"\n### malloc: {what}\n", flush=True)
+            results: dict[str, list[dict[str, Any]]] = {f"{s}:{c}": [] for s, c in order}
+            failed: dict[str, str] = {}
+            noisy = 0
+            for r in range(args.repeats):
+                for s, c in order:
+                    key = f"{s}:{c}"
+                    if key in failed:
+                        continue
+                    if args.wait_idle > 0 and wait_idle(args.wait_idle) > 0.1:
+                        noisy += 1
+                    out = run_child(s, root, c if c else conc[0], env)
+                    if isinstance(out, str):
+                        failed[key] = out
+                    else:
+                        results[key].append(out)
+                print(f"  repeat {r + 1}/{args.repeats} done", file=sys.stderr, flush=True)
+            med = table(results, order, failed, skipped)
+            if noisy:
+                print(f"\n({noisy} of {args.repeats * len(order)} runs started while the machine was busy "
+                      f"after waiting {args.wait_idle:.0f} s: compare the CPU s column, which load does not inflate much)")
+            print(f"\ntargets ({name} malloc):")
+            ok &= verdicts(med, conc[0])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
