@@ -41,6 +41,8 @@ per source item whatever the number of children.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import copy as _copy
 import itertools
 import operator
@@ -275,7 +277,7 @@ def _rebuild_child(cls: type, hub: Any, instance_id: int) -> Any:
     return cls(hub, instance_id)
 
 
-class _Hub:
+class _Hub(ABC):
     """What the children of one fork/demux share: the source, the options, and the current pass.
 
     Pickles as its configuration only (a pickled hub starts with no pass); pickle's memo keeps
@@ -293,26 +295,32 @@ class _Hub:
     _pass: Any
     _lock: Any
 
+    @abstractmethod
     def _config(self) -> tuple[Any, ...]:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _configure(self, *config: Any) -> None:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _new_pass(self, it: Iterator[Any]) -> Any:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _busy(self, p: Any, j: int) -> bool:
         """Whether child ``j`` is in the middle of pass ``p`` (started, not left, items left)."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _release(self, p: Any, i: int) -> None:
         """Child ``i`` left pass ``p``: stop keeping items for it."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _retire(self, p: Any, error: BaseException) -> None:
         """Pass ``p`` is over: close its source iterator and make every further read raise ``error``."""
-        raise NotImplementedError
+        ...
 
     def _runtime(self) -> None:
         self._lock = threading.RLock()
@@ -403,8 +411,9 @@ class _HubChild(IterDataPipe[T]):
         hub.register(self, instance_id)
 
     @staticmethod
+    @abstractmethod
     def _loop(hub: Any) -> Callable[[Any, int], Iterator[Any]]:
-        raise NotImplementedError
+        ...
 
     @property
     def num_instances(self) -> int:
