@@ -7,7 +7,10 @@ stages that ran, prints a table and names the bottleneck:
 - if the thread reading the pipe spends most of its time (>= 50%) neither waiting for the last
   concurrent stage nor pulling its source, the code consuming the pipe is the limit (``consumer``);
 - otherwise, walking upstream from the last concurrent stage, the first stage whose workers are busy
-  most of the time (busy fraction >= 50%) limits the pipe: raise its ``concurrency``;
+  most of the time (busy fraction >= 50%) limits the pipe. The advice depends on what the process's
+  CPU time says: if the process kept (nearly) every CPU busy, the pipe is CPU-bound and more
+  ``concurrency`` cannot help; if a thread stage's workers were busy but the process used about one
+  CPU, ``fn`` holds the GIL (use ``executor="process"``); otherwise raise its ``concurrency``;
 - otherwise, if the first concurrent stage spends most of its time pulling its source, the serial
   stages feeding it are the limit (``serial stages``).
 
@@ -20,6 +23,7 @@ stages that ran, prints a table and names the bottleneck:
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -31,6 +35,15 @@ __all__ = ["ProfileReport", "profile"]
 
 _SATURATED = 0.5
 _BACKED_UP = 0.5
+_CPU_BOUND = 0.85  # share of the machine's CPUs the process used for the pipe to count as CPU-bound
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 @dataclass
@@ -46,6 +59,9 @@ class ProfileReport:
             ``busy_s``, ``busy_fraction``, ``queue_fill``).
         bottleneck: the label of the limiting stage, or ``"consumer"`` or ``"serial stages"``.
         reason: one sentence saying why.
+        cpu_cores: CPU seconds this process used per wall second (all its threads; worker
+            processes of ``executor="process"`` stages are not counted).
+        cpus: CPUs the process may run on.
     """
 
     items: int
@@ -54,6 +70,8 @@ class ProfileReport:
     stages: list[dict[str, Any]] = field(default_factory=list)
     bottleneck: str = ""
     reason: str = ""
+    cpu_cores: float = 0.0
+    cpus: int = 1
 
     def table(self) -> str:
         """The report as a text table."""
@@ -65,6 +83,7 @@ class ProfileReport:
                 f"{r['items_per_s']:>10.1f} {r['busy_fraction']:>6.0%} {r['queue_fill']:>10.0%}"
             )
         lines.append(f"{'(pipe output)':<32} {'':<9} {'':>7} {self.items:>8} {self.items_per_s:>10.1f}")
+        lines.append(f"process CPU: {self.cpu_cores:.2f} of {self.cpus} CPUs")
         lines.append(f"bottleneck: {self.bottleneck}: {self.reason}")
         return "\n".join(lines)
 
@@ -76,7 +95,27 @@ def _frac(seconds: float, row: dict[str, Any]) -> float:
     return seconds / row["seconds"] if row["seconds"] > 0 else 0.0
 
 
-def _diagnose(rows: list[dict[str, Any]]) -> tuple[str, str]:
+def _saturated_advice(row: dict[str, Any], cpu_cores: float, cpus: int) -> str:
+    busy = f"its workers were busy {row['busy_fraction']:.0%} of the time"
+    if row["kind"] == "process":
+        return f"{busy}; raise its concurrency (up to the number of CPUs, {cpus}) or speed up its fn"
+    if cpu_cores >= _CPU_BOUND * cpus:
+        return (
+            f"{busy} and the process kept {cpu_cores:.1f} of {cpus} CPUs busy: the pipe is CPU-bound, so more "
+            "concurrency will not help; make fn cheaper, or spread the work over more machines"
+        )
+    # Saturated workers, yet the whole process used about one CPU of several: Python code in fn that
+    # holds the GIL (threads take turns; a fn shorter than the 5 ms switch interval even shows each
+    # of n workers busy about 1/n of the time).
+    if row["kind"] in ("thread", "executor") and cpus >= 2 and row["workers"] >= 2 and 0.75 <= cpu_cores < 1.25:
+        return (
+            f"{busy} but the process used only {cpu_cores:.1f} of {cpus} CPUs: fn most likely holds the GIL, so "
+            "threads take turns; use executor=\"process\" (or a function that releases the GIL)"
+        )
+    return f"{busy}; raise its concurrency or speed up its fn"
+
+
+def _diagnose(rows: list[dict[str, Any]], cpu_cores: float = 0.0, cpus: int = 1) -> tuple[str, str]:
     if not rows:
         return "serial stages", "the pipe has no concurrent stage: every stage runs on the consumer's thread"
     last = rows[-1]
@@ -91,9 +130,7 @@ def _diagnose(rows: list[dict[str, Any]]) -> tuple[str, str]:
         )
     for row in reversed(rows):
         if row["kind"] != "prefetch" and row["busy_fraction"] >= _SATURATED:
-            return row["stage"], (
-                f"its workers were busy {row['busy_fraction']:.0%} of the time; raise its concurrency or speed up its fn"
-            )
+            return row["stage"], _saturated_advice(row, cpu_cores, cpus)
         if _frac(row["source_s"], row) < _SATURATED:
             break
     first = rows[0]
@@ -125,6 +162,7 @@ def profile(pipe: Any, num_items: int | None = 1000, *, show: bool = True, file:
         raise ValueError(f"profile: num_items must be an int >= 1 or None, got {num_items!r}")
     graph = _stages(pipe)
     t0 = time.perf_counter()
+    c0 = time.process_time()
     n = 0
     it = iter(pipe)
     try:
@@ -141,14 +179,16 @@ def profile(pipe: Any, num_items: int | None = 1000, *, show: bool = True, file:
         if close is not None:
             close()
     seconds = max(time.perf_counter() - t0, 1e-9)
+    cpu_cores = (time.process_time() - c0) / seconds
+    cpus = usable_cpus()
     rows = []
     for stage in graph:
         stats = getattr(stage, "stats", None)
         if stats is None or getattr(stats, "started", None) is None or stats.started < t0:
             continue
         rows.append(stats.as_dict())
-    bottleneck, reason = _diagnose(rows)
-    report = ProfileReport(n, seconds, n / seconds, rows, bottleneck, reason)
+    bottleneck, reason = _diagnose(rows, cpu_cores, cpus)
+    report = ProfileReport(n, seconds, n / seconds, rows, bottleneck, reason, cpu_cores, cpus)
     if show:
         print(report.table(), file=file if file is not None else sys.stdout)
     return report

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from datapipes.iter import IterableWrapper
-from datapipes.profiling import ProfileReport, profile
+from datapipes.profiling import ProfileReport, _diagnose, profile, usable_cpus
 from datapipes.testing import check_datapipe
 
 
@@ -121,3 +121,36 @@ class TestProfile:
         assert report.items == 10 and report.stages == [] and report.bottleneck == "serial stages"
         with pytest.raises(ValueError, match="profile: num_items must be an int >= 1 or None, got 0"):
             profile(IterableWrapper([1]), num_items=0)
+
+    @staticmethod
+    def _row(kind, workers, busy, source_s=0.0, wait_s=0.9):
+        return {"stage": "Mapper(f)", "kind": kind, "workers": workers, "busy_fraction": busy,
+                "seconds": 1.0, "source_s": source_s, "wait_s": wait_s}
+
+    def test_advice_follows_the_process_cpu_time(self):
+        row = self._row("thread", 8, 0.95)
+        stage, why = _diagnose([row], cpu_cores=1.9, cpus=2)
+        assert stage == "Mapper(f)" and "CPU-bound" in why and "1.9 of 2 CPUs" in why
+        assert "more concurrency will not help" in why
+        stage, why = _diagnose([self._row("thread", 4, 0.9)], cpu_cores=1.0, cpus=4)
+        assert stage == "Mapper(f)" and "holds the GIL" in why and 'executor="process"' in why
+        stage, why = _diagnose([self._row("thread", 32, 0.9)], cpu_cores=0.1, cpus=4)  # sleeping on I/O
+        assert "raise its concurrency" in why and "GIL" not in why and "CPU-bound" not in why
+        stage, why = _diagnose([self._row("thread", 4, 0.9)], cpu_cores=1.0, cpus=1)  # one CPU: no GIL verdict
+        assert "CPU-bound" in why
+        stage, why = _diagnose([self._row("process", 2, 0.9)], cpu_cores=0.1, cpus=4)
+        assert "up to the number of CPUs, 4" in why
+
+    @pytest.mark.skipif(usable_cpus() < 2, reason="the GIL verdict needs two CPUs")
+    def test_gil_bound_threads_are_named(self):
+        def spin(x):
+            total = 0
+            for i in range(20_000):
+                total += i * x
+            return total
+
+        report = profile(IterableWrapper(range(10_000)).map(spin, concurrency=2), num_items=300, show=False)
+        assert report.bottleneck == "Mapper(spin)"
+        assert report.cpu_cores < 1.25 and report.cpus == usable_cpus()
+        assert "holds the GIL" in report.reason, report.reason
+        assert f"process CPU: {report.cpu_cores:.2f} of {report.cpus} CPUs" in report.table()
