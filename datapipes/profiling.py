@@ -10,7 +10,10 @@ stages that ran, prints a table and names the bottleneck:
   most of the time (busy fraction >= 50%) limits the pipe. The advice depends on what the process's
   CPU time says: if the process kept (nearly) every CPU busy, the pipe is CPU-bound and more
   ``concurrency`` cannot help; if a thread stage's workers were busy but the process used about one
-  CPU, ``fn`` holds the GIL (use ``executor="process"``); otherwise raise its ``concurrency``;
+  CPU, ``fn`` holds the GIL (use ``executor="process"``); otherwise raise its ``concurrency``. A thread
+  stage whose workers *together* were busy most of the time while the process used about one CPU of
+  several counts as GIL-bound even if each worker alone was busy less than half the time (threads
+  taking turns on the GIL show each of n workers busy about 1/n of the time);
 - otherwise, if the first concurrent stage spends most of its time pulling its source, the serial
   stages feeding it are the limit (``serial stages``).
 
@@ -95,6 +98,24 @@ def _frac(seconds: float, row: dict[str, Any]) -> float:
     return seconds / row["seconds"] if row["seconds"] > 0 else 0.0
 
 
+def _gil_bound(row: dict[str, Any], cpu_cores: float, cpus: int) -> bool:
+    """A thread stage whose workers together were in ``fn`` most of the time while the whole process
+    used about one CPU of several: Python code in ``fn`` holds the GIL and the threads take turns.
+
+    The workers' summed busy time is the test, not each one's share: a ``fn`` shorter than the 5 ms
+    switch interval runs to its end once it has the GIL, so each of n workers shows busy only about
+    1/n of the time though the stage is the limit.
+    """
+    return (
+        row["kind"] in ("thread", "executor")
+        and cpus >= 2
+        and row["workers"] >= 2
+        and 0.75 <= cpu_cores < 1.25
+        and row["busy_fraction"] * row["workers"] >= _SATURATED
+        and _frac(row["source_s"], row) < _SATURATED
+    )
+
+
 def _saturated_advice(row: dict[str, Any], cpu_cores: float, cpus: int) -> str:
     busy = f"its workers were busy {row['busy_fraction']:.0%} of the time"
     if row["kind"] == "process":
@@ -104,10 +125,7 @@ def _saturated_advice(row: dict[str, Any], cpu_cores: float, cpus: int) -> str:
             f"{busy} and the process kept {cpu_cores:.1f} of {cpus} CPUs busy: the pipe is CPU-bound, so more "
             "concurrency will not help; make fn cheaper, or spread the work over more machines"
         )
-    # Saturated workers, yet the whole process used about one CPU of several: Python code in fn that
-    # holds the GIL (threads take turns; a fn shorter than the 5 ms switch interval even shows each
-    # of n workers busy about 1/n of the time).
-    if row["kind"] in ("thread", "executor") and cpus >= 2 and row["workers"] >= 2 and 0.75 <= cpu_cores < 1.25:
+    if _gil_bound(row, cpu_cores, cpus):
         return (
             f"{busy} but the process used only {cpu_cores:.1f} of {cpus} CPUs: fn most likely holds the GIL, so "
             "threads take turns; use executor=\"process\" (or a function that releases the GIL)"
@@ -129,7 +147,7 @@ def _diagnose(rows: list[dict[str, Any]], cpu_cores: float = 0.0, cpus: int = 1)
             f"code reading the pipe) took {consumer:.0%} of the time while its results were ready"
         )
     for row in reversed(rows):
-        if row["kind"] != "prefetch" and row["busy_fraction"] >= _SATURATED:
+        if row["kind"] != "prefetch" and (row["busy_fraction"] >= _SATURATED or _gil_bound(row, cpu_cores, cpus)):
             return row["stage"], _saturated_advice(row, cpu_cores, cpus)
         if _frac(row["source_s"], row) < _SATURATED:
             break

@@ -141,6 +141,20 @@ class TestProfile:
         stage, why = _diagnose([self._row("process", 2, 0.9)], cpu_cores=0.1, cpus=4)
         assert "up to the number of CPUs, 4" in why
 
+    def test_threads_taking_turns_on_the_gil_are_the_bottleneck(self):
+        # Two workers each busy 30% (together 60%) while the process used one of two CPUs: GIL-bound.
+        stage, why = _diagnose([self._row("thread", 2, 0.3)], cpu_cores=1.0, cpus=2)
+        assert stage == "Mapper(f)" and "holds the GIL" in why
+        # The same shares with the process nearly idle: waiting on something else, not this stage.
+        stage, why = _diagnose([self._row("thread", 2, 0.3)], cpu_cores=0.2, cpus=2)
+        assert stage == "serial stages" and "no concurrent stage was saturated" in why
+        # ... or with its source the limit: the serial stages upstream, not the GIL.
+        stage, why = _diagnose([self._row("thread", 2, 0.3, source_s=0.8)], cpu_cores=1.0, cpus=2)
+        assert stage == "serial stages" and "pulling its source" in why
+        # Workers together idle most of the time: not the limit either.
+        stage, why = _diagnose([self._row("thread", 4, 0.1)], cpu_cores=1.0, cpus=2)
+        assert stage == "serial stages"
+
     @pytest.mark.skipif(usable_cpus() < 2, reason="the GIL verdict needs two CPUs")
     def test_gil_bound_threads_are_named(self):
         def spin(x):
