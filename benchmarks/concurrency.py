@@ -1,5 +1,6 @@
 """Concurrency benchmarks (issue 4, DESIGN section 8): our engine side by side with the plain-Python limit
-and the peers, in one run, medians of repeats.
+and the peers, in one run, medians of repeats (ours and the plain limit interleaved repeat by repeat;
+the peers run after them).
 
     .venv/bin/python benchmarks/concurrency.py            # everything
     .venv/bin/python benchmarks/concurrency.py --only io   # io, async, decode, gil, overhead
@@ -49,6 +50,17 @@ def median_time(run: Callable[[], Any], repeats: int) -> float:
         run()
         times.append(time.perf_counter() - t)
     return statistics.median(times)
+
+
+def medians(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+    """Median wall time of each run, the runs interleaved repeat by repeat (drift hits all alike)."""
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            t = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - t)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 def row(workload: str, runner: str, value: str, note: str = "") -> None:
@@ -120,8 +132,8 @@ def bench_io(n: int, repeats: int) -> None:
             for _ in ex.map(sleep_5ms, items):
                 pass
 
-    t_plain = median_time(plain, repeats)
-    t_ours = median_time(ours, repeats)
+    m = medians({"plain": plain, "ours": ours}, repeats)
+    t_plain, t_ours = m["plain"], m["ours"]
     row("io", "plain ThreadPoolExecutor(32)", f"{n / t_plain:,.0f} items/s", f"{ideal / t_plain:.0%} of ideal")
     row("io", "datapipes map(concurrency=32)", f"{n / t_ours:,.0f} items/s",
         f"{ideal / t_ours:.0%} of ideal, {t_plain / t_ours:.1%} of the plain pool (target >= 97%)")
@@ -154,8 +166,8 @@ def bench_async(n: int, repeats: int) -> None:
         while window:
             await window.popleft()
 
-    t_plain = median_time(lambda: asyncio.run(plain_main()), repeats)
-    t_ours = median_time(ours, repeats)
+    m = medians({"plain": lambda: asyncio.run(plain_main()), "ours": ours}, repeats)
+    t_plain, t_ours = m["plain"], m["ours"]
     row("async", "plain asyncio (256-task window)", f"{n / t_plain:,.0f} items/s", f"{ideal / t_plain:.0%} of ideal")
     row("async", "datapipes map(async fn, concurrency=256)", f"{n / t_ours:,.0f} items/s",
         f"{ideal / t_ours:.0%} of ideal, {t_plain / t_ours:.1%} of plain asyncio (target >= 95%)")
@@ -215,9 +227,8 @@ def bench_decode(n: int, repeats: int, label: str) -> None:
             pass
 
     decode(items[0])
-    t_serial = median_time(serial, repeats)
-    t_plain = median_time(plain, repeats)
-    t_ours = median_time(ours, repeats)
+    m = medians({"serial": serial, "plain": plain, "ours": ours}, repeats)
+    t_serial, t_plain, t_ours = m["serial"], m["plain"], m["ours"]
     w = f"decode{label}"
     row(w, "serial", f"{n / t_serial:,.0f} img/s", "1.00x")
     row(w, "plain ThreadPoolExecutor(2)", f"{n / t_plain:,.0f} img/s", f"{t_serial / t_plain:.2f}x serial")
@@ -255,28 +266,30 @@ def bench_gil(n: int, repeats: int) -> None:
         for _ in IterableWrapper(docs).map(gil_work, concurrency=2, executor="process"):
             pass
 
-    t_serial = median_time(serial, repeats)
-    row("gil", "serial", f"{n / t_serial:,.0f} items/s", f"1.00x ({t_serial / n * 1e6:.1f} us/item)")
     best = None
     with multiprocessing.Pool(2) as pool:
         list(pool.imap(gil_work, docs[:100], chunksize=16))  # start the workers
         for cs in (16, 64, 256, 1024):
-            t = median_time(lambda: sum(1 for _ in pool.imap(gil_work, docs, chunksize=cs)), repeats)
+            t = median_time(lambda: sum(1 for _ in pool.imap(gil_work, docs, chunksize=cs)), max(1, repeats // 2))
             if best is None or t < best[0]:
                 best = (t, cs)
-    assert best is not None
-    row("gil", f"multiprocessing.Pool(2).imap best (chunksize={best[1]})", f"{n / best[0]:,.0f} items/s",
-        f"{t_serial / best[0]:.2f}x serial (pool started before timing)")
-    t_ours = median_time(ours, repeats)
+        assert best is not None
+        cs = best[1]
+        m = medians({"serial": serial, "pool": lambda: sum(1 for _ in pool.imap(gil_work, docs, chunksize=cs)),
+                     "ours": ours}, repeats)
+    t_serial, t_pool, t_ours = m["serial"], m["pool"], m["ours"]
+    row("gil", "serial", f"{n / t_serial:,.0f} items/s", f"1.00x ({t_serial / n * 1e6:.1f} us/item)")
+    row("gil", f"multiprocessing.Pool(2).imap best (chunksize={cs})", f"{n / t_pool:,.0f} items/s",
+        f"{t_serial / t_pool:.2f}x serial (pool started before timing)")
     row("gil", "datapipes map(executor='process', concurrency=2)", f"{n / t_ours:,.0f} items/s",
-        f"{t_serial / t_ours:.2f}x serial (target >= 1.5x), {best[0] / t_ours:.1%} of the best Pool "
+        f"{t_serial / t_ours:.2f}x serial (target >= 1.5x), {t_pool / t_ours:.1%} of the best Pool "
         "(target >= 95%); includes starting the workers")
     if peer("torchdata.nodes") is None:
         row("gil", "torchdata.nodes (process)", "not installed")
     else:
         try:
-            t = median_time(lambda: run_nodes(docs, gil_work, 2, "process"), repeats)
-            row("gil", "torchdata.nodes (process)", f"{n / t:,.0f} items/s", f"{t_serial / t:.2f}x serial")
+            t = median_time(lambda: run_nodes(docs, gil_work, 2, "process"), 1)  # ~15 s a run: once
+            row("gil", "torchdata.nodes (process)", f"{n / t:,.0f} items/s", f"{t_serial / t:.2f}x serial (one run)")
         except Exception as e:  # noqa: BLE001
             row("gil", "torchdata.nodes (process)", "failed", repr(e)[:60])
 
@@ -310,9 +323,8 @@ def bench_overhead(n: int, repeats: int) -> None:
         for _ in IterableWrapper(items).map(identity):
             pass
 
-    t_window = median_time(window, repeats)
-    t_ours = median_time(ours, repeats)
-    t_serial = median_time(serial, repeats)
+    m = medians({"window": window, "ours": ours, "serial": serial}, repeats)
+    t_window, t_ours, t_serial = m["window"], m["ours"], m["serial"]
     row("overhead", "bounded ThreadPoolExecutor(4) window", f"{t_window / n * 1e6:.2f} us/item")
     row("overhead", "datapipes map(concurrency=4)", f"{t_ours / n * 1e6:.2f} us/item",
         f"{t_ours / t_window:.2f}x the window (target <= 1.2x)")
@@ -323,11 +335,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", action="append", choices=["io", "async", "decode", "gil", "overhead"])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=5, help="repeats per system, interleaved (default 5)")
     parser.add_argument("--decode-label", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     only = set(args.only or ["io", "async", "decode", "gil", "overhead"])
     q = args.quick
-    reps = 1 if q else 3
+    reps = 1 if q else args.repeats
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus; medians of {reps} repeats", flush=True)
     if "io" in only:
         bench_io(400 if q else 2000, reps)
@@ -337,7 +350,8 @@ def main() -> None:
         bench_decode(100 if q else 400, reps, args.decode_label)
         if not args.decode_label:
             env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="1048576", MALLOC_TRIM_THRESHOLD_="268435456")
-            cmd = [sys.executable, os.path.abspath(__file__), "--only", "decode", "--decode-label", " (malloc pinned)"]
+            cmd = [sys.executable, os.path.abspath(__file__), "--only", "decode", "--decode-label", " (malloc pinned)",
+                   "--repeats", str(reps)]
             if q:
                 cmd.append("--quick")
             out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
@@ -346,7 +360,7 @@ def main() -> None:
     if "gil" in only:
         bench_gil(20000 if q else 100000, reps)
     if "overhead" in only:
-        bench_overhead(20000 if q else 100000, reps if q else 5)
+        bench_overhead(20000 if q else 100000, reps)
 
 
 if __name__ == "__main__":
