@@ -64,11 +64,15 @@ def window(kind: str, concurrency: int) -> int:
     worker that finishes takes its next item at once instead of idling until the consumer's thread
     (busy batching, collating, opening the next file) submits one: with ``concurrency`` alone, 2
     decode threads kept 1.80 of 2 cores busy in benchmarks/end_to_end.py, with ``2 * concurrency``
-    1.93-1.95 (+8-10% images/s). Async: ``concurrency`` tasks plus ``concurrency // 4`` items queued
-    on the loop's side, so a finished task is replaced at once on the loop thread instead of after a
-    round trip through the consumer's thread.
+    1.93-1.95 (+8-10% images/s). Async: ``concurrency`` tasks plus as many items queued on the loop's
+    side, so a finished task is replaced at once on the loop thread. The loop thread holds the GIL
+    while it runs callbacks, so the consumer's thread may wait up to the switch interval (5 ms) to
+    take its results and submit more: the queue must outlast that wait. With ``concurrency // 4``
+    queued, 256 tasks of ``asyncio.sleep(0.005)`` ran at 73-108% of plain asyncio's rate (the loop
+    starved whenever the consumer waited for the GIL; 73% with a 20 ms switch interval); with
+    ``concurrency`` queued, at 97-99% (99% with 20 ms).
     """
-    return concurrency + max(1, concurrency // 4) if kind == "async" else 2 * concurrency
+    return 2 * concurrency
 
 
 def new_stats(label: str, fn: Callable[[Any], Any], concurrency: int, executor: str | Executor) -> StageStats:

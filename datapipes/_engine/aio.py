@@ -194,8 +194,18 @@ class AsyncWorkers(Closeable):
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
-        self._free += 1
-        self._pump()
+        if self._inbox and not self._closed:
+            # Fast path: hand the freed slot to the next queued item, no lock (only the loop thread
+            # takes from the inbox; the consumer only appends).
+            self._start(self._inbox.popleft())
+        else:
+            self._free += 1
+            self._pump()
+
+    def _start(self, job: tuple[int, Any]) -> None:
+        task = self._loop.create_task(self._run(job))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -204,14 +214,11 @@ class AsyncWorkers(Closeable):
     def _pump(self) -> None:
         if self._closed:
             return
-        inbox, loop, tasks = self._inbox, self._loop, self._tasks
+        inbox = self._inbox
         while True:
             while self._free and inbox:
-                job = inbox.popleft()
                 self._free -= 1
-                task = loop.create_task(self._run(job))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
+                self._start(inbox.popleft())
             with self._lock:
                 if self._free and inbox:
                     continue

@@ -286,9 +286,9 @@ class Mapper(IterDataPipe[U]):
         note.
 
     Concurrency: the consumer's thread pulls the source lazily and keeps at most ``2 * concurrency``
-    items in flight (one running and one queued per worker): when the consumer holds the item at
-    position ``k``, at most ``k + 1 + 2 * concurrency`` items have been pulled (async: ``concurrency`` running tasks plus
-    ``max(1, concurrency // 4)`` items queued on the loop; processes: ``2 * concurrency`` chunks
+    items in flight (one running and one queued per worker; async: ``concurrency`` running tasks
+    and as many items queued on the loop): when the consumer holds the item at position ``k``, at
+    most ``k + 1 + 2 * concurrency`` items have been pulled (processes: ``2 * concurrency`` chunks
     plus the chunk being yielded). Workers start at the first ``next()`` and stop when the pass ends, is closed
     (``close()``, ``break``), is garbage collected, or the consumer raises or is interrupted. The
     statistics of the last pass are in ``pipe.stats`` (:class:`~datapipes._engine.StageStats`).

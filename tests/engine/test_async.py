@@ -67,7 +67,7 @@ class TestAsyncMapper:
         it = iter(IterableWrapper(src).map(slow_double, concurrency=8))
         for consumed in range(1, 301):
             next(it)
-            assert consumed <= src.pulled <= consumed + 8 + 2  # 8 tasks + 8 // 4 queued on the loop
+            assert consumed <= src.pulled <= consumed + 2 * 8  # 8 tasks + 8 items queued on the loop
         it.close()
 
     def test_error_same_object_and_skip(self):
