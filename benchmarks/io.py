@@ -35,7 +35,6 @@ from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the datapipes of this checkout
 
-import datapipes.iter  # noqa: E402  (registers the functional methods)
 from datapipes.iter import FileLister, IterableWrapper  # noqa: E402
 
 TARGET = 1.5

@@ -8,7 +8,6 @@
 # keep_key=True, ...). Stages that count skipped failures (on_error="skip") return their own class
 # where its element type is as precise, so ``pipe.map(f, on_error="skip").failures`` type-checks.
 
-import io
 from collections.abc import AsyncIterable, Callable, Coroutine, Hashable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import IO, Any, Generic, Literal, TypeVar, overload
@@ -18,7 +17,7 @@ import torch
 from .datapipe import IterDataPipe, MapDataPipe
 from .iter.archive import TarArchiveLoader, ZipArchiveLoader
 from .iter.callable import FlatMapper, Filter, Mapper
-from .iter.fileio import FileOpener, StreamWrapper
+from .iter.fileio import FileOpener
 from .iter.image import ImageDecoder
 from .iter.parsing import JsonParser
 from .iter.remote import FSSpecFileOpener

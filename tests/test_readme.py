@@ -3,7 +3,6 @@
 import pathlib
 
 import numpy as np
-import pytest
 from PIL import Image
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
