@@ -40,14 +40,23 @@ class TestPrefetcher:
         it.close()
 
     def test_overlaps_stages(self):
-        def slow(x):
-            time.sleep(0.01)
+        # The stages upstream of prefetch run while the consumer works on an item: a map upstream
+        # reaches item 2 while the consumer still holds item 0 (a serial pipe would deadlock here,
+        # hence the timeout instead of a timing threshold).
+        reached = threading.Event()
+        thread_names = []
+
+        def note(x):
+            thread_names.append(threading.current_thread().name)
+            if x == 2:
+                reached.set()
             return x
 
-        t0 = time.perf_counter()
-        for _ in IterableWrapper(range(20)).map(slow).prefetch(4):
-            time.sleep(0.01)
-        assert time.perf_counter() - t0 < 0.35  # serial would take 0.4 s
+        it = iter(IterableWrapper(range(20)).map(note).prefetch(4))
+        assert next(it) == 0
+        assert reached.wait(10), "the prefetch thread did not run ahead of the consumer"
+        assert threading.current_thread().name not in thread_names
+        assert list(it) == list(range(1, 20))
 
     def test_errors_pass_through_as_same_object(self):
         err = ValueError("upstream")
