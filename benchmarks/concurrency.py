@@ -44,12 +44,7 @@ ROWS: list[tuple[str, str, str, str]] = []
 
 
 def median_time(run: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return medians({"run": run}, repeats)["run"]
 
 
 def medians(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:

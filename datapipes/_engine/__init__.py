@@ -57,8 +57,9 @@ def _kind(fn: Callable[[Any], Any], executor: str | Executor) -> str:
     return executor
 
 
-def window(kind: str, concurrency: int) -> int:
-    """How many items a stage keeps pulled ahead of its consumer (running or queued for a worker).
+def window(concurrency: int) -> int:
+    """How many items a thread, executor or async stage keeps pulled ahead of its consumer (running
+    or queued for a worker); a process stage keeps as many chunks.
 
     Threads and executors: ``2 * concurrency``, one item running and one queued per worker, so a
     worker that finishes takes its next item at once instead of idling until the consumer's thread
@@ -78,8 +79,7 @@ def window(kind: str, concurrency: int) -> int:
 def new_stats(label: str, fn: Callable[[Any], Any], concurrency: int, executor: str | Executor) -> StageStats:
     """The statistics object of one pass of a concurrent map stage."""
     kind = _kind(fn, executor)
-    capacity = 2 * concurrency if kind == "process" else window(kind, concurrency)
-    return StageStats(label, kind, concurrency, capacity)
+    return StageStats(label, kind, concurrency, window(concurrency))
 
 
 def concurrent_map(
@@ -119,4 +119,4 @@ def concurrent_map(
     else:
         backend = ThreadWorkers(fn, concurrency, label, timeout)
     run = run_ordered if ordered else run_unordered
-    return run(backend, source, window(kind, concurrency), on_fail, count, stats)
+    return run(backend, source, window(concurrency), on_fail, count, stats)
