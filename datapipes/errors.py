@@ -49,17 +49,37 @@ class Failure(NamedTuple):
     exception: BaseException
 
 
+_NOTE_LOOKBACK = 4  # how many of an exception's last notes add_stage_note looks at
+
+
 def add_stage_note(exc: BaseException, stage: str, position: int | None = None, what: str = "item") -> None:
     """Add a note naming ``stage`` (and the failing ``what`` at ``position``) to ``exc``.
 
     The exception object itself is left as it was raised (type, args, traceback); only a note is
-    added, once per stage, so re-raising through nested stages does not repeat it.
+    added, once per stage, so re-raising through nested stages does not repeat it. An object raised
+    again and again (a ``fn`` that re-raises one cached exception, skipped each time under
+    ``on_error="skip"``) keeps one note per stage, naming its latest position: the cost per call is
+    constant (only the last few notes are looked at) and the notes do not grow.
+
+    >>> e = ValueError("bad")
+    >>> for i in range(3):
+    ...     add_stage_note(e, "Mapper(f)", i)
+    >>> e.__notes__
+    ['[datapipes] raised in stage Mapper(f) at item 2']
     """
-    where = f" at {what} {position}" if position is not None else ""
-    note = f"[datapipes] raised in stage {stage}{where}"
+    stage_part = f"[datapipes] raised in stage {stage}"
+    note = f"{stage_part} at {what} {position}" if position is not None else stage_part
     notes = getattr(exc, "__notes__", None)
-    if notes is None or note not in notes:
-        exc.add_note(note)
+    if notes:
+        cut = len(stage_part)
+        for k in range(len(notes) - 1, max(-1, len(notes) - 1 - _NOTE_LOOKBACK), -1):
+            old = notes[k]
+            if old == note:
+                return
+            if isinstance(old, str) and old.startswith(stage_part) and old[cut:cut + 1] in ("", " "):
+                notes[k] = note
+                return
+    exc.add_note(note)
 
 
 def call_lines(func: Callable[..., Any], local: str = "fn") -> frozenset[int]:

@@ -26,8 +26,12 @@ from .lifecycle import Closeable
 __all__ = ["AsyncWorkers", "LoopRef", "is_async_callable", "is_async_gen_callable", "iterate_async", "loop_running"]
 
 _STOP_GRACE_S = 2.0  # how long a stop waits for tasks to end after being cancelled
+_QUEUED = object()  # a timed item submitted and not started yet
+_ENDED = object()  # a timed item whose record is on its way to the consumer
 
-_lock = threading.Lock()
+# Re-entrant: a garbage collection inside _acquire (which allocates) may run the finalizer of an
+# unreachable LoopRef on the same thread, and that finalizer takes the lock again in _release.
+_lock = threading.RLock()
 _shared: _SharedLoop | None = None
 
 
@@ -45,6 +49,10 @@ class _SharedLoop:
     def __init__(self) -> None:
         self.users = 0
         self.loop = asyncio.new_event_loop()
+        # Tasks given up on (a fn that ignores its cancellation or blocks the loop): the loop's
+        # shutdown does not wait for them, and whoever stops the loop does not join its thread.
+        self.abandoned: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        self.closing = False  # the loop is shutting down: stages start no new tasks
         ready = threading.Event()
         self.thread = threading.Thread(target=self._main, args=(ready,), name="datapipes event loop", daemon=True)
         self.thread.start()
@@ -58,19 +66,35 @@ class _SharedLoop:
             loop.run_forever()
         finally:
             try:
+                self.closing = True
                 tasks = asyncio.all_tasks(loop)
                 for t in tasks:
                     t.cancel()
-                if tasks:
-                    loop.run_until_complete(asyncio.wait(tasks, timeout=_STOP_GRACE_S))
+                waited = [t for t in tasks if t not in self.abandoned]
+                if waited:
+                    loop.run_until_complete(asyncio.wait(waited, timeout=_STOP_GRACE_S))
                 loop.run_until_complete(loop.shutdown_asyncgens())
             finally:
                 asyncio.set_event_loop(None)
                 loop.close()
 
+    def abandon(self, task: asyncio.Task[Any] | None, blocked: bool) -> None:
+        """Give up on ``task``; with ``blocked`` (a fn blocks the loop), new passes get a new loop."""
+        global _shared
+        if task is not None:
+            task._log_destroy_pending = False  # type: ignore[attr-defined]  # it may outlive the loop
+            self.abandoned.add(task)
+        if blocked:
+            with _lock:
+                if _shared is self:
+                    _shared = None
+
     def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        if threading.current_thread() is not self.thread:
+        try:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        except RuntimeError:  # closed already
+            return
+        if threading.current_thread() is not self.thread and not self.abandoned:
             self.thread.join(_STOP_GRACE_S + 1.0)
 
 
@@ -99,7 +123,7 @@ def _forget_loop_after_fork() -> None:
     # thread: start afresh there, or async stages in the child would wait on a loop nobody runs.
     global _shared, _lock
     _shared = None
-    _lock = threading.Lock()
+    _lock = threading.RLock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -119,7 +143,7 @@ class LoopRef(Closeable):
     """
 
     def __init__(self) -> None:
-        shared = _acquire()
+        shared = self.shared = _acquire()
         self.loop = shared.loop
         self.thread = shared.thread
         self._finalizer = weakref.finalize(self, _release, shared)
@@ -166,6 +190,18 @@ class AsyncWorkers(Closeable):
         self._tasks: set[asyncio.Task[Any]] = set()
         self._lock = threading.Lock()
         self._run = self._run_plain if self.timeout is None else self._run_timed
+        if self.timeout is not None:
+            # The deadline is also enforced from the consumer's side, for a fn that swallows its
+            # cancellation or blocks the loop: see _get_timed.
+            self._grace = min(1.0, max(0.05, 0.25 * self.timeout))
+            self._state: dict[int, Any] = {}  # position -> _QUEUED, its start time, or _ENDED
+            self._abandoned: set[int] = set()
+            self._task_at: dict[int, asyncio.Task[Any]] = {}  # position -> its running task
+            self._blocked = False
+            self._pong = threading.Event()
+            self._ping_at: float | None = None
+            self.submit = self._submit_timed  # type: ignore[method-assign]
+            self.get = self._get_timed  # type: ignore[method-assign]
 
     # -- consumer side ------------------------------------------------------------------------------
     def submit(self, job: tuple[int, Any]) -> None:
@@ -180,6 +216,105 @@ class AsyncWorkers(Closeable):
             if done:
                 return done.popleft()
             self._signal.get()  # a batch of results arrived (or a stale signal: look again)
+
+    def _submit_timed(self, job: tuple[int, Any]) -> None:
+        with self._lock:
+            self._state[job[0]] = _QUEUED
+        self._inbox.append(job)
+        self._unkicked += 1
+
+    def _get_timed(self) -> tuple[int, bool, Any]:
+        """:meth:`get` with the deadline held from the consumer's side.
+
+        ``asyncio.timeout`` cancels a task at its deadline, but a ``fn`` that swallows the
+        cancellation (a catch-all ``except`` that retries) or blocks the loop (``time.sleep``, a
+        blocking call) would still run on. So the consumer also watches: an item running longer
+        than ``timeout`` plus a grace (a quarter of ``timeout``, 0.05 to 1 s) is abandoned like a
+        stuck thread (its eventual result is dropped and its slot is given to the next item) and
+        fails with a ``TimeoutError``. The consumer pings the loop while it waits; when the loop has
+        not answered within ``timeout`` plus the grace, it is blocked, and the oldest outstanding
+        item fails with a ``TimeoutError`` that says so, whether or not it had started.
+        """
+        done, clock, lock, state = self._done, time.monotonic, self._lock, self._state
+        limit = self.timeout + self._grace  # type: ignore[operator]
+        while True:
+            if self._unkicked and (self._unkicked >= self._batch or not done):
+                self._kick()
+            if done:
+                rec = done.popleft()
+                with lock:
+                    state.pop(rec[0], None)
+                return rec
+            now = clock()
+            if self._ping_at is not None and self._pong.is_set():
+                self._ping_at = None  # the loop answered: it is running
+            if self._ping_at is None:
+                self._ping_at = now
+                self._pong.clear()
+                try:
+                    self._loop.call_soon_threadsafe(self._pong.set)
+                except RuntimeError:  # the loop was closed under us: nothing will ever arrive
+                    self._ping_at = -float("inf")
+            blocked = now - self._ping_at >= limit
+            overdue = None
+            wake = self._ping_at + limit
+            with lock:
+                for i, st in state.items():
+                    if blocked:
+                        if st is not _ENDED:
+                            overdue = (i, st)
+                            break
+                    elif st is not _QUEUED and st is not _ENDED:
+                        if st + limit <= now:
+                            overdue = (i, st)
+                            break
+                        wake = min(wake, st + limit)
+                if overdue is not None:
+                    del state[overdue[0]]
+                    self._abandoned.add(overdue[0])
+                    task = self._task_at.pop(overdue[0], None)
+            if overdue is not None:
+                blocked = blocked or not self._pong.wait(self._grace)
+                if blocked:
+                    self._ping_at = clock()  # the next waiting item gets a window of its own
+                return self._abandon(overdue[0], overdue[1], task, blocked)
+            try:
+                self._signal.get(True, max(0.0, wake - now))
+            except queue.Empty:
+                pass
+
+    def _abandon(self, i: int, started: Any, task: asyncio.Task[Any] | None, blocked: bool) -> tuple[int, bool, Any]:
+        """The failure record of item ``i``, given up on; a started item's slot goes to the next."""
+        self._blocked = self._blocked or blocked
+        self._ref.shared.abandon(task, blocked)  # type: ignore[union-attr]
+        if started is not _QUEUED:
+            try:
+                self._loop.call_soon_threadsafe(self._replace_slot)
+            except RuntimeError:
+                pass
+        if started is _QUEUED:
+            what = f"stage {self.label}: item {i} could not start within timeout={self.timeout} s"
+        else:
+            what = f"stage {self.label}: item {i} did not finish within timeout={self.timeout} s"
+        if blocked:
+            msg = (f"{what}: the event loop has not run for more than {self.timeout + self._grace:.3g} s, so fn "  # type: ignore[operator]
+                   f"blocks the event loop (a synchronous call such as time.sleep, blocking I/O or long CPU "
+                   f"work inside async def fn); await asynchronous calls instead, or run blocking code with "
+                   f"asyncio.to_thread(...); the item was abandoned")
+        else:
+            msg = (f"{what} and did not stop when cancelled (fn swallows asyncio.CancelledError); its task "
+                   f"was abandoned and runs on until fn returns")
+        return (i, False, TimeoutError(msg))
+
+    def _replace_slot(self) -> None:
+        """Loop side: the consumer abandoned a running item; its slot takes the next one."""
+        if self._closed:
+            return
+        if self._inbox:
+            self._start(self._inbox.popleft())
+        else:
+            self._free += 1
+            self._pump()
 
     def _kick(self) -> None:
         self._unkicked = 0
@@ -230,58 +365,102 @@ class AsyncWorkers(Closeable):
         try:
             rec = (job[0], True, await self.fn(job[1]))
         except asyncio.CancelledError as e:
-            if self._closed:
+            if self._closed or self._ref.shared.closing:  # type: ignore[union-attr]
+                self._closed = True  # the loop is shutting down under the stage: start nothing new
                 raise
             rec = (job[0], False, e)  # fn cancelled something of its own: an ordinary failure
+        except GeneratorExit:  # the task is being destroyed: there is no one to report to
+            raise
         except BaseException as e:  # noqa: BLE001 - the consumer re-raises it
             rec = (job[0], False, e)
         self.busy[0] += time.perf_counter() - t
         self._finish(rec)
 
     async def _run_timed(self, job: tuple[int, Any]) -> None:
+        i = job[0]
+        with self._lock:
+            if i in self._abandoned:  # given up on before it could start (the loop was blocked)
+                self._abandoned.discard(i)
+                skip = True
+            else:
+                self._state[i] = time.monotonic()
+                self._task_at[i] = asyncio.current_task()  # type: ignore[assignment]
+                skip = False
+        if skip:
+            self._replace_slot()
+            return
         t = time.perf_counter()
         cm = asyncio.timeout(self.timeout)
         try:
             async with cm:
-                rec = (job[0], True, await self.fn(job[1]))
+                rec = (i, True, await self.fn(job[1]))
         except asyncio.CancelledError as e:
-            if self._closed:
+            if self._closed or self._ref.shared.closing:  # type: ignore[union-attr]
+                self._closed = True
                 raise
-            rec = (job[0], False, e)
+            rec = (i, False, e)
+        except GeneratorExit:
+            raise
         except BaseException as e:  # noqa: BLE001
             if isinstance(e, TimeoutError) and cm.expired():
-                err = TimeoutError(f"stage {self.label}: item {job[0]} did not finish within timeout={self.timeout} s")
+                err = TimeoutError(f"stage {self.label}: item {i} did not finish within timeout={self.timeout} s")
                 err.__cause__ = None
                 e = err
-            rec = (job[0], False, e)
+            rec = (i, False, e)
         self.busy[0] += time.perf_counter() - t
+        with self._lock:
+            if i in self._abandoned:  # the consumer gave up on it and gave its slot away: drop it
+                self._abandoned.discard(i)
+                return
+            self._state[i] = _ENDED
+            self._task_at.pop(i, None)
         self._finish(rec)
 
-    async def _cancel_tasks(self) -> None:
+    def _cancel_on_loop(self, stopped: threading.Event) -> None:
+        """Loop side of :meth:`close`: cancel every task; ``stopped`` is set once all have ended."""
         self._closed = True
         self._inbox.clear()
-        tasks = list(self._tasks)
+        abandoned = self._ref.shared.abandoned  # type: ignore[union-attr]
+        tasks = [t for t in self._tasks if not t.done() and t not in abandoned]
+        if not tasks:
+            stopped.set()
+            return
+        left = [len(tasks)]
+
+        def one_ended(_: Any) -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                stopped.set()
+
         for task in tasks:
+            task.add_done_callback(one_ended)
             task.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=_STOP_GRACE_S)
 
     def close(self) -> None:
-        """Cancel the stage's tasks, wait for them (bounded) and release the loop (idempotent)."""
+        """Cancel the stage's tasks, wait for them (bounded) and release the loop (idempotent).
+
+        Quiet whenever it runs, the garbage collector's finalizers included: when the loop has
+        already stopped (its own shutdown cancelled the tasks) there is nothing left to cancel, and
+        no coroutine is ever created that might not be awaited.
+        """
         ref = self._ref
         if ref is None or self._closed:
             return
         try:
             if ref.on_loop_thread():
                 self._closed = True
+                self._inbox.clear()
                 for task in list(self._tasks):
                     task.cancel()
-            else:
-                fut = asyncio.run_coroutine_threadsafe(self._cancel_tasks(), self._loop)
+            elif self._loop.is_running():
+                stopped = threading.Event()
                 try:
-                    fut.result(_STOP_GRACE_S + 1.0)
-                except Exception:  # noqa: BLE001 - best effort: the loop may already be stopping
+                    self._loop.call_soon_threadsafe(self._cancel_on_loop, stopped)
+                except RuntimeError:  # the loop closed in between: its shutdown cancelled the tasks
                     pass
+                else:
+                    if not getattr(self, "_blocked", False):  # a blocked loop cannot answer: don't wait
+                        stopped.wait(_STOP_GRACE_S)
         finally:
             self._closed = True
             ref.close()
@@ -375,8 +554,11 @@ def iterate_async(aiterable: AsyncIterable[Any], buffer_size: int = 16) -> Itera
                 finished = True
                 return
     finally:
-        if started and not finished and not ref.on_loop_thread():
-            ref.loop.call_soon_threadsafe(_stop_producer, state)
+        if started and not finished and not ref.on_loop_thread() and ref.loop.is_running():
+            try:
+                ref.loop.call_soon_threadsafe(_stop_producer, state)
+            except RuntimeError:  # the loop closed in between; its shutdown cancelled the reader
+                finished = True
             deadline = time.monotonic() + _STOP_GRACE_S
             while not finished:
                 try:

@@ -24,6 +24,7 @@ import time
 from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import ErrorPolicy, FailureLog, add_stage_note
+from .lifecycle import abandon
 from .stats import StageStats
 
 __all__ = ["failure_handler", "run_ordered", "run_unordered"]
@@ -85,12 +86,13 @@ def run_ordered(
     n_in = n_out = fill = 0
     pulling = waiting = 0.0
     clock = time.perf_counter
+    src: Any = None
+    stash: dict[int, Any] = {}
     try:
         src = iter(source)
         backend.start()
         stats.begin(backend.busy)
         submit, get, ready = backend.submit, backend.get, backend.ready
-        stash: dict[int, Any] = {}
         deferred: BaseException | None = None
         more = True
         while n_in < window:
@@ -135,8 +137,12 @@ def run_ordered(
             rec = None
         if deferred is not None:
             raise deferred
+    except BaseException:
+        abandon(src)
+        raise
     finally:
         backend.close()
+        stash.clear()
         stats.finish(n_in, n_out - count.n, count.n, fill, n_out, pulling, waiting)
 
 
@@ -155,6 +161,8 @@ def run_unordered(
     n_in = n_out = fill = 0
     pulling = waiting = 0.0
     clock = time.perf_counter
+    src: Any = None
+    stash: dict[int, Any] = {}
     try:
         src = iter(source)
         backend.start()
@@ -199,6 +207,10 @@ def run_unordered(
             rec = None
         if deferred is not None:
             raise deferred
+    except BaseException:
+        abandon(src)
+        raise
     finally:
         backend.close()
+        stash.clear()
         stats.finish(n_in, n_out - count.n, count.n, fill, n_out, pulling, waiting)

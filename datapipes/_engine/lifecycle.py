@@ -21,3 +21,32 @@ class Closeable:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def close_iterator(it: Any) -> None:
+    """Close an iterator (an upstream pass, a stream) if it can be closed; plain iterators cannot.
+
+    Stages call it on an upstream iterator whose pass they abandon (their consumer closed them, or
+    an exception is on its way out), so the upstream's threads, processes and files are released at
+    once instead of whenever the frames of a traceback that still names the iterator are collected.
+    A pass that ends normally, or a ``header`` that reached its limit, only drops its upstream
+    iterator: what it already passed downstream (open streams from ``open_files``, say) stays valid,
+    and the dropped iterator's own finaliser releases the rest.
+    """
+    close = getattr(it, "close", None)
+    if close is not None:
+        close()
+
+
+def abandon(src: Any) -> None:
+    """Close the upstream of a pass that ends early (closed, or an exception on its way out).
+
+    Without this, a failing pass's upstream (its worker threads, processes, event-loop reference,
+    open files) would live as long as the traceback that names this frame, that is until the cyclic
+    garbage collector runs: the exception the consumer holds refers to the frame, the frame to
+    ``src``. An error from closing has nowhere better to go than the exception already leaving.
+    """
+    try:
+        close_iterator(src)
+    except Exception:  # noqa: BLE001
+        pass

@@ -30,7 +30,7 @@ import weakref
 from typing import Any, Callable, Iterable, Iterator
 
 from . import _procworker
-from .lifecycle import Closeable
+from .lifecycle import Closeable, abandon
 from .stats import StageStats
 
 __all__ = ["ProcessWorkers", "run_process_stage", "live_worker_pids"]
@@ -229,6 +229,8 @@ def run_process_stage(
     n_in = n_out = fill = done = 0
     pulling = waiting = 0.0
     size = chunksize or 1
+    src: Any = None
+    stash: dict[int, Any] = {}
     try:
         src = iter(source)
         workers.start()
@@ -236,7 +238,6 @@ def run_process_stage(
         put, get, ready = workers._inq.put, workers._outq.get, workers._outq.qsize
         max_chunks = _IN_FLIGHT_PER_WORKER * workers.n
         starts: dict[int, int] = {}  # chunk id -> position of its first item
-        stash: dict[int, Any] = {}
         sent = 0
         deferred: BaseException | None = None
         more = True
@@ -304,6 +305,10 @@ def run_process_stage(
             results = None
         if deferred is not None:
             raise deferred
+    except BaseException:
+        abandon(src)
+        raise
     finally:
         workers.close()
+        stash.clear()
         stats.finish(n_in, n_out - count.n, count.n, fill, max(1, done), pulling, waiting)

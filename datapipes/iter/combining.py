@@ -56,6 +56,7 @@ from typing import Any, Callable, Iterator, Literal, TypeVar
 
 import cloudpickle
 
+from .._engine import close_iterator as _close_iterator
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe
 from ..errors import add_stage_note
 
@@ -230,12 +231,6 @@ class _Raising:
 
     def __next__(self) -> Any:
         raise self.error
-
-
-def _close_iterator(it: Any) -> None:
-    close = getattr(it, "close", None)
-    if close is not None:
-        close()
 
 
 def _fn_name(fn: Any) -> str:

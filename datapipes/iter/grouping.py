@@ -12,6 +12,7 @@ import random
 from itertools import islice
 from typing import Any, Callable, Hashable, Iterable, Iterator, TypeVar
 
+from .._engine import close_iterator
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
 
@@ -304,7 +305,7 @@ def _bucket_run(pipe: BucketBatcher) -> Iterator[list[Any]]:
     shuffle = _pool_shuffle if pipe.use_in_batch_shuffle else _buffer_shuffle
     bucket_size = pipe.batch_size * pipe.batch_num
     sorter = pipe._sorter
-    items: Iterator[Any] = iter(pipe.datapipe)
+    source = items = iter(pipe.datapipe)
     if sorter is None or pipe.bucket_num > 1:
         items = shuffle(items, bucket_size * pipe.bucket_num, rng)
     if sorter is not None:
@@ -312,7 +313,11 @@ def _bucket_run(pipe: BucketBatcher) -> Iterator[list[Any]]:
     batches = (_full_batches if pipe.drop_last else _batches)(items, pipe.batch_size)
     if sorter is not None:
         batches = shuffle(batches, pipe.batch_num * pipe.bucket_num, rng)
-    yield from batches
+    try:
+        yield from batches
+    except BaseException:
+        close_iterator(source)  # this frame names it: release the upstream now, not at collection
+        raise
 
 
 def _by_key(key: Callable[[Any], Any]) -> Callable[[list[Any]], list[Any]]:

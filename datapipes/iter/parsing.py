@@ -33,6 +33,7 @@ import json
 from itertools import chain, islice, repeat
 from typing import Any, Callable, Iterator, Sequence
 
+from .._engine import close_iterator as _close
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
 from ..errors import PassFailures, add_stage_note, policy_and_log
 
@@ -59,12 +60,6 @@ def _pair(item: Any, stage: str, n: int) -> tuple[Any, Any]:
         f"{stage}: expects (path, stream) pairs as open_files yields, got {type(item).__name__} "
         f"at item {n}: {item!r:.100}"
     )
-
-
-def _close(stream: Any) -> None:
-    close = getattr(stream, "close", None)
-    if close is not None:
-        close()
 
 
 def _inner(stream: Any) -> Any:

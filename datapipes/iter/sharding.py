@@ -26,6 +26,7 @@ from typing import Any, Iterator, TypeVar
 
 from torch.utils.data import get_worker_info
 
+from .._engine import close_iterator as _close
 from .._worker import base_seed, capture_rank, lend_seeds, placement, unseeded_across_ranks
 from ..datapipe import (
     IterDataPipe,
@@ -73,12 +74,6 @@ def _check_instances(num_of_instances: Any, instance_id: Any, where: str) -> Non
             f"{where}: instance_id must be < num_of_instances, got instance_id={instance_id} "
             f"with num_of_instances={num_of_instances}"
         )
-
-
-def _close(it: Any) -> None:
-    close = getattr(it, "close", None)
-    if close is not None:
-        close()
 
 
 def _every_nth(source: IterDataPipe[Any], start: int, step: int) -> Iterator[Any]:

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator as _AsyncIteratorABC
 from collections.abc import Iterator as _IteratorABC
 from typing import Any, AsyncIterable, Callable, Iterable, Iterator, TypeVar
 
-from .._engine import iterate_async
+from .._engine import close_iterator as _close, iterate_async
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe
 
 __all__ = ["IterableWrapper", "Header", "Cycler", "Enumerator", "InMemoryCacheHolder"]
@@ -87,15 +87,6 @@ class IterableWrapper(IterDataPipe[T]):
             )
         return self.__dict__
 
-
-def _close(it: Any) -> None:
-    """Close an upstream iterator whose pass this stage abandons (its consumer closed it, or an
-    exception is on its way out). A pass that ends normally, or a ``header`` that reached its limit,
-    only drops the upstream iterator: what it already passed downstream (open streams from
-    ``open_files``, say) stays valid, and the dropped iterator's own finaliser releases the rest."""
-    close = getattr(it, "close", None)
-    if close is not None:
-        close()
 
 
 _END = object()  # private end-of-pass marker (None is a valid item)
