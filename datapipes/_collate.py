@@ -1,7 +1,9 @@
 """Turning a list of samples into one batch of tensors (:func:`collate`), and applying a function to
-every tensor of a nested sample (:func:`map_tensors`, used by ``pin_memory`` and ``to_device``).
+every tensor of a nested sample (:func:`map_tensors`, used by ``pin_memory``; :func:`map_converted`
+and :func:`map_collated`, which first turn numpy values and lists of samples into tensors, used by
+``to_device`` / ``to_cuda``).
 
-Both walk the same structures: tuples, lists, dicts (and other mappings), namedtuples and
+They walk the same structures: tuples, lists, dicts (and other mappings), namedtuples and
 dataclass instances, nested to any depth.
 
 >>> import numpy as np
@@ -23,7 +25,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-__all__ = ["collate", "map_tensors"]
+__all__ = ["collate", "map_collated", "map_converted", "map_tensors"]
 
 _Path = tuple[Any, ...]  # the keys, field names and indices leading from a sample to a field
 
@@ -394,6 +396,9 @@ def collate(batch: Sequence[Any]) -> Any:
 
     Args:
         batch: a non-empty sequence of samples of the same structure (a list from ``batch(n)``).
+            A tensor, a dict (or other mapping) or a dataclass instance is not a sequence of
+            samples but a batch already collated: it is returned as it is, so collating twice
+            stacks nothing twice.
 
     Returns:
         The structure of the first sample with every leaf batched along a new first dimension:
@@ -433,9 +438,15 @@ def collate(batch: Sequence[Any]) -> Any:
 
     See also: :class:`~datapipes.iter.Collator` (``pipe.collate()``), :func:`map_tensors`.
     """
+    if type(batch) is not list and _already_batched(batch):
+        return batch
     if len(batch) == 0:
         raise ValueError("collate: the batch is empty")
     return _collate(batch, ())
+
+
+def _already_batched(batch: Any) -> bool:
+    return isinstance(batch, (torch.Tensor, Mapping)) or (dataclasses.is_dataclass(batch) and not isinstance(batch, type))
 
 
 # -- map_tensors ---------------------------------------------------------------------------------------
@@ -463,25 +474,28 @@ def map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
         return [map_tensors(v, fn) for v in obj]
     if t in _LEAVES:
         return obj
-    return _map_other(obj, fn)
+    return _map_other(obj, fn, map_tensors)
 
 
 _LEAVES = frozenset({str, bytes, int, float, bool, type(None), np.ndarray})
+_PLAIN = frozenset({str, bytes, int, float, bool, type(None)})
+
+_Walk = Callable[[Any, Callable[[torch.Tensor], Any]], Any]
 
 
-def _map_other(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+def _map_other(obj: Any, fn: Callable[[torch.Tensor], Any], walk: _Walk) -> Any:
     if isinstance(obj, torch.Tensor):
         return fn(obj)
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return type(obj)(*[map_tensors(v, fn) for v in obj])
+        return type(obj)(*[walk(v, fn) for v in obj])
     if isinstance(obj, (tuple, list)):
-        values = [map_tensors(v, fn) for v in obj]
+        values = [walk(v, fn) for v in obj]
         try:
             return type(obj)(values)
         except TypeError:
             return tuple(values) if isinstance(obj, tuple) else values
     if isinstance(obj, Mapping):
-        mapped = {k: map_tensors(v, fn) for k, v in obj.items()}
+        mapped = {k: walk(v, fn) for k, v in obj.items()}
         try:
             if isinstance(obj, MutableMapping):
                 clone = copy.copy(obj)
@@ -493,6 +507,88 @@ def _map_other(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         out = copy.copy(obj)
         for f in dataclasses.fields(obj):
-            object.__setattr__(out, f.name, map_tensors(getattr(obj, f.name), fn))
+            object.__setattr__(out, f.name, walk(getattr(obj, f.name), fn))
         return out
     return obj
+
+
+# -- map_converted / map_collated: what to_device and to_cuda move ---------------------------------------
+
+
+def map_converted(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """As :func:`map_tensors`, with numpy values first turned into tensors (torch's
+    ``default_convert``): a numpy array of a numeric or bool dtype becomes a tensor sharing its memory
+    (a read-only or negatively strided array is copied first), a numpy scalar a 0-d tensor, and
+    ``fn`` is applied to them as to every tensor. Numpy arrays of strings, bytes, objects or records
+    are left as they are, and so are Python numbers, strings and other values. Nothing is stacked: a
+    tensor, or a dict of tensors, comes back with the same tensors.
+
+    Raises:
+        TypeError: a numpy value of a dtype torch has no tensor for (``datetime64``, ``uint16`` on an
+            old torch, ...); the message names the dtype.
+
+    >>> import numpy as np
+    >>> map_converted({"x": np.arange(3), "n": np.float32(0.5), "id": "a"}, lambda t: t)
+    {'x': tensor([0, 1, 2]), 'n': tensor(0.5000), 'id': 'a'}
+    """
+    t = type(obj)
+    if t is torch.Tensor:
+        return fn(obj)
+    if t is np.ndarray:
+        return obj if obj.dtype.kind in _NOT_NUMERIC else fn(_array_tensor(obj))
+    if t is dict:
+        return {k: map_converted(v, fn) for k, v in obj.items()}
+    if t is tuple:
+        return tuple([map_converted(v, fn) for v in obj])
+    if t is list:
+        return [map_converted(v, fn) for v in obj]
+    if t in _PLAIN:
+        return obj
+    if isinstance(obj, (np.ndarray, np.generic)) and not isinstance(obj, (str, bytes)):
+        if obj.dtype.kind in _NOT_NUMERIC:
+            return obj
+        return fn(_array_tensor(obj) if isinstance(obj, np.ndarray) else _scalar_tensor(obj))
+    return _map_other(obj, fn, map_converted)
+
+
+_NOT_NUMERIC = frozenset("OUSV")  # object, str, bytes, void (records): no tensor dtype, left alone
+
+
+def _array_tensor(a: np.ndarray[Any, Any]) -> torch.Tensor:
+    if not a.flags.writeable:  # a tensor is writable: never alias memory numpy says is read-only
+        a = a.copy()
+    try:
+        return torch.from_numpy(a)
+    except ValueError:  # negative strides
+        return torch.from_numpy(a.copy())
+    except TypeError as e:
+        raise TypeError(f"a numpy array of dtype {a.dtype} cannot become a tensor ({e})") from None
+
+
+def _scalar_tensor(x: np.generic) -> torch.Tensor:
+    try:
+        return torch.as_tensor(x)
+    except (TypeError, RuntimeError) as e:
+        raise TypeError(f"a numpy scalar of dtype {x.dtype} cannot become a tensor ({e})") from None
+
+
+def map_collated(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """A list (what ``batch()`` yields, list subclasses included) is a list of samples: it is
+    collated (:func:`collate`) and ``fn`` is applied to every tensor of the batch; any other value is
+    taken as one item and goes through :func:`map_converted` (numpy values become tensors, tensors
+    are kept, nothing is stacked).
+
+    Raises:
+        What :func:`collate` raises for a list whose samples cannot be batched; what
+        :func:`map_converted` raises.
+
+    >>> import numpy as np, torch
+    >>> map_collated([np.zeros(2), np.ones(2)], lambda t: t)
+    tensor([[0., 0.],
+            [1., 1.]], dtype=torch.float64)
+    >>> map_collated({"x": torch.ones(2)}, lambda t: t)  # not a list: already a batch
+    {'x': tensor([1., 1.])}
+    """
+    if isinstance(obj, list):
+        return map_tensors(collate(obj), fn)
+    return map_converted(obj, fn)

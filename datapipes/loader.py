@@ -716,7 +716,7 @@ class DataLoader:
             pipe = pipe.batch(batch_size, drop_last=self.drop_last)
             pipe = pipe.collate() if collate_fn is None else pipe.collate(collate_fn=collate_fn)
         elif collate_fn is not None:
-            pipe = pipe.map(collate_fn)
+            pipe = pipe.collate(collate_fn=collate_fn)  # per item, as torch's loader does without batch_size
         if num_workers > 0:
             self._workers = WorkerProcesses(pipe, num_workers, persistent, prefetch_factor, multiprocessing_context,
                                      worker_init_fn)
@@ -726,7 +726,9 @@ class DataLoader:
         if pin and (self.device is None or self.device.type != "cpu"):
             pipe = pipe.pin_memory()
         if self.device is not None:
-            pipe = pipe.to_device(self.device)
+            # Without batching or a collate_fn, items go to the device as they are (torch's loader
+            # does not stack them either); otherwise they are collated batches already.
+            pipe = pipe.to_device(self.device, collate=bool(batch_size or collate_fn is not None))
         return pipe
 
     def _build_spdl(self, preprocessor: Any, aggregator: Any, transfer_fn: Any, buffer_size: Any, num_threads: Any,

@@ -13,7 +13,7 @@ from PIL import Image
 from torch.utils.data import default_collate
 
 import datapipes._collate as collate_mod
-from datapipes._collate import collate, map_tensors
+from datapipes._collate import collate, map_collated, map_converted, map_tensors
 from datapipes.iter import Collator, IterableWrapper
 from datapipes.testing import check_datapipe
 
@@ -284,6 +284,59 @@ class TestMapTensors:
     def test_leaves_other_values_alone(self):
         for value in (None, 3, "x", b"y", 1.5, np.zeros(2), object()):
             assert map_tensors(value, lambda t: 1 / 0) is value
+
+
+class TestAlreadyCollated:
+    def test_a_batch_is_returned_as_it_is(self):
+        t = torch.arange(6).reshape(2, 3)
+        d = {"x": torch.ones(2, 2), "y": torch.tensor([1, 2])}
+        s = Sample(torch.ones(2, 3), torch.tensor([0, 1]))
+        for batch in (t, d, collections.OrderedDict(d), s):
+            assert collate(batch) is batch
+        again = collate(collate([{"x": torch.ones(2)}, {"x": torch.zeros(2)}]))
+        assert again["x"].shape == (2, 2)  # collating twice stacks nothing twice
+        assert collate([t, t]).shape == (2, 2, 3)  # a list of tensors is still a list of samples
+
+    def test_a_collator_after_a_collator_changes_nothing(self):
+        pipe = IterableWrapper([{"x": torch.full((2,), i)} for i in range(4)]).batch(2).collate().collate()
+        assert [b["x"].shape for b in pipe] == [(2, 2), (2, 2)]
+
+
+class TestMapConverted:
+    def test_numpy_values_become_tensors_and_the_rest_is_kept(self):
+        t = torch.ones(2)
+        item = {"t": t, "a": np.arange(3, dtype=np.int16), "s": np.bool_(True), "n": 3, "names": np.array(["a"]),
+                "p": Point(np.zeros(1), "q"), "d": Sample(np.ones(1), np.int64(4))}
+        out = map_converted(item, lambda x: x)
+        assert out["t"] is t and out["a"].dtype == torch.int16 and out["a"].tolist() == [0, 1, 2]
+        assert out["s"].dtype == torch.bool and out["s"].ndim == 0 and out["n"] == 3 and type(out["n"]) is int
+        assert isinstance(out["names"], np.ndarray) and type(out["p"]) is Point and out["p"].y == "q"
+        assert out["p"].x.tolist() == [0.0] and type(out["d"]) is Sample and out["d"].label.item() == 4
+        assert isinstance(item["a"], np.ndarray)  # the input is not changed
+
+    def test_fn_sees_every_tensor_once(self):
+        seen = []
+        map_converted([np.zeros(1), (torch.ones(1), np.float64(2.0))], lambda x: seen.append(x.dtype) or x)
+        assert seen == [torch.float64, torch.float32, torch.float64]
+
+    def test_unconvertible_numpy_dtypes_raise(self):
+        with pytest.raises(TypeError, match="numpy scalar of dtype datetime64"):
+            map_converted(np.datetime64("2020-01-01"), lambda x: x)
+
+
+class TestMapCollated:
+    def test_lists_are_collated_other_items_converted(self):
+        out = map_collated([(np.zeros(2), 1), (np.ones(2), 2)], lambda x: x)
+        assert type(out) is tuple and out[0].shape == (2, 2) and out[1].tolist() == [1, 2]
+        d = {"x": torch.ones(3)}
+        assert map_collated(d, lambda x: x)["x"] is d["x"]
+        assert map_collated(np.zeros((2, 2)), lambda x: x).shape == (2, 2)  # one item: converted, not split
+
+    def test_list_subclasses_are_batches_too(self):
+        class Chunk(list):
+            pass
+
+        assert map_collated(Chunk([1, 2, 3]), lambda x: x).tolist() == [1, 2, 3]
 
 
 class TestCollator:

@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import os
 import random
+import sys
 import threading
 import time
 import warnings
@@ -42,6 +43,17 @@ def wait_children_gone(before, timeout=10.0):
 
 def as_lists(batches):
     return [b.tolist() for b in batches]
+
+
+def _print_warnings(worker_id):
+    """A worker_init_fn: a worker prints every warning to stderr (pytest's recording of warnings,
+    inherited by a forked worker, would keep them in the worker)."""
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    warnings.showwarning = show
+    warnings.simplefilter("always")
 
 
 class Gate:
@@ -99,6 +111,15 @@ class TestTorchSpelling:
         assert as_lists(batches) == [[0, 1], [2, 3], [4]]
         # pinning for the CPU is pointless: no pin_memory stage
         assert "PinMemory" not in repr(loader.pipe) and "DeviceMover" in repr(loader.pipe)
+
+    def test_to_device_without_batch_size_moves_items_unstacked(self):
+        # torch's loader does not stack items without a batch_size; nor does to_device then, and a
+        # collate_fn whose batches are lists is not collated a second time on the way to the device.
+        t = torch.arange(3)
+        got = list(DataLoader(IterableWrapper([[t, t + 1]]), device="cpu"))
+        assert len(got) == 1 and isinstance(got[0], list) and [x.tolist() for x in got[0]] == [[0, 1, 2], [1, 2, 3]]
+        got = list(DataLoader(IterableWrapper([t]), collate_fn=lambda x: [x, x * 2], device="cpu"))
+        assert isinstance(got[0], list) and [x.tolist() for x in got[0]] == [[0, 1, 2], [0, 2, 4]]
 
     def test_pin_memory_without_a_device(self):
         loader = DataLoader(IterableWrapper(range(4)), batch_size=2, pin_memory=True)
@@ -540,6 +561,20 @@ class TestWorkers:
         with pytest.warns(UserWarning, match="no sharding_filter"):
             loader = DataLoader(IterableWrapper(range(10)), batch_size=3, num_workers=2)
         assert sorted(sum(as_lists(loader), [])) == list(range(10))
+
+    @pytest.mark.parametrize("persistent", [False, True])
+    def test_no_sharding_filter_warns_once_per_loader(self, capfd, persistent):
+        # Counted in this process and in the workers (which print theirs to stderr), over 3 epochs.
+        with warnings.catch_warnings(record=True) as here:
+            warnings.simplefilter("always")
+            loader = DataLoader(IterableWrapper(range(6)).map(abs), batch_size=2, num_workers=2,
+                                persistent_workers=persistent, worker_init_fn=_print_warnings)
+            for _ in range(3):
+                assert sorted(sum(as_lists(loader), [])) == list(range(6))
+            loader.close()
+        in_main = [w for w in here if "sharding_filter" in str(w.message)]
+        assert len(in_main) == 1 and "has no sharding_filter()" in str(in_main[0].message)
+        assert capfd.readouterr().err.count("sharding_filter") == 0  # none from the workers
 
     def test_persistent_spawned_workers_see_set_epoch_and_stop_on_close(self):
         # spawn: the pipe (lambda included), the seed and the shared epoch travel by pickle

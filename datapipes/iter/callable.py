@@ -9,14 +9,16 @@ The hot loops are bare generators chosen once at construction: no per-item branc
 
 from __future__ import annotations
 
-from concurrent.futures import Executor
+import threading
+from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVar
 
 from .._collate import collate as default_collate
-from .._engine import LoopRef, concurrent_map, is_async_callable, is_async_gen_callable, iterate_async, new_stats
+from .._engine import LoopRef, close_iterator, concurrent_map, is_async_callable, is_async_gen_callable, iterate_async, new_stats
 from .._engine.rng import check_rng, item_seed, make_rng, seeded_call, with_seeds
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
 from ..errors import add_stage_note, call_lines, policy_and_log, raised_at
+from .device import StreamOps, cuda_upstream
 
 __all__ = ["Mapper", "Filter", "FlatMapper", "Collator"]
 
@@ -235,6 +237,87 @@ def _map_engine(pipe: Mapper) -> Iterator[Any]:
     )
 
 
+def _tagged(source: Iterable[Any], record: Callable[[], Any]) -> Iterator[tuple[Any, Any]]:
+    """``(item, event)`` for each item of ``source``, the event recorded on the consumer's thread."""
+    it = iter(source)
+    try:
+        for x in it:
+            yield x, record()
+    finally:
+        close_iterator(it)  # closing this pass closes the upstream's now
+
+
+def _handover_fn(fn: Callable[[Any], Any], ops: StreamOps, is_async: bool) -> Callable[[Any], Any]:
+    """``fn`` for a worker thread (or the event loop) receiving ``(item, event)`` pairs: its current
+    stream waits on the consumer's event and marks the item as used before ``fn`` runs, and an event
+    recorded after ``fn`` goes back with the result. A worker thread sets its CUDA device to the
+    consumer's before its first item; the event loop thread, shared by every async stage, is left
+    as it is."""
+    record, wait, mark_used = ops.record, ops.wait, ops.mark_used
+    if is_async:
+        async def call_async(pair: tuple[Any, Any]) -> tuple[Any, Any]:
+            x, event = pair
+            wait(event)
+            mark_used(x)
+            y = await fn(x)
+            return y, record()
+
+        return call_async
+
+    entered = threading.local()  # worker threads set their CUDA device once, before their first item
+
+    def call(pair: tuple[Any, Any]) -> tuple[Any, Any]:
+        if not getattr(entered, "done", False):
+            ops.enter_thread()
+            entered.done = True
+        x, event = pair
+        wait(event)
+        mark_used(x)
+        y = fn(x)
+        return y, record()
+
+    return call
+
+
+def _map_engine_handover(pipe: Mapper) -> Iterator[Any]:
+    """A concurrent pass downstream of a CUDA mover: items cross to the workers and results come
+    back with a stream hand-over each way (:mod:`datapipes.iter.device`)."""
+    ops = pipe._crossing_ops.bind()  # type: ignore[union-attr]
+    record, wait, mark_used = ops.record, ops.wait, ops.mark_used
+    label = stage_label(pipe)
+    source: Iterable[Any] = pipe.datapipe
+    if pipe.rng is not None:
+        source = with_seeds(source, pipe._pass_seed())
+    fn = _handover_fn(_engine_fn(pipe), ops, pipe._async)
+    stats = pipe.stats = new_stats(label, fn, pipe.concurrency, pipe.executor)
+    out = concurrent_map(
+        _tagged(source, record), fn, label=label, concurrency=pipe.concurrency, ordered=pipe.ordered,
+        executor=pipe.executor, timeout=pipe.timeout, chunksize=pipe.chunksize, policy=pipe._policy,
+        log=pipe.failures, stats=stats,
+    )
+    try:
+        for y, event in out:
+            wait(event)
+            mark_used(y)
+            yield y
+    finally:
+        close_iterator(out)  # stops the workers now, also when our consumer closes us
+
+
+def _check_crossing(datapipe: Any, executor: Any) -> StreamOps | None:
+    """The stream hand-over a concurrent map needs: that of a CUDA mover upstream, or None."""
+    mover = cuda_upstream(datapipe)
+    if mover is None:
+        return None
+    if executor == "process" or isinstance(executor, ProcessPoolExecutor):
+        raise ValueError(
+            f"Mapper: executor={executor!r} cannot run downstream of {stage_label(mover)}: CUDA tensors are not "
+            "sent to worker processes; put this map before to_cuda/to_device, or run it on threads "
+            "(executor='thread')"
+        )
+    return mover._handover_ops  # type: ignore[no-any-return]
+
+
 _MAP_FN_LINES = call_lines(_map_raise)
 _MAP_SEEDED_FN_LINES = call_lines(_map_seeded_raise)
 
@@ -266,7 +349,12 @@ class Mapper(IterDataPipe[U]):
             used, never shut down).
         timeout: seconds one item may spend in ``fn`` (threads and async only). An item past it fails
             with a ``TimeoutError`` naming the stage and its position; its worker thread is abandoned
-            (a daemon: it ends when ``fn`` returns and never blocks interpreter exit).
+            (a daemon: it ends when ``fn`` returns and never blocks interpreter exit). An async
+            ``fn`` is cancelled at the deadline; one that ignores the cancellation (a catch-all
+            ``except`` that retries) is abandoned a grace later (a quarter of ``timeout``, 0.05 to
+            1 s), and one that blocks the event loop (``time.sleep``, blocking I/O) fails with a
+            ``TimeoutError`` that says so, while later passes get a new loop; a late result is
+            dropped, never delivered.
         chunksize: with ``executor="process"``, items per message; ``None`` picks it from the measured
             cost of ``fn`` (about 10 ms of work per chunk).
         rng: ``None``, or ``"python"``, ``"numpy"``, ``"torch"``: ``fn`` is called as
@@ -284,6 +372,8 @@ class Mapper(IterDataPipe[U]):
         ``ExceptionGroup`` once ``max_failures`` is exceeded; ``TimeoutError`` past ``timeout``. With
         ``executor="process"`` the exception is a pickled copy carrying the worker's traceback as a
         note.
+        ValueError: at construction, ``executor="process"`` (or a ``ProcessPoolExecutor``) downstream
+            of ``to_cuda``: CUDA tensors are not sent to worker processes.
 
     Concurrency: the consumer's thread pulls the source lazily and keeps at most ``2 * concurrency``
     items in flight (one running and one queued per worker; async: ``concurrency`` running tasks
@@ -292,6 +382,14 @@ class Mapper(IterDataPipe[U]):
     plus the chunk being yielded). Workers start at the first ``next()`` and stop when the pass ends, is closed
     (``close()``, ``break``), is garbage collected, or the consumer raises or is interrupted. The
     statistics of the last pass are in ``pipe.stats`` (:class:`~datapipes._engine.StageStats`).
+
+    After ``to_cuda`` (a CUDA mover upstream, found when the pipe is built), a concurrent map hands
+    each item over safely in both directions: an event recorded on the consumer's current stream is
+    waited on by the worker's (or event loop's) current stream before ``fn`` runs, and an event
+    recorded after ``fn`` is waited on by the consumer's current stream before the result is
+    yielded; each receiving stream marks the item's CUDA tensors as used (``record_stream``). With
+    ``executor="process"`` (or a ``ProcessPoolExecutor``) such a map raises ``ValueError`` when it
+    is built.
 
     ``len()`` is the source's length.
 
@@ -344,8 +442,10 @@ class Mapper(IterDataPipe[U]):
         if rng is not None:
             self._is_random = True
         serial = concurrency == 1 and timeout is None and not self._async and executor == "thread"
+        # Items that cross threads after to_cuda need a stream hand-over, decided here once.
+        self._crossing_ops = None if serial else _check_crossing(datapipe, executor)
         if not serial:
-            self._run = _map_engine
+            self._run = _map_engine if self._crossing_ops is None else _map_engine_handover
         elif rng is not None:
             self._run = _map_seeded_skip if self._policy.skips else _map_seeded_raise
         else:

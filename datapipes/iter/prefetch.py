@@ -6,6 +6,7 @@ from typing import Any, Iterator, TypeVar
 
 from .._engine import StageStats, background_iter
 from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, stage_label
+from .device import background_handover, handover_ops
 
 __all__ = ["Prefetcher"]
 
@@ -17,6 +18,15 @@ def _prefetch(pipe: Prefetcher[Any]) -> Iterator[Any]:
     stats = pipe.stats = StageStats(label, "prefetch", 1, pipe.buffer_size)
     source = pipe.source_datapipe
     yield from background_iter(lambda: source, pipe.buffer_size, label, stats)
+
+
+def _prefetch_handover(pipe: Prefetcher[Any]) -> Iterator[Any]:
+    """Downstream of a CUDA mover: each item crosses from the producer thread's stream to the
+    consumer's (an event recorded there, waited on here, its tensors marked as used here)."""
+    label = stage_label(pipe)
+    stats = pipe.stats = StageStats(label, "prefetch", 1, pipe.buffer_size)
+    source = pipe.source_datapipe
+    yield from background_handover(pipe._crossing_ops, lambda: source, pipe.buffer_size, label, stats)  # type: ignore[arg-type]
 
 
 @functional_datapipe("prefetch")
@@ -43,6 +53,13 @@ class Prefetcher(IterDataPipe[T]):
     that is inside the upstream (a daemon thread: it exits as soon as the upstream returns).
     Statistics of the last pass are in ``pipe.stats``.
 
+    After ``to_cuda`` (a CUDA mover upstream, found when the pipe is built), the background thread
+    first sets its CUDA device to the consumer's, and every item is handed over safely whatever
+    stream the consumer uses: an event is recorded on the producer thread's current stream after the
+    item is made, the consumer's current stream waits on it (no host synchronisation) and the item's
+    CUDA tensors are marked as used by that stream (``record_stream``). Without a CUDA mover
+    upstream none of this runs.
+
     ``len()`` is the upstream's length.
 
     >>> from datapipes.iter import IterableWrapper
@@ -60,10 +77,11 @@ class Prefetcher(IterDataPipe[T]):
         require_int(buffer_size, "Prefetcher", "buffer_size", minimum=1)
         self.source_datapipe = source_datapipe
         self.buffer_size = buffer_size
+        self._crossing_ops = handover_ops(source_datapipe)
         self.stats: Any = None
 
     def __iter__(self) -> Iterator[T]:
-        return _prefetch(self)
+        return _prefetch(self) if self._crossing_ops is None else _prefetch_handover(self)
 
     def __len__(self) -> int:
         return len(self.source_datapipe)  # type: ignore[arg-type]
