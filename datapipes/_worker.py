@@ -27,10 +27,31 @@ epochs later: each epoch reshuffles, identically in every worker. Stages *downst
 
 A lent seed is plain state on the stage (``_seed``/``_epoch``) of the process's own copy of the pipe;
 a record beside it (``_shard_lent``) lets the next pass tell a lent seed from one the user set since.
+
+A pipe without a sharding stage iterated by several workers of a torch DataLoader warns once per
+loader (every worker would yield the whole data), although the workers are separate processes and
+plain ``torch.utils.data.DataLoader`` runs none of our code in the main process (with the ``fork``
+start method it does not even pickle the pipe there). So the decision is taken in the workers:
+
+- only worker 0 checks, once per process (the pass hook then costs one global test);
+- what worker 0 warned is recorded on a page of anonymous shared memory that this module maps when
+  it is imported, in the main process, before the loader starts any worker. Workers *forked* from
+  the main process (torch's default start method on Linux up to Python 3.13) all share that page,
+  so worker 0 of a later epoch (``persistent_workers=False`` forks new workers every epoch) sees the
+  warning was given and stays silent: one warning per loader over all epochs. The record is keyed by
+  the warning's text (the pipe's chain, the number of workers), so, as Python's default warning
+  filter shows a warning once per place, an identical pipe in a new loader does not warn again.
+- ``spawn`` and ``forkserver`` workers start a fresh interpreter that cannot see the page: with
+  ``persistent_workers=True`` worker 0 still warns once per loader; without, once per epoch.
+
+``datapipes.DataLoader`` needs none of this: it warns once, in the main process, when it is built,
+and adds the ``sharding_filter`` itself.
 """
 
 from __future__ import annotations
 
+import hashlib
+import mmap
 import os
 import warnings
 from typing import Any, Iterable, NamedTuple
@@ -45,6 +66,7 @@ __all__ = [
     "Placement",
     "base_seed",
     "capture_rank",
+    "forget_warnings",
     "lend_seeds",
     "placement",
     "rank_placement",
@@ -212,30 +234,83 @@ def unseeded_across_ranks(stages: Iterable[Any], world_size: int, where: str) ->
 
 # -- the per-pass check inside a DataLoader worker -------------------------------------------------
 
+
+class _WarnedRecord:
+    """Which warnings were given, shared with every process forked from the one that built it.
+
+    A page of anonymous shared memory (``mmap(-1)``: ``MAP_SHARED``, so a forked child writes what
+    its parent and siblings read) holding 8-byte digests of the warnings' texts in a direct-mapped
+    table. Two warnings landing on one slot, or two processes writing one slot at once, lose a
+    digest: the worst that happens is a warning given twice, never one left out. Where the page
+    cannot be mapped, a set in this process keeps the record.
+    """
+
+    _SLOTS = 512
+
+    def __init__(self) -> None:
+        self._local: set[int] = set()
+        try:
+            self._page: mmap.mmap | None = mmap.mmap(-1, 8 * self._SLOTS)
+        except (OSError, ValueError):  # pragma: no cover - no anonymous shared memory here
+            self._page = None
+
+    def first(self, text: str) -> bool:
+        """Record ``text``; True unless it was recorded before (by this process or a relative)."""
+        key = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little") or 1
+        page = self._page
+        if page is None:
+            if key in self._local:
+                return False
+            self._local.add(key)
+            return True
+        at = 8 * (key % self._SLOTS)
+        if int.from_bytes(page[at:at + 8], "little") == key:
+            return False
+        page[at:at + 8] = key.to_bytes(8, "little")
+        return True
+
+    def clear(self) -> None:
+        self._local.clear()
+        if self._page is not None:
+            self._page[:] = bytes(len(self._page))
+
+
+#: Mapped here, at import, in the main process: the DataLoader's forked workers all share it.
+_warned = _WarnedRecord()
+
+#: Whether this process has made its check (workers make it at their first pass of the dataset).
 _checked = False
+
+
+def forget_warnings() -> None:
+    """Forget the warnings :func:`worker_pass` gave, in this process and the processes it forked
+    (e.g. to see them again in a test)."""
+    _warned.clear()
 
 
 def worker_pass(pipe: Any) -> None:
     """Called when a pass of ``pipe`` starts inside a torch DataLoader worker (by the base class).
 
-    Once per process, when ``pipe`` is the loader's dataset: warn if several workers iterate a graph
-    without a sharding stage (every worker would yield the whole data).
+    Worker 0, at its first pass of the loader's dataset: warn, unless that warning was given already
+    (see the module's docstring), if several workers iterate a graph without a sharding stage
+    (every worker would yield the whole data).
     """
     global _checked
     info = get_worker_info()
     if _checked or info is None or pipe is not info.dataset:
         return
     _checked = True
-    if info.num_workers < 2:
+    if info.num_workers < 2 or info.id != 0:
         return
     from .iter.sharding import is_sharding_stage
 
-    if not any(is_sharding_stage(s) for s in traverse(pipe)):
-        warnings.warn(
-            f"datapipes: the pipe {pipe!r} is iterated by {info.num_workers} DataLoader workers but has no "
-            f"sharding_filter(): every worker yields the whole data, so each item comes "
-            f"{info.num_workers} times. Add .sharding_filter() after the source (and after any shuffle) "
-            f"to split the items among the workers",
-            UserWarning,
-            stacklevel=3,
-        )
+    if any(is_sharding_stage(s) for s in traverse(pipe)):
+        return
+    message = (
+        f"datapipes: the pipe {pipe!r} is iterated by {info.num_workers} DataLoader workers but has no "
+        f"sharding_filter(): every worker yields the whole data, so each item comes "
+        f"{info.num_workers} times. Add .sharding_filter() after the source (and after any shuffle) "
+        f"to split the items among the workers"
+    )
+    if _warned.first(message):
+        warnings.warn(message, UserWarning, stacklevel=3)

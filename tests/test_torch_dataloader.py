@@ -8,6 +8,7 @@ DataLoader worker has it (each simulated worker on its own copy of the pipe, as 
 
 import math
 import pickle
+import re
 import sys
 import warnings
 from contextlib import contextmanager
@@ -24,6 +25,14 @@ from datapipes.iter.sharding import SHARDING_PRIORITIES
 from helpers import plain_process  # noqa: F401 - an autouse fixture
 
 N = 24
+
+NO_SHARDING = "DataLoader workers but has no sharding_filter()"
+
+
+@pytest.fixture(autouse=True)
+def no_warning_given_yet():
+    """Forget the no-sharding_filter warnings given so far in this process (and the workers it forks)."""
+    _worker.forget_warnings()
 
 
 @contextmanager
@@ -159,6 +168,25 @@ class TestWorkerDiscovery:
             with warnings_as_errors():
                 list(pipe)  # once per process
 
+    def test_only_worker_0_warns_and_a_later_worker_process_does_not_repeat_it(self):
+        pipe = IterableWrapper(range(4)).map(neg)
+        with warnings_as_errors():
+            with as_worker(1, 2, dataset=pipe):
+                assert list(pipe) == [0, -1, -2, -3]
+        _worker._checked = False  # a fresh process: worker 0 of this epoch
+        with as_worker(0, 2, dataset=pipe):
+            with pytest.warns(UserWarning, match=r"Mapper\(neg\) is iterated by 2 DataLoader workers"):
+                list(pipe)
+        _worker._checked = False  # worker 0 of the next epoch, forked from the same main process
+        with warnings_as_errors():
+            with as_worker(0, 2, dataset=pipe):
+                list(pipe)
+        _worker.forget_warnings()  # as a new main process would
+        _worker._checked = False
+        with as_worker(0, 2, dataset=pipe):
+            with pytest.warns(UserWarning, match=re.escape(NO_SHARDING)):
+                list(pipe)
+
     def test_no_warning_with_sharding_or_one_worker_or_not_the_dataset(self):
         sharded = IterableWrapper(range(4)).sharding_filter()
         inner = IterableWrapper(range(4))
@@ -173,14 +201,20 @@ class TestWorkerDiscovery:
                 list(inner)
 
 
+def neg(x):
+    return -x
+
+
 def print_warnings(worker_id):
-    """A worker_init_fn: print warnings to stderr as Python does by default (pytest's recording of
-    warnings, inherited by a forked worker, would keep them in the worker)."""
+    """A worker_init_fn: print every warning to stderr (pytest's recording of warnings, inherited by a
+    forked worker, would keep them in the worker; "always", so that Python's own once-per-place
+    filter hides no repeat from the count)."""
 
     def show(message, category, filename, lineno, file=None, line=None):
         sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
     warnings.showwarning = show
+    warnings.simplefilter("always")
 
 
 @contextmanager
@@ -236,10 +270,14 @@ class TestTorchDataLoader:
         assert sorted(x for x in out if not isinstance(x, str)) == list(range(N))
         assert len(IterableWrapper(range(N)).sharding_filter()) == N == len(DataLoader(pipe.source, num_workers=2))
 
-    def test_warns_once_per_worker_without_sharding_filter(self, capfd):
-        loader = DataLoader(IterableWrapper(range(5)), batch_size=None, num_workers=2, persistent_workers=True,
-                            worker_init_fn=print_warnings)
-        for _ in range(2):
-            assert sorted(x for x in loader) == sorted(list(range(5)) * 2)  # what the warning is about
+    @pytest.mark.parametrize("persistent", [False, True])
+    def test_warns_once_per_loader_without_sharding_filter(self, capfd, persistent):
+        # Workers print their warnings to stderr (see print_warnings): count them over 3 epochs, new
+        # worker processes every epoch unless persistent.
+        loader = DataLoader(IterableWrapper(range(5)).map(neg), batch_size=None, num_workers=2,
+                            persistent_workers=persistent, worker_init_fn=print_warnings)
+        for _ in range(3):
+            assert sorted(x for x in loader) == sorted([-x for x in range(5)] * 2)  # what the warning is about
         err = capfd.readouterr().err
-        assert err.count("is iterated by 2 DataLoader workers but has no sharding_filter()") == 2
+        assert err.count(NO_SHARDING) == 1, err
+        assert "is iterated by 2 DataLoader workers" in err

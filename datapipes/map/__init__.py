@@ -14,10 +14,14 @@ Importing this package registers every pipe's functional name: ``map``, ``batch`
 Indices. ``pipe[i]`` reads one item on demand; nothing is cached (except the loaded dict of
 :class:`IterToMapConverter`). The positional pipes (:class:`Batcher`, :class:`Concater`,
 :class:`Zipper`) take ints (anything with ``__index__``) and count negative indices from the end,
-as a list does; an index out of range raises ``IndexError`` naming the stage, a non-integer index
-(a slice included) ``TypeError``. :class:`SequenceWrapper` and :class:`Mapper` hand the index to
-their source unchanged, so they accept what the source accepts (a list takes negative indices, a
-dict its keys). :class:`IterToMapConverter` is keyed: a missing key raises ``IndexError``.
+as a list does; an index out of range raises ``IndexError`` whose message names the stage and its
+length and ends in torch's words for that stage (``Concater (length 5): Index 7 is out of
+range.``), a non-integer index (a slice included) ``TypeError``. :class:`SequenceWrapper` and
+:class:`Mapper` hand the index to their source unchanged, so they accept what the source accepts (a
+list takes negative indices, a dict its keys), as in torch; what the sequence raises for an index it
+lacks (``IndexError: list index out of range``, ``KeyError``) comes through as it was raised, with a
+note naming the stage and the index (``[datapipes] raised in stage SequenceWrapper at index 7``).
+:class:`IterToMapConverter` is keyed: a missing key raises ``IndexError`` naming the stage.
 
 Iterating a map-style pipe yields ``pipe[0], ..., pipe[len - 1]`` (a keyed pipe: its values in key
 order); ``len()`` is computed from the sources at call time. A map-style pipe drops into

@@ -1,5 +1,5 @@
-"""Index checks shared by the map-style pipes: positions (Batcher, Concater, Zipper) and lists of
-indices (Shuffler, MapToIterConverter)."""
+"""Index checks shared by the map-style pipes: positions (Batcher, Concater, Zipper), lists of
+indices (Shuffler, MapToIterConverter), and how an index is named in an error note."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ from typing import Any
 from ..datapipe import stage_label
 
 
-def position(pipe: Any, index: Any, length: int) -> int:
+def position(pipe: Any, index: Any, length: int, torch_phrase: str = "is out of range", source: Any = None) -> int:
     """``index`` as a position in ``range(length)``; negative indices count from the end, as for a
     list.
 
-    Raises ``TypeError`` naming the stage for an index that is not an integer (slices included),
-    ``IndexError`` naming the stage for one out of range.
+    Raises ``TypeError`` naming the stage for an index that is not an integer (slices included), and
+    ``IndexError`` for one out of range: the stage and its length first, then torch's own message
+    for that stage intact (``Index 7 <torch_phrase> <source>.``), so ``except IndexError`` and a
+    match on torch's words keep working, e.g. ``Concater (length 5): Index 7 is out of range.``
     """
     try:
         i = operator.index(index)
@@ -23,7 +25,17 @@ def position(pipe: Any, index: Any, length: int) -> int:
     j = i + length if i < 0 else i
     if 0 <= j < length:
         return j
-    raise IndexError(f"{stage_label(pipe)}: index {i} out of range for length {length}")
+    named = "" if source is None else f" {source!r}"
+    raise IndexError(f"{stage_label(pipe)} (length {length}): Index {i} {torch_phrase}{named}.")
+
+
+def index_text(index: Any) -> Any:
+    """How an error note names ``index``: ``at index 3`` for a position (an int, a numpy integer),
+    ``at index 'cat'`` for a key."""
+    try:
+        return operator.index(index)
+    except TypeError:
+        return repr(index)
 
 
 def require_indices(indices: Any, stage: str) -> None:

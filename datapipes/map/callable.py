@@ -7,16 +7,12 @@ from typing import Any, Callable, Iterator, TypeVar
 from ..datapipe import MapDataPipe, functional_datapipe, require_callable, require_pipe, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
 from ..iter.callable import _check_cols, _Col, _item_fn
+from ._index import index_text
 
 __all__ = ["Mapper"]
 
 T = TypeVar("T")
 U = TypeVar("U")
-
-
-def _index_text(index: Any) -> Any:
-    # ``at index 3`` for positions, ``at index 'cat'`` for keys.
-    return index if isinstance(index, int) else repr(index)
 
 
 def _map_iter(pipe: Mapper[Any]) -> Iterator[Any]:
@@ -56,7 +52,8 @@ class Mapper(MapDataPipe[U]):
     Raises:
         Whatever ``fn`` raises, as the same object, with a note naming the stage and the index.
         The index is passed to the source as it is, so the source's ``IndexError`` (or
-        ``KeyError`` for a keyed source) reaches the caller unchanged.
+        ``KeyError`` for a keyed source) reaches the caller as the source raised it, with the
+        source's note (e.g. ``SequenceWrapper at index 7``).
 
     ``len()`` is the source's length at call time.
 
@@ -93,7 +90,7 @@ class Mapper(MapDataPipe[U]):
         try:
             return self._fn(item)
         except Exception as e:
-            add_stage_note(e, stage_label(self), _index_text(index), "index")
+            add_stage_note(e, stage_label(self), index_text(index), "index")
             raise
 
     def __iter__(self) -> Iterator[U]:

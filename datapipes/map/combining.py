@@ -35,7 +35,8 @@ class Concater(MapDataPipe[T]):
 
     Raises:
         ValueError: no datapipes. TypeError: one is not a ``MapDataPipe``, or an index is not an
-        int. IndexError: an index out of range (negative indices count from the end).
+        int. IndexError: an index out of range (negative indices count from the end), naming the
+        stage and ending in torch's words: ``Concater (length 5): Index 7 is out of range.``
 
     ``len()`` is the sum of the sources' lengths at call time.
 
@@ -80,7 +81,9 @@ class Zipper(MapDataPipe[tuple[Any, ...]]):
     Raises:
         ValueError: no datapipes. TypeError: one is not a ``MapDataPipe``, or an index is not an
         int. IndexError: an index out of range of the shortest source (negative indices count
-        from the end of the zipped pipe).
+        from the end of the zipped pipe), naming the stage and ending in torch's words, with the
+        shortest source: ``Zipper (length 2): Index 7 is out of range for one of the input
+        MapDataPipes SequenceWrapper.``
 
     ``len()`` is the shortest source's length at call time.
 
@@ -97,7 +100,10 @@ class Zipper(MapDataPipe[tuple[Any, ...]]):
         self.datapipes = datapipes
 
     def __getitem__(self, index: int) -> tuple[Any, ...]:
-        i = position(self, index, len(self))
+        lengths = [len(dp) for dp in self.datapipes]
+        n = min(lengths)
+        shortest = self.datapipes[lengths.index(n)]  # named in the IndexError, as torch names it
+        i = position(self, index, n, "is out of range for one of the input MapDataPipes", shortest)
         return tuple([dp[i] for dp in self.datapipes])
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:

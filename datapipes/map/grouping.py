@@ -31,8 +31,10 @@ class Batcher(MapDataPipe[Any]):
 
     Raises:
         TypeError: an index that is not an int. IndexError: an index out of range (negative
-        indices count from the end). Whatever ``wrapper_class`` raises, as the same object with a
-        note naming the stage and the batch index; the source's errors unchanged.
+        indices count from the end), naming the stage and ending in torch's words:
+        ``Batcher(3) (length 3): Index 7 is out of bound.`` Whatever ``wrapper_class`` raises, as
+        the same object with a note naming the stage and the batch index; the source's errors
+        unchanged.
 
     ``len()`` is ``ceil(len(datapipe) / batch_size)`` (``floor`` with ``drop_last``), computed from
     the source at call time.
@@ -75,7 +77,7 @@ class Batcher(MapDataPipe[Any]):
         dp = self.datapipe
         n = len(dp)
         bs = self.batch_size
-        i = position(self, index, _count_batches(n, bs, self.drop_last))
+        i = position(self, index, _count_batches(n, bs, self.drop_last), "is out of bound")
         start = i * bs
         batch = [dp[j] for j in range(start, min(start + bs, n))]
         if self.wrapper_class is list:

@@ -7,7 +7,9 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, Iterator, Sequence, TypeVar
 
-from ..datapipe import MapDataPipe
+from ..datapipe import MapDataPipe, stage_label
+from ..errors import add_stage_note
+from ._index import index_text
 
 __all__ = ["SequenceWrapper"]
 
@@ -38,7 +40,7 @@ class SequenceWrapper(MapDataPipe[T]):
     Args:
         sequence: the items. ``pipe[index]`` is ``sequence[index]``: the sequence decides which
             indices it accepts (a list takes negative indices and raises ``IndexError`` out of
-            range; a dict takes its keys and raises ``KeyError``).
+            range; a dict takes its keys and raises ``KeyError``), as in torch.
         deepcopy: copy ``sequence`` once, here, so that later changes to the original do not reach
             the pipe. Off by default (copying is slow and rarely needed). A sequence that cannot be
             deep-copied is used as it is, with a warning, as in torch DataPipes.
@@ -48,6 +50,9 @@ class SequenceWrapper(MapDataPipe[T]):
 
     Raises:
         TypeError: ``sequence`` has no ``__getitem__`` or no ``__len__``.
+        Whatever ``sequence[index]`` raises (``IndexError``, ``KeyError``, ...), as the same object
+        with its message (``list index out of range``), and a note naming the stage and the index:
+        ``[datapipes] raised in stage SequenceWrapper at index 7``.
 
     ``len()`` is ``len(sequence)`` at call time.
 
@@ -86,7 +91,11 @@ class SequenceWrapper(MapDataPipe[T]):
             self._run = _iter_indexed
 
     def __getitem__(self, index: Any) -> T:
-        return self.sequence[index]
+        try:
+            return self.sequence[index]
+        except Exception as e:  # free unless raised (CPython 3.11+)
+            add_stage_note(e, stage_label(self), index_text(index), "index")
+            raise
 
     def __iter__(self) -> Iterator[T]:
         return self._run(self)

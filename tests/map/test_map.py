@@ -131,6 +131,27 @@ class TestSequenceWrapper:
         with pytest.raises(IndexError):
             pipe[-4]
 
+    @pytest.mark.parametrize("sequence", [[10, 20, 30], (10, 20, 30), range(3), np.arange(3), torch.arange(3)])
+    @pytest.mark.parametrize("index", [7, -4])
+    def test_out_of_range_keeps_the_sequences_error_and_names_the_stage(self, sequence, index):
+        with pytest.raises(IndexError, match="out of") as info:  # "out of range" / numpy's "out of bounds"
+            SequenceWrapper(sequence)[index]
+        try:
+            sequence[index]
+        except IndexError as plain:
+            assert info.value.args == plain.args  # the sequence's own message, as torch passes it on
+        assert info.value.__notes__ == [f"[datapipes] raised in stage SequenceWrapper at index {index}"]
+        assert traceback.extract_tb(info.value.__traceback__)[-1].name == "__getitem__"
+
+    def test_missing_key_names_the_stage(self):
+        with pytest.raises(KeyError) as info:
+            SequenceWrapper({"x": 1})["w"]
+        assert info.value.args == ("w",)
+        assert info.value.__notes__ == ["[datapipes] raised in stage SequenceWrapper at index 'w'"]
+        with pytest.raises(IndexError) as info:
+            SequenceWrapper(np.arange(3))[np.int64(5)]
+        assert info.value.__notes__ == ["[datapipes] raised in stage SequenceWrapper at index 5"]
+
     def test_len_at_call_time(self):
         data = [1, 2]
         pipe = SequenceWrapper(data)
@@ -239,14 +260,17 @@ class TestMapper:
             bad["a"]
         assert info.value.__notes__ == ["[datapipes] raised in stage Mapper(<lambda>) at index 'a'"]
 
-    def test_source_errors_pass_through_without_note(self):
+    def test_source_errors_pass_through_with_the_sources_note_only(self):
         source = FailingMap()
         with pytest.raises(Boom) as info:
             source.map(str)[1]
         assert info.value is source.error and not getattr(info.value, "__notes__", [])
-        with pytest.raises(IndexError) as info2:
+        with pytest.raises(IndexError, match="list index out of range") as info2:
             SequenceWrapper([1]).map(str)[5]
-        assert not getattr(info2.value, "__notes__", [])
+        assert info2.value.__notes__ == ["[datapipes] raised in stage SequenceWrapper at index 5"]
+        with pytest.raises(KeyError) as info3:
+            SequenceWrapper({"a": 1}).map(str).map(str)["b"]
+        assert info3.value.__notes__ == ["[datapipes] raised in stage SequenceWrapper at index 'b'"]
 
     def test_columns(self):
         rows = SequenceWrapper([(1, 2, 3), (4, 5, 6)])
@@ -294,9 +318,10 @@ class TestBatcher:
         pipe = SequenceWrapper(range(10)).batch(4)
         assert pipe[0] == [0, 1, 2, 3] and pipe[2] == [8, 9] and pipe[-1] == [8, 9] and pipe[-3] == [0, 1, 2, 3]
         assert pipe[np.int64(1)] == [4, 5, 6, 7]
-        with pytest.raises(IndexError, match=r"Batcher\(4\): index 3 out of range for length 3"):
+        with pytest.raises(IndexError) as info:
             pipe[3]
-        with pytest.raises(IndexError, match=r"Batcher\(4\): index -4 out of range for length 3"):
+        assert str(info.value) == "Batcher(4) (length 3): Index 3 is out of bound."  # torch's words at the end
+        with pytest.raises(IndexError, match=r"^Batcher\(4\) \(length 3\): Index -4 is out of bound\.$"):
             pipe[-4]
         with pytest.raises(TypeError, match=r"Batcher\(4\): index must be an int, got str"):
             pipe["1"]
@@ -304,7 +329,7 @@ class TestBatcher:
             pipe[0:2]
         dropped = SequenceWrapper(range(10)).batch(4, drop_last=True)
         assert dropped[-1] == [4, 5, 6, 7]
-        with pytest.raises(IndexError):
+        with pytest.raises(IndexError, match=r"^Batcher\(4\) \(length 2\): Index 2 is out of bound\.$"):
             dropped[2]
 
     @pytest.mark.parametrize("n", [0, 1, 5, 8, 9])
@@ -391,9 +416,10 @@ class TestConcater:
         pipe = Concater(SequenceWrapper("ab"), SequenceWrapper(""), SequenceWrapper("cde"))
         assert [pipe[i] for i in range(5)] == list("abcde") == list(pipe)
         assert pipe[-1] == "e" and pipe[-5] == "a" and pipe[2] == "c"
-        with pytest.raises(IndexError, match="Concater: index 5 out of range for length 5"):
+        with pytest.raises(IndexError) as info:
             pipe[5]
-        with pytest.raises(IndexError, match="Concater: index -6 out of range for length 5"):
+        assert str(info.value) == "Concater (length 5): Index 5 is out of range."  # torch's words at the end
+        with pytest.raises(IndexError, match=r"^Concater \(length 5\): Index -6 is out of range\.$"):
             pipe[-6]
         with pytest.raises(TypeError, match="Concater: index must be an int, got float"):
             pipe[1.0]
@@ -448,10 +474,19 @@ class TestZipper:
     def test_indexing_uses_the_zipped_length(self):
         pipe = Zipper(SequenceWrapper([1, 2, 3]), SequenceWrapper("ab"))
         assert pipe[0] == (1, "a") and pipe[-1] == (2, "b") and pipe[-2] == (1, "a")
-        with pytest.raises(IndexError, match="Zipper: index 2 out of range for length 2"):
+        with pytest.raises(IndexError) as info:
             pipe[2]
-        with pytest.raises(IndexError, match="Zipper: index -3 out of range for length 2"):
+        # torch's words at the end, naming the shortest source as torch names the one that failed
+        assert str(info.value) == ("Zipper (length 2): Index 2 is out of range for one of the input "
+                                   "MapDataPipes SequenceWrapper.")
+        with pytest.raises(IndexError, match=r"^Zipper \(length 2\): Index -3 is out of range for one"):
             pipe[-3]
+        longer_last = Zipper(SequenceWrapper("ab"), SequenceWrapper([1, 2, 3]).map(str))
+        with pytest.raises(IndexError, match=r"MapDataPipes SequenceWrapper\.$"):
+            longer_last[5]
+        shorter_last = Zipper(SequenceWrapper("abc"), SequenceWrapper([1]).map(str))
+        with pytest.raises(IndexError, match=r"MapDataPipes SequenceWrapper -> Mapper\(str\)\.$"):
+            shorter_last[5]
         with pytest.raises(TypeError, match="Zipper: index must be an int, got NoneType"):
             pipe[None]
 
@@ -565,8 +600,9 @@ class TestShuffler:
         with pytest.raises(Boom) as info:
             list(pipe)
         assert info.value.__notes__ == ["[datapipes] raised in stage Mapper(fn) at index 3"]
-        with pytest.raises(IndexError):
+        with pytest.raises(IndexError, match="list index out of range") as info2:
             list(SequenceWrapper([1]).shuffle(indices=[0, 5]))
+        assert info2.value.__notes__ == ["[datapipes] raised in stage SequenceWrapper at index 5"]
 
     def test_bad_arguments(self):
         with pytest.raises(TypeError, match="Shuffler: datapipe must be a MapDataPipe, got IterableWrapper"):
@@ -729,8 +765,9 @@ class TestMapToIterConverter:
         with pytest.raises(Boom) as info:
             list(pipe)
         assert info.value.__notes__ == ["[datapipes] raised in stage Mapper(fn) at index 2"]
-        with pytest.raises(IndexError):
+        with pytest.raises(IndexError, match="list index out of range") as info2:
             list(SequenceWrapper([1]).to_iter_datapipe(indices=[3]))
+        assert info2.value.__notes__ == ["[datapipes] raised in stage SequenceWrapper at index 3"]
 
     def test_bad_arguments(self):
         with pytest.raises(TypeError, match="MapToIterConverter: datapipe must be a MapDataPipe, got IterableWrapper"):
