@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterator
 
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
 from ..errors import add_stage_note, policy_and_log
-from .parsing import _close, _pair, _skip_failure
+from .parsing import _close, _on_fail, _pair
 
 __all__ = ["Decompressor", "TarArchiveLoader", "WebDatasetGrouper", "ZipArchiveLoader"]
 
@@ -109,16 +109,17 @@ def _stream_mode(mode: Any, stage: str) -> str:
     return "r|" + ("*" if sep is None or comp is None else comp)
 
 
-def _tar_raise(pipe: TarArchiveLoader) -> Iterator[tuple[str, io.BytesIO]]:
+def _tar(pipe: TarArchiveLoader) -> Iterator[tuple[str, io.BytesIO]]:
     stage = stage_label(pipe)
+    on_fail = _on_fail(pipe, stage)
     mode: Any = pipe._stream_mode
-    n = -1
+    n = -1  # the item (archive) being read: n archives are done
     for item in pipe.datapipe:
         n += 1
         path, stream = _pair(item, stage, n)
         tar = None
-        entry = -1
-        name = None
+        entry = -1  # the entry of this archive being read
+        name = None  # the member whose data is being read
         try:
             tar = tarfile.open(fileobj=stream, mode=mode, tarinfo=_CheckedTarInfo)
             for entry, info in enumerate(tar):
@@ -129,38 +130,9 @@ def _tar_raise(pipe: TarArchiveLoader) -> Iterator[tuple[str, io.BytesIO]]:
                     yield _member_path(path, info.name), io.BytesIO(data)
             _check_tar_end(tar, entry + 1)
         except Exception as e:
-            what, position = _tar_where(path, n, tar, name, entry)
-            add_stage_note(e, stage, position, what)
-            raise
-        finally:
-            if tar is not None:
-                tar.close()
-            _close(stream)
-
-
-def _tar_skip(pipe: TarArchiveLoader) -> Iterator[tuple[str, io.BytesIO]]:
-    stage = stage_label(pipe)
-    failures = pipe._policy.new_pass(stage, pipe.failures)
-    mode: Any = pipe._stream_mode
-    n = -1
-    for item in pipe.datapipe:
-        n += 1
-        path, stream = _pair(item, stage, n)
-        tar = None
-        entry = -1
-        name = None
-        try:
-            tar = tarfile.open(fileobj=stream, mode=mode, tarinfo=_CheckedTarInfo)
-            for entry, info in enumerate(tar):
-                if info.isfile():
-                    name = info.name
-                    data = tar.extractfile(info).read()  # type: ignore[union-attr]
-                    name = None
-                    yield _member_path(path, info.name), io.BytesIO(data)
-            _check_tar_end(tar, entry + 1)
-        except Exception as e:
-            # A tar stream cannot be read past a damaged spot: the rest of this archive is lost.
-            _skip_failure(failures, e, *_tar_where(path, n, tar, name, entry))
+            # Skipped or not, the rest of this archive is lost: a tar stream cannot be read past a
+            # damaged spot.
+            on_fail(e, *_tar_where(path, n, tar, name, entry))
         finally:
             if tar is not None:
                 tar.close()
@@ -231,10 +203,9 @@ class TarArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         self.mode = mode
         self.length = length
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
-        self._run = _tar_skip if self._policy.skips else _tar_raise
 
     def __iter__(self) -> Iterator[tuple[str, io.BytesIO]]:
-        return self._run(self)
+        return _tar(self)
 
     def __len__(self) -> int:
         return _nominal_len(self)
@@ -251,36 +222,10 @@ def _open_zip(stream: Any) -> zipfile.ZipFile:
     return zipfile.ZipFile(io.BytesIO(stream.read()))
 
 
-def _zip_raise(pipe: ZipArchiveLoader) -> Iterator[tuple[str, io.BytesIO]]:
+def _zip(pipe: ZipArchiveLoader) -> Iterator[tuple[str, io.BytesIO]]:
     stage = stage_label(pipe)
-    n = -1
-    for item in pipe.datapipe:
-        n += 1
-        path, stream = _pair(item, stage, n)
-        zf = None
-        entry = -1
-        name = None
-        try:
-            zf = _open_zip(stream)
-            for entry, info in enumerate(zf.infolist()):
-                if not info.is_dir():
-                    name = info.filename
-                    data = zf.read(info)
-                    yield _member_path(path, name), io.BytesIO(data)
-        except Exception as e:
-            what, position = _archive_where(path, n, zf is not None, name, entry)
-            add_stage_note(e, stage, position, what)
-            raise
-        finally:
-            if zf is not None:
-                zf.close()
-            _close(stream)
-
-
-def _zip_skip(pipe: ZipArchiveLoader) -> Iterator[tuple[str, io.BytesIO]]:
-    stage = stage_label(pipe)
-    failures = pipe._policy.new_pass(stage, pipe.failures)
-    n = -1
+    on_fail = _on_fail(pipe, stage)
+    n = -1  # the item (archive) being read: n archives are done
     for item in pipe.datapipe:
         n += 1
         path, stream = _pair(item, stage, n)
@@ -290,18 +235,19 @@ def _zip_skip(pipe: ZipArchiveLoader) -> Iterator[tuple[str, io.BytesIO]]:
                 zf = _open_zip(stream)
                 infos = zf.infolist()
             except Exception as e:
-                _skip_failure(failures, e, *_archive_where(path, n, False, None, 0))
+                on_fail(e, *_archive_where(path, n, False, None, 0))
                 continue
-            for entry, info in enumerate(infos):
+            for entry, info in enumerate(infos):  # entry: the entry of this archive being read
                 if info.is_dir():
                     continue
                 try:
                     data = zf.read(info)
+                    member = _member_path(path, info.filename)
                 except Exception as e:
-                    # Zip members are independent: the next one still reads.
-                    _skip_failure(failures, e, *_archive_where(path, n, True, info.filename, entry))
+                    # Zip members are independent: skipped, the next one still reads.
+                    on_fail(e, *_archive_where(path, n, True, info.filename, entry))
                     continue
-                yield _member_path(path, info.filename), io.BytesIO(data)
+                yield member, io.BytesIO(data)
         finally:
             if zf is not None:
                 zf.close()
@@ -356,10 +302,9 @@ class ZipArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         self.datapipe = datapipe
         self.length = length
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
-        self._run = _zip_skip if self._policy.skips else _zip_raise
 
     def __iter__(self) -> Iterator[tuple[str, io.BytesIO]]:
-        return self._run(self)
+        return _zip(self)
 
     def __len__(self) -> int:
         return _nominal_len(self)

@@ -14,8 +14,8 @@ import numpy as np
 from PIL import Image, ImageMode
 
 from ..datapipe import IterDataPipe, functional_datapipe, require_pipe, stage_label
-from ..errors import add_stage_note, call_lines, policy_and_log, raised_at
-from .parsing import _close, _require_bool, _skip_failure
+from ..errors import policy_and_log
+from .parsing import _close, _on_fail, _require_bool
 
 __all__ = ["ImageDecoder"]
 
@@ -100,37 +100,19 @@ def _where(item: Any, n: int) -> tuple[str, int]:
     return "item", n
 
 
-def _images_raise(pipe: ImageDecoder) -> Iterator[Any]:
+def _images(pipe: ImageDecoder) -> Iterator[Any]:
     decode = _Decode(pipe)
     stage = stage_label(pipe)
-    n = 0
-    try:
-        for item in pipe.datapipe:
-            yield _decode_one(decode, item, stage)
-            n += 1
-    except Exception as e:
-        if raised_at(e, _DECODE_LINES):
-            what, position = _where(item, n)
-            add_stage_note(e, stage, position, what)
-        raise
-
-
-def _images_skip(pipe: ImageDecoder) -> Iterator[Any]:
-    decode = _Decode(pipe)
-    stage = stage_label(pipe)
-    failures = pipe._policy.new_pass(stage, pipe.failures)
-    n = -1
+    on_fail = _on_fail(pipe, stage)
+    n = -1  # the item being decoded
     for item in pipe.datapipe:
         n += 1
         try:
             out = _decode_one(decode, item, stage)
         except Exception as e:
-            _skip_failure(failures, e, *_where(item, n))
+            on_fail(e, *_where(item, n))
             continue
         yield out
-
-
-_DECODE_LINES = call_lines(_images_raise, "decode")
 
 
 def _check_size(size: Any, stage: str) -> tuple[int, int] | None:
@@ -236,10 +218,9 @@ class ImageDecoder(IterDataPipe[Any]):
         self.output = output
         self.layout = layout
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
-        self._run = _images_skip if self._policy.skips else _images_raise
 
     def __iter__(self) -> Iterator[Any]:
-        return self._run(self)
+        return _images(self)
 
     def __len__(self) -> int:
         return len(self.datapipe)  # type: ignore[arg-type]

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from .._engine import close_iterator as _close
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
-from ..errors import PassFailures, add_stage_note, policy_and_log
+from ..errors import add_stage_note, call_lines, policy_and_log, raised_at
 
 __all__ = ["CSVDictParser", "CSVFilesParser", "CSVParser", "JsonParser", "LineReader"]
 
@@ -68,11 +68,29 @@ def _inner(stream: Any) -> Any:
     return getattr(stream, "file_obj", stream)
 
 
-def _skip_failure(failures: PassFailures, exc: Exception, what: str, position: int) -> None:
-    """Record a skipped failure under ``on_error="skip"``, its note saying ``what`` and ``position``
-    (may raise the pass's ``ExceptionGroup``)."""
-    failures.what = what
-    failures.skip(exc, position)
+def _on_fail(pipe: Any, stage: str) -> Callable[[Exception, str, int], None]:
+    """The failure handler of one pass of ``pipe``, chosen once when the pass starts.
+
+    A reader's loop calls it in its ``except`` block with the exception and the ``(what,
+    position)`` its note names. Under ``on_error="raise"`` it adds the note and raises the same
+    object again; under ``on_error="skip"`` it counts the failure in ``pipe.failures`` (raising the
+    pass's ``ExceptionGroup`` once ``max_failures`` is exceeded) and returns: the loop goes on.
+    """
+    policy = pipe._policy
+    if not policy.skips:
+
+        def fail(exc: Exception, what: str, position: int) -> None:
+            add_stage_note(exc, stage, position, what)
+            raise exc
+
+        return fail
+    failures = policy.new_pass(stage, pipe.failures)
+
+    def skip(exc: Exception, what: str, position: int) -> None:
+        failures.what = what
+        failures.skip(exc, position)
+
+    return skip
 
 
 def _require_bool(value: Any, stage: str, name: str) -> bool:
@@ -199,68 +217,49 @@ def _shape(rows: Iterator[Any], path: Any, as_tuple: bool, return_path: bool) ->
     return rows
 
 
-def _csv_raise(pipe: CSVParser) -> Iterator[Any]:
+def _csv(pipe: CSVParser) -> Iterator[Any]:
     stage = stage_label(pipe)
+    on_fail = _on_fail(pipe, stage)
     text = pipe._text
-    offset = text.skip_lines
     fmt = pipe.fmtparams
     rows_of = pipe._rows
-    n = -1
+    n = -1  # the item (file) being read: n files are done
     for item in pipe.source_datapipe:
         n += 1
         path, stream = _pair(item, stage, n)
+        # The position in this file: ``offset`` lines the reader does not count (the skipped ones,
+        # and lines that failed to decode) plus ``reader.line_num``; ``last`` is the reader's count
+        # after the last good row.
+        offset = text.skip_lines
         reader = None
         last = 0
         try:
-            reader = csv.reader(text.lines(stream, stage)[0], **fmt)
-            for row in rows_of(pipe, reader, path):
-                last = reader.line_num
-                yield row
-        except Exception as e:
-            what, position = _csv_where(path, offset, reader, last, e)
-            add_stage_note(e, stage, position, what)
-            raise
-        finally:
-            _close(stream)
-
-
-def _csv_skip(pipe: CSVParser) -> Iterator[Any]:
-    stage = stage_label(pipe)
-    failures = pipe._policy.new_pass(stage, pipe.failures)
-    text = pipe._text
-    fmt = pipe.fmtparams
-    rows_of = pipe._rows
-    n = -1
-    for item in pipe.source_datapipe:
-        n += 1
-        path, stream = _pair(item, stage, n)
-        try:
-            offset = text.skip_lines
-            reader = None
-            last = 0
             try:
                 reader = csv.reader(text.lines(stream, stage)[0], **fmt)
                 rows = rows_of(pipe, reader, path)
             except Exception as e:
-                _skip_failure(failures, e, *_csv_where(path, offset, reader, last, e))
+                on_fail(e, *_csv_where(path, offset, reader, last, e))
                 continue
-            while True:
+            while True:  # the rows loop is bare; after a skipped failure it resumes here
                 try:
-                    row = next(rows)
-                except StopIteration:
+                    for row in rows:
+                        last = reader.line_num
+                        yield row
                     break
                 except Exception as e:
-                    _skip_failure(failures, e, *_csv_where(path, offset, reader, last, e))
+                    if not raised_at(e, _CSV_READ):
+                        raise  # thrown in at the yield by the consumer: not a failure of the file
+                    on_fail(e, *_csv_where(path, offset, reader, last, e))
                     if not isinstance(e, _RECORD_ERRORS):
                         break  # the stream itself failed: skip the rest of the file
                     if not isinstance(e, csv.Error):
                         offset += 1  # a line that failed to decode: the reader did not count it
                     last = reader.line_num
-                    continue
-                last = reader.line_num
-                yield row
         finally:
             _close(stream)
+
+
+_CSV_READ = call_lines(_csv, "rows")
 
 
 def _list_rows(pipe: CSVParser, reader: Any, path: Any) -> Iterator[Any]:
@@ -351,10 +350,9 @@ class CSVParser(IterDataPipe[Any]):
         self.fmtparams = fmtparams
         self._text = _TextOptions(skip_lines, decode, encoding, errors, newline="")
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
-        self._run = _csv_skip if self._policy.skips else _csv_raise
 
     def __iter__(self) -> Iterator[Any]:
-        return self._run(self)
+        return _csv(self)
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of rows is known only after reading the files")
@@ -530,11 +528,12 @@ def _read_all(stream: Any) -> Any:
         _close(stream)
 
 
-def _json_raise(pipe: JsonParser) -> Iterator[tuple[Any, Any]]:
+def _json(pipe: JsonParser) -> Iterator[tuple[Any, Any]]:
     stage = stage_label(pipe)
+    on_fail = _on_fail(pipe, stage)
     kwargs = pipe.kwargs
     loads = json.loads
-    n = -1
+    n = -1  # the item (file) being read: n files are done
     for item in pipe.source_datapipe:
         n += 1
         path, stream = _pair(item, stage, n)
@@ -543,27 +542,7 @@ def _json_raise(pipe: JsonParser) -> Iterator[tuple[Any, Any]]:
             data = _read_all(stream)
             obj = loads(data, **kwargs)
         except Exception as e:
-            what, position = _json_where(path, n, data, e)
-            add_stage_note(e, stage, position, what)
-            raise
-        yield path, obj
-
-
-def _json_skip(pipe: JsonParser) -> Iterator[tuple[Any, Any]]:
-    stage = stage_label(pipe)
-    failures = pipe._policy.new_pass(stage, pipe.failures)
-    kwargs = pipe.kwargs
-    loads = json.loads
-    n = -1
-    for item in pipe.source_datapipe:
-        n += 1
-        path, stream = _pair(item, stage, n)
-        data = None
-        try:
-            data = _read_all(stream)
-            obj = loads(data, **kwargs)
-        except Exception as e:
-            _skip_failure(failures, e, *_json_where(path, n, data, e))
+            on_fail(e, *_json_where(path, n, data, e))
             continue
         yield path, obj
 
@@ -616,10 +595,9 @@ class JsonParser(IterDataPipe[tuple[str, Any]]):
         self.source_datapipe = source_datapipe
         self.kwargs = kwargs
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
-        self._run = _json_skip if self._policy.skips else _json_raise
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
-        return self._run(self)
+        return _json(self)
 
     def __len__(self) -> int:
         return len(self.source_datapipe)  # type: ignore[arg-type]
@@ -635,53 +613,38 @@ def _open_lines(pipe: LineReader, stream: Any, path: Any, stage: str) -> Iterato
     return zip(repeat(path), lines) if pipe.return_path else lines
 
 
-def _lines_raise(pipe: LineReader) -> Iterator[Any]:
+def _lines(pipe: LineReader) -> Iterator[Any]:
     stage = stage_label(pipe)
-    n = -1
+    on_fail = _on_fail(pipe, stage)
+    n = -1  # the item (file) being read: n files are done
     for item in pipe.source_datapipe:
         n += 1
         path, stream = _pair(item, stage, n)
-        k = pipe.skip_lines
+        k = pipe.skip_lines  # the lines of this file read so far (skipped, yielded or failed)
         try:
-            for line in _open_lines(pipe, stream, path, stage):
-                k += 1
-                yield line
-        except Exception as e:
-            what, position = _line_where(path, k + 1, k + 1)
-            add_stage_note(e, stage, position, what)
-            raise
-        finally:
-            _close(stream)
-
-
-def _lines_skip(pipe: LineReader) -> Iterator[Any]:
-    stage = stage_label(pipe)
-    failures = pipe._policy.new_pass(stage, pipe.failures)
-    n = -1
-    for item in pipe.source_datapipe:
-        n += 1
-        path, stream = _pair(item, stage, n)
-        try:
-            k = pipe.skip_lines
             try:
                 lines = _open_lines(pipe, stream, path, stage)
             except Exception as e:
-                _skip_failure(failures, e, *_line_where(path, k + 1, k + 1))
+                on_fail(e, *_line_where(path, k + 1, k + 1))
                 continue
-            while True:
-                k += 1
+            while True:  # the lines loop is bare; after a skipped failure it resumes here
                 try:
-                    line = next(lines)
-                except StopIteration:
+                    for line in lines:
+                        k += 1
+                        yield line
                     break
                 except Exception as e:
-                    _skip_failure(failures, e, *_line_where(path, k, k))
+                    if not raised_at(e, _LINES_READ):
+                        raise  # thrown in at the yield by the consumer: not a failure of the file
+                    k += 1
+                    on_fail(e, *_line_where(path, k, k))
                     if not isinstance(e, _RECORD_ERRORS):
                         break  # the stream itself failed: skip the rest of the file
-                    continue
-                yield line
         finally:
             _close(stream)
+
+
+_LINES_READ = call_lines(_lines, "lines")
 
 
 @functional_datapipe("readlines")
@@ -747,10 +710,9 @@ class LineReader(IterDataPipe[Any]):
         self.return_path = return_path
         self._text = _TextOptions(skip_lines, decode, encoding, errors, newline="\n")
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
-        self._run = _lines_skip if self._policy.skips else _lines_raise
 
     def __iter__(self) -> Iterator[Any]:
-        return self._run(self)
+        return _lines(self)
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of lines is known only after reading the files")

@@ -220,6 +220,19 @@ class TestZipArchiveLoader:
         assert read_all(pipe) == [("z.zip/b.txt", b"b" * 100), ("ok.zip/c", b"C")]
         assert pipe.failures.count == 2
 
+    def test_skip_budget_spans_archives(self):
+        source = {"z.zip": self.corrupt_first(), "t.zip": make_zip(MEMBERS)[:-30], "u.zip": self.corrupt_first()}
+        got = []
+        with pytest.raises(ExceptionGroup, match="ZipArchiveLoader: 3 failures, more than max_failures=2") as info:
+            for path, stream in pairs(source).load_from_zip(on_error="skip", max_failures=2):
+                got.append(path)
+        assert got == ["z.zip/b.txt"]
+        assert [notes(e) for e in info.value.exceptions] == [
+            ["[datapipes] raised in stage ZipArchiveLoader at archive 'z.zip', member 'a.txt', entry 0"],
+            ["[datapipes] raised in stage ZipArchiveLoader at archive 't.zip', item 1"],
+            ["[datapipes] raised in stage ZipArchiveLoader at archive 'u.zip', member 'a.txt', entry 0"],
+        ]
+
     def test_len_and_keyword_call(self):
         pipe = ZipArchiveLoader(datapipe=pairs({"x.zip": make_zip(MEMBERS)}), length=3)
         assert len(pipe) == 3

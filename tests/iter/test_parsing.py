@@ -63,6 +63,23 @@ class Failing(io.RawIOBase):
         return n
 
 
+class Raising(io.RawIOBase):
+    """A binary stream that serves ``data`` then raises the exception object ``exc``."""
+
+    def __init__(self, data, exc):
+        self._buf = io.BytesIO(data)
+        self._exc = exc
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        n = self._buf.readinto(b)
+        if n == 0:
+            raise self._exc
+        return n
+
+
 def files(contents, text=False):
     """A re-iterable pipe of (name, fresh stream) pairs over ``{name: bytes}``."""
     names = list(contents)
@@ -185,6 +202,34 @@ class TestCSVParser:
             list(pipe)
         assert len(info.value.exceptions) == 3 and "CSVParser" in str(info.value)
 
+    def test_skip_budget_spans_files_and_restarts_each_pass(self):
+        data = {"a.csv": b"1,\xff\n2,2\n", "b.csv": b"3,3\n\xfe\n4,4\n\xfd\n5,5\n"}
+        pipe = files(data).parse_csv(errors="strict", on_error="skip", max_failures=2)
+        got = []
+        with pytest.raises(ExceptionGroup, match="CSVParser: 3 failures, more than max_failures=2") as info:
+            for row in pipe:
+                got.append(row)
+        assert got == [["2", "2"], ["3", "3"], ["4", "4"]]  # the third failure stops the pass
+        assert [notes(e) for e in info.value.exceptions] == [
+            ["[datapipes] raised in stage CSVParser at file 'a.csv', line 1"],
+            ["[datapipes] raised in stage CSVParser at file 'b.csv', line 2"],
+            ["[datapipes] raised in stage CSVParser at file 'b.csv', line 4"],
+        ]
+        with pytest.raises(ExceptionGroup):  # a new pass, a new budget: the same three failures
+            list(pipe)
+        assert pipe.failures.count == 6
+
+    def test_the_failure_is_the_very_exception_object(self):
+        err = ConnectionResetError("reset")
+        with pytest.raises(ConnectionResetError) as info:
+            list(IterableWrapper([("a.csv", Raising(b"1,2\n", err))]).parse_csv())
+        assert info.value is err
+        assert notes(err) == ["[datapipes] raised in stage CSVParser at file 'a.csv', line 2"]
+        err = ConnectionResetError("reset")
+        pipe = IterableWrapper([("a.csv", Raising(b"1,2\n", err)), ("b.csv", io.BytesIO(b"3\n"))]).parse_csv(on_error="skip")
+        assert list(pipe) == [["1", "2"], ["3"]]
+        assert pipe.failures.recent[0].exception is err
+
     def test_stream_error_skips_rest_of_file(self):
         streams = {"a.csv": lambda: Failing(b"1,2\n3,4\n"), "b.csv": lambda: io.BytesIO(b"5,6\n")}
         src = IterableWrapper(list(streams)).map(lambda n: (n, streams[n]()))
@@ -304,6 +349,13 @@ class TestCSVDictParser:
         assert list(pipe) == [{"a": "1", "b": "2"}, {"a": "4", "b": "5"}]
         assert [f.position for f in pipe.failures.recent] == [3, 5]
 
+    def test_skip_bad_header_skips_its_file(self):
+        pipe = files({"a.csv": b'"k\n', "b.csv": b"x\n1\n"}).parse_csv_as_dict(strict=True, on_error="skip")
+        assert list(pipe) == [{"x": "1"}]
+        assert [notes(f.exception) for f in pipe.failures.recent] == [
+            ["[datapipes] raised in stage CSVDictParser at file 'a.csv', line 1"]
+        ]
+
     def test_empty_and_header_only(self):
         check_datapipe(files({"e.csv": b"", "h.csv": b"a,b\n"}).parse_csv_as_dict(), expected=[])
 
@@ -357,6 +409,18 @@ class TestJsonParser:
         pipe = files({"a.json": b"[", "b.json": b"2", "c.json": b"\xff"}).parse_json_files(on_error="skip")
         assert list(pipe) == [("b.json", 2)]
         assert pipe.failures.count == 2
+
+    def test_skip_budget(self):
+        data = {"a.json": b"[", "b.json": b"2", "c.json": b"\xff", "d.json": b"3"}
+        got = []
+        with pytest.raises(ExceptionGroup, match="JsonParser") as info:
+            for obj in files(data).parse_json_files(on_error="skip", max_failures=1):
+                got.append(obj)
+        assert got == [("b.json", 2)]
+        assert [notes(e) for e in info.value.exceptions] == [
+            ["[datapipes] raised in stage JsonParser at file 'a.json', line 1"],
+            ["[datapipes] raised in stage JsonParser at file 'c.json', line 1"],
+        ]
 
     def test_stream_error_is_named(self):
         with pytest.raises(ConnectionResetError) as info:
@@ -421,6 +485,23 @@ class TestLineReader:
         pipe = src.readlines(on_error="skip", return_path=False)
         assert list(pipe) == [b"x", b"y", b"z"]
         assert pipe.failures.count == 1
+
+    def test_skip_budget_spans_files(self):
+        data = {"a.txt": b"\xff\nok\n", "b.txt": b"b\n\xfe\nc\n\xfd\nd\n"}
+        got = []
+        with pytest.raises(ExceptionGroup, match="LineReader: 3 failures, more than max_failures=2") as info:
+            for line in files(data).readlines(decode=True, errors="strict", on_error="skip", max_failures=2):
+                got.append(line)
+        assert got == [("a.txt", "ok"), ("b.txt", "b"), ("b.txt", "c")]
+        assert [notes(e)[0].rsplit(" at ", 1)[1] for e in info.value.exceptions] == [
+            "file 'a.txt', line 1", "file 'b.txt', line 2", "file 'b.txt', line 4",
+        ]
+
+    def test_skip_counts_lines_after_skip_lines(self):
+        data = {"a.txt": b"head\n\xff\nok\n\xfe\nlast\n"}
+        pipe = files(data).readlines(decode=True, errors="strict", skip_lines=1, on_error="skip", return_path=False)
+        assert list(pipe) == ["ok", "last"]
+        assert [f.position for f in pipe.failures.recent] == [2, 4]
 
     def test_len_unknown_and_empty(self):
         with pytest.raises(TypeError, match="LineReader"):
