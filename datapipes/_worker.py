@@ -7,9 +7,9 @@ environment variables when both are set). Shard ``rank * num_workers + worker_id
 ``world_size * num_workers``.
 
 The shards partition the data only if every shard reads the source in the same order, so random
-stages *upstream* of a ``sharding_filter`` must draw the same numbers in every worker and rank. At the
-start of a sharded pass, the ``sharding_filter`` lends each unseeded upstream random stage a seed
-derived from a root every shard agrees on, and takes it back at its next pass:
+stages *upstream* of a ``sharding_filter`` must draw the same numbers in every worker and rank. The
+pass (:mod:`datapipes._pass`) gives each unseeded upstream random stage a seed derived from a root
+every shard agrees on:
 
 - a seed agreed by ``datapipes.DataLoader`` (:func:`set_loader_seed`, e.g. broadcast from rank 0);
 - else, inside a torch DataLoader worker of a single rank, the loader's base seed
@@ -23,10 +23,7 @@ workers (``persistent_workers=True``) keep their base seed, and ``set_epoch`` in
 cannot reach them, so inside a worker the ``k``-th pass of a ``sharding_filter`` counts as ``k``
 epochs later: each epoch reshuffles, identically in every worker. Stages *downstream* of the
 ``sharding_filter`` keep per-worker draws (torch seeds each worker's global generator with
-``base_seed + worker_id``).
-
-A lent seed is plain state on the stage (``_seed``/``_epoch``) of the process's own copy of the pipe;
-a record beside it (``_shard_lent``) lets the next pass tell a lent seed from one the user set since.
+``base_seed + worker_id``). Nothing of this is written onto the pipe's stages: the pass owns it.
 
 A pipe without a sharding stage iterated by several workers of a torch DataLoader warns once per
 loader (every worker would yield the whole data), although the workers are separate processes and
@@ -51,6 +48,7 @@ and adds the ``sharding_filter`` itself.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import mmap
 import os
 import warnings
@@ -59,15 +57,15 @@ from typing import Any, Iterable, NamedTuple
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
-from .datapipe import _derive_seed, require_int, stage_label
-from .graph import traverse
+from ._checks import require_int
+from .graph import stage_label, traverse
 
 __all__ = [
     "Placement",
     "base_seed",
     "capture_rank",
     "forget_warnings",
-    "lend_seeds",
+    "is_sharding_stage",
     "placement",
     "rank_placement",
     "set_loader_seed",
@@ -180,45 +178,17 @@ def set_loader_seed(pipe: Any, seed: int | None, epoch: int = 0) -> Any:
     """
     require_int(seed, "set_loader_seed", "seed", optional=True)
     require_int(epoch, "set_loader_seed", "epoch", minimum=0)
-    from .iter.sharding import ShardingFilter
-
     for stage in traverse(pipe):
-        if isinstance(stage, ShardingFilter):
+        if is_sharding_stage(stage) and hasattr(stage, "_loader_seed"):
             stage._loader_seed = None if seed is None else (seed, epoch)
     return pipe
 
 
-def _restore(stage: Any) -> None:
-    """Take back a seed lent at an earlier pass, unless the user has set one since."""
-    lent = stage.__dict__.pop("_shard_lent", None)
-    if lent is not None and (stage._seed, stage._epoch) == lent[2:]:
-        stage._seed, stage._epoch = lent[0], lent[1]
+def is_sharding_stage(stage: Any) -> bool:
+    """True for a stage that shards: one with an ``apply_sharding`` method (``sharding_filter``,
+    and torch-style sharding stages written elsewhere)."""
+    return inspect.ismethod(getattr(stage, "apply_sharding", None))
 
-
-def lend_seeds(source: Any, root: int | None, passes: int) -> list[Any]:
-    """Give the random stages of ``source``'s graph the seeds of a sharded pass; returns the stages
-    left unseeded (those without a user seed, when ``root`` is None).
-
-    Unseeded stage ``i`` (in graph order) gets ``derive(root, passes, i)``; a user-seeded stage keeps
-    its seed and moves ``passes`` epochs on. Seeds lent at an earlier pass are taken back first.
-    """
-    stages = [s for s in traverse(source) if s._is_random]
-    for stage in stages:
-        _restore(stage)
-    unseeded = []
-    for index, stage in enumerate(stages):
-        seed, epoch = stage._seed, stage._epoch
-        if seed is None:
-            if root is None:
-                unseeded.append(stage)
-                continue
-            lent = (_derive_seed(root, "shared pass", passes, "stage", index), epoch)
-        else:
-            lent = (seed, epoch + passes)
-        if lent != (seed, epoch):
-            stage._seed, stage._epoch = lent
-            stage._shard_lent = (seed, epoch, *lent)
-    return unseeded
 
 
 def unseeded_across_ranks(stages: Iterable[Any], world_size: int, where: str) -> RuntimeError:
@@ -302,8 +272,6 @@ def worker_pass(pipe: Any) -> None:
     _checked = True
     if info.num_workers < 2 or info.id != 0:
         return
-    from .iter.sharding import is_sharding_stage
-
     if any(is_sharding_stage(s) for s in traverse(pipe)):
         return
     message = (

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
 import inspect
 import pickle
 from typing import Any, Callable, Iterator, TypeVar
@@ -26,7 +25,11 @@ from typing import Any, Callable, Iterator, TypeVar
 import cloudpickle
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
+from . import _pass, _worker
+from ._checks import require_callable, require_int
 from ._methods import IterMethods, MapMethods
+from ._seeds import derive_seed, draw_seed
+from .graph import Node, chain_repr, sources_of, stage_label, traverse
 
 __all__ = [
     "DataPipe",
@@ -88,24 +91,9 @@ def _portable(value: Any) -> Any:
     return value
 
 
-def _derive_seed(seed: int, *salt: object) -> int:
-    """A 64-bit seed derived from ``seed`` and ``salt``, the same in every process and run."""
-    text = "/".join(str(s) for s in (seed, *salt)).encode()
-    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
-
-
-def _draw_seed() -> int:
-    """A fresh seed from torch's global generator (so ``torch.manual_seed`` reproduces a run)."""
-    import torch
-
-    return int(torch.empty((), dtype=torch.int64).random_().item())
-
-
-class _DataPipeMixin:
+class _DataPipeMixin(Node):
     """What both bases share: repr, truthiness, pickling, seeds. Nothing here runs per item."""
 
-    #: Attributes shown in a stage's repr, e.g. ``("batch_size",)`` gives ``Batcher(32)``.
-    _repr_fields: tuple[str, ...] = ()
     #: True on stages that draw random numbers (shuffle, sample, split); they get seeds from
     #: :meth:`set_seed` and a fresh draw from torch's global generator when unseeded.
     _is_random: bool = False
@@ -117,9 +105,14 @@ class _DataPipeMixin:
         return True
 
     def __repr__(self) -> str:
-        from .graph import chain_repr
+        return chain_repr(self)
 
-        return chain_repr(self)  # type: ignore[arg-type]
+    @property
+    def stats(self) -> Any:
+        """The statistics of this stage's most recent pass (:class:`~datapipes._engine.StageStats`),
+        for the stages that keep them (concurrent ``map``, ``prefetch``, ...); ``None`` before
+        any. Each pass has its own: ``it.stats()`` on a pass's iterator reads that pass's."""
+        return _pass.latest_stats(self)
 
     # -- pickling: lambdas and local functions travel through cloudpickle --------------------------
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
@@ -153,41 +146,41 @@ class _DataPipeMixin:
         """
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
-        from .graph import traverse
-
-        for index, stage in enumerate(s for s in traverse(self) if s._is_random):  # type: ignore[arg-type]
-            stage._seed = None if seed is None else _derive_seed(seed, "stage", index)
+        for index, stage in enumerate(s for s in traverse(self) if s._is_random):
+            stage._seed = None if seed is None else derive_seed(seed, "stage", index)
         return self
 
     def set_epoch(self, epoch: int) -> Any:
         """Set the epoch of every random stage: seeded stages reshuffle per epoch; returns the pipe."""
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
-        from .graph import traverse
-
-        for stage in traverse(self):  # type: ignore[arg-type]
+        for stage in traverse(self):
             if stage._is_random:
                 stage._epoch = epoch
         return self
 
     def _pass_seed(self) -> int:
-        """The seed of one pass of a random stage: derived from (seed, epoch), or freshly drawn."""
+        """The seed of this random stage in the pass being built (see :mod:`datapipes._pass`);
+        outside any pass (a map-style pipe read by index), derived from (seed, epoch) or drawn."""
+        pass_ = _pass.current() or _pass.owner(self)
+        if pass_ is not None:
+            return pass_.seed_for(self)
         if self._seed is None:
-            return _draw_seed()
-        return _derive_seed(self._seed, "epoch", self._epoch)
+            return draw_seed()
+        return derive_seed(self._seed, "epoch", self._epoch)
 
 
 def _hook_pass(iter_fn: Callable[[Any], Iterator[Any]]) -> Callable[[Any], Iterator[Any]]:
-    """``iter_fn`` (a class's ``__iter__``) with a check at the start of each pass, never per item,
-    that does anything only inside a torch DataLoader worker (see ``_worker.worker_pass``)."""
+    """``iter_fn`` (a class's ``__iter__``) as part of a pass (:mod:`datapipes._pass`): a new pass
+    when the pipe is iterated from outside any pass, else this stage's iterator in the pass being
+    built. Runs once per ``iter()``, never per item; inside a torch DataLoader worker it also checks
+    the pipe (``_worker.worker_pass``)."""
 
     @functools.wraps(iter_fn)
     def __iter__(self: Any) -> Iterator[Any]:
         if get_worker_info() is not None:
-            from ._worker import worker_pass
-
-            worker_pass(self)
-        return iter_fn(self)
+            _worker.worker_pass(self)
+        return _pass.start(self, iter_fn)
 
     __iter__._pass_hooked = True  # type: ignore[attr-defined]
     return __iter__
@@ -237,21 +230,6 @@ class MapDataPipe(Dataset[T_co], MapMethods[T_co], _DataPipeMixin):
 DataPipe = IterDataPipe | MapDataPipe
 
 
-def stage_label(pipe: Any) -> str:
-    """A stage's short label: its class name and its main arguments, e.g. ``Batcher(32)``."""
-    args = []
-    for field in pipe._repr_fields:
-        value = getattr(pipe, field, None)
-        if callable(value):
-            name = getattr(value, "__qualname__", None) or ""
-            if not name or "<locals>" in name:
-                name = getattr(value, "__name__", None) or type(value).__name__
-            args.append(name)
-        else:
-            args.append(repr(value))
-    return f"{type(pipe).__name__}({', '.join(args)})" if args else type(pipe).__name__
-
-
 def len_unknown(pipe: Any, why: str) -> TypeError:
     """The ``TypeError`` a stage's ``__len__`` raises when its length cannot be known."""
     return TypeError(f"{stage_label(pipe)} has no len(): {why}")
@@ -265,44 +243,6 @@ def require_pipe(value: Any, stage: str, name: str = "datapipe", kind: type | tu
         want = " or ".join(k.__name__ for k in kind) if isinstance(kind, tuple) else kind.__name__
         article = "an" if want[0] in "AEIOU" else "a"
         raise TypeError(f"{stage}: {name} must be {article} {want}, got {type(value).__name__}")
-
-
-def require_callable(value: Any, stage: str, name: str, optional: bool = False) -> None:
-    """Raise ``TypeError`` naming ``stage`` and ``name`` unless ``value`` is callable (or None when
-    ``optional``)."""
-    if value is None and optional:
-        return
-    if not callable(value):
-        raise TypeError(f"{stage}: {name} must be callable, got {type(value).__name__}")
-
-
-def require_int(value: Any, stage: str, name: str, minimum: int | None = None, optional: bool = False) -> None:
-    """Raise ``TypeError``/``ValueError`` naming ``stage`` and ``name`` unless ``value`` is an int
-    (not a bool) of at least ``minimum`` (or None when ``optional``)."""
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{stage}: {name} must be an int, got {type(value).__name__}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{stage}: {name} must be >= {minimum}, got {value}")
-
-
-def sources_of(pipe: Any) -> list[Any]:
-    """The pipes ``pipe`` reads from, in the order they were given.
-
-    Found by scanning the pipe's attributes (pipes, or lists/tuples of pipes); a class whose sources
-    live elsewhere defines ``_sources()``.
-    """
-    custom = getattr(pipe, "_sources", None)
-    if custom is not None:
-        return list(custom())
-    found: list[Any] = []
-    for value in vars(pipe).values():
-        if isinstance(value, (IterDataPipe, MapDataPipe)):
-            found.append(value)
-        elif isinstance(value, (list, tuple)):
-            found.extend(v for v in value if isinstance(v, (IterDataPipe, MapDataPipe)))
-    return found
 
 
 # -- the functional registry -----------------------------------------------------------------------

@@ -20,9 +20,55 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from .datapipe import sources_of, stage_label
+__all__ = ["Node", "traverse", "stages", "chain_repr", "describe", "to_mermaid", "sources_of", "stage_label"]
 
-__all__ = ["traverse", "stages", "chain_repr", "describe", "to_mermaid"]
+
+class Node:
+    """What makes an object a stage of a pipe graph: the base of both pipe base classes.
+
+    This module sits below the base classes (it imports none of them), so it recognises stages by
+    this marker alone.
+    """
+
+    __slots__ = ()
+
+    #: Attributes shown in a stage's label, e.g. ``("batch_size",)`` gives ``Batcher(32)``.
+    _repr_fields: tuple[str, ...] = ()
+
+
+def stage_label(pipe: Any) -> str:
+    """A stage's short label: its class name and its main arguments, e.g. ``Batcher(32)``."""
+    args = []
+    for field in pipe._repr_fields:
+        value = getattr(pipe, field, None)
+        if callable(value):
+            name = getattr(value, "__qualname__", None) or ""
+            if not name or "<locals>" in name:
+                name = getattr(value, "__name__", None) or type(value).__name__
+            args.append(name)
+        else:
+            args.append(repr(value))
+    return f"{type(pipe).__name__}({', '.join(args)})" if args else type(pipe).__name__
+
+
+def sources_of(pipe: Any) -> list[Any]:
+    """The pipes ``pipe`` reads from, in the order they were given.
+
+    Found by scanning the pipe's attributes (pipes, or lists/tuples of pipes); a class whose sources
+    live elsewhere defines ``_sources()``.
+    """
+    custom = getattr(pipe, "_sources", None)
+    if custom is not None:
+        return list(custom())
+    found: list[Any] = []
+    for value in vars(pipe).values():
+        if isinstance(value, Node):
+            found.append(value)
+        elif isinstance(value, (list, tuple)) and value and isinstance(value[0], Node):
+            # a list of pipes (concat, zip, mux inputs); a list of data (a source's items, however
+            # long) is not scanned: its first element tells
+            found.extend(v for v in value if isinstance(v, Node))
+    return found
 
 
 def traverse(pipe: Any) -> Iterator[Any]:

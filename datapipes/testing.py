@@ -30,8 +30,10 @@ import time
 from collections import Counter
 from typing import Any, Callable, Iterable
 
+from ._engine import close_iterator
 from .datapipe import IterDataPipe, MapDataPipe
 from .graph import traverse
+from .iter import IterableWrapper
 
 __all__ = ["ContractViolation", "check_datapipe", "items_equal", "same_multiset", "threads_started_since"]
 
@@ -114,14 +116,10 @@ def _collect(pipe: Any, limit: int | None) -> list[Any]:
     try:
         return list(it if limit is None else itertools.islice(it, limit))
     finally:
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()
+        close_iterator(it)
 
 
 def _probe_source(data: list[Any]) -> IterDataPipe[Any]:
-    from .iter import IterableWrapper
-
     class _Probe:
         def __init__(self) -> None:
             self.error = _ProbeError("probe error from the source")

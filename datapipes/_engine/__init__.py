@@ -24,7 +24,7 @@ from ..errors import ErrorPolicy, FailureLog
 from .aio import AsyncWorkers, LoopRef, is_async_callable, is_async_gen_callable, iterate_async, loop_running
 from .background import background_iter
 from .core import failure_handler, run_ordered, run_unordered
-from .lifecycle import close_iterator
+from .lifecycle import abandon, close_iterator
 from .process import ProcessWorkers, live_worker_pids, run_process_stage
 from .rng import RNG_KINDS, item_seed
 from .stats import StageStats
@@ -32,6 +32,7 @@ from .threads import ExecutorWorkers, ThreadWorkers
 
 __all__ = [
     "AsyncWorkers",
+    "abandon",
     "ExecutorWorkers",
     "LoopRef",
     "ProcessWorkers",

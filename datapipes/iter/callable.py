@@ -13,8 +13,9 @@ import threading
 from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVar
 
+from .. import _pass
 from .._collate import collate as default_collate
-from .._engine import LoopRef, close_iterator, concurrent_map, is_async_callable, is_async_gen_callable, iterate_async, new_stats
+from .._engine import LoopRef, abandon, close_iterator, concurrent_map, is_async_callable, is_async_gen_callable, iterate_async, new_stats
 from .._engine.rng import check_rng, item_seed, make_rng, seeded_call, with_seeds
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
 from ..errors import add_stage_note, call_lines, policy_and_log, raised_at
@@ -142,62 +143,78 @@ def _selected_fn(fn: Callable[..., Any], input_col: _Col) -> Callable[[Any], Any
 # -- Mapper ----------------------------------------------------------------------------------------
 
 
-def _map_raise(pipe: Mapper) -> Iterator[Any]:
+def _map_raise(pipe: Mapper, it: Iterator[Any]) -> Iterator[Any]:
     fn = _item_fn(pipe)
     # The position counter is a float: CPython keeps a free list of floats but allocates every int
     # above 256, so ``n += 1.0`` costs about half of ``n += 1`` here (exact up to 2**53 items).
     n = 0.0
     try:
-        for x in pipe.datapipe:
+        for x in it:
             yield fn(x)
             n += 1.0
     except Exception as e:
         if raised_at(e, _MAP_FN_LINES):
             add_stage_note(e, stage_label(pipe), int(n))
+        abandon(it)
+        raise
+    except BaseException:
+        abandon(it)
         raise
 
 
-def _map_skip(pipe: Mapper) -> Iterator[Any]:
+def _map_skip(pipe: Mapper, it: Iterator[Any]) -> Iterator[Any]:
     fn = _item_fn(pipe)
     failures = pipe._policy.new_pass(stage_label(pipe), pipe.failures)
     n = -1
-    for x in pipe.datapipe:
-        n += 1
-        try:
-            y = fn(x)
-        except Exception as e:
-            failures.skip(e, n)
-            continue
-        yield y
+    try:
+        for x in it:
+            n += 1
+            try:
+                y = fn(x)
+            except Exception as e:
+                failures.skip(e, n)
+                continue
+            yield y
+    except BaseException:
+        abandon(it)  # this frame names the upstream: release it now, not at collection
+        raise
 
 
-def _map_seeded_raise(pipe: Mapper) -> Iterator[Any]:
+def _map_seeded_raise(pipe: Mapper, it: Iterator[Any], seed: int) -> Iterator[Any]:
     fn = _column_rng_fn(pipe.fn, pipe.input_col, pipe.output_col) if pipe.input_col is not None else pipe.fn
-    kind, seed = pipe.rng, pipe._pass_seed()
+    kind = pipe.rng
     n = 0
     try:
-        for x in pipe.datapipe:
+        for x in it:
             yield fn(x, rng=make_rng(kind, item_seed(seed, n)))
             n += 1
     except Exception as e:
         if raised_at(e, _MAP_SEEDED_FN_LINES):
             add_stage_note(e, stage_label(pipe), n)
+        abandon(it)
+        raise
+    except BaseException:
+        abandon(it)
         raise
 
 
-def _map_seeded_skip(pipe: Mapper) -> Iterator[Any]:
+def _map_seeded_skip(pipe: Mapper, it: Iterator[Any], seed: int) -> Iterator[Any]:
     fn = _column_rng_fn(pipe.fn, pipe.input_col, pipe.output_col) if pipe.input_col is not None else pipe.fn
-    kind, seed = pipe.rng, pipe._pass_seed()
+    kind = pipe.rng
     failures = pipe._policy.new_pass(stage_label(pipe), pipe.failures)
     n = -1
-    for x in pipe.datapipe:
-        n += 1
-        try:
-            y = fn(x, rng=make_rng(kind, item_seed(seed, n)))
-        except Exception as e:
-            failures.skip(e, n)
-            continue
-        yield y
+    try:
+        for x in it:
+            n += 1
+            try:
+                y = fn(x, rng=make_rng(kind, item_seed(seed, n)))
+            except Exception as e:
+                failures.skip(e, n)
+                continue
+            yield y
+    except BaseException:
+        abandon(it)  # this frame names the upstream: release it now, not at collection
+        raise
 
 
 def _engine_fn(pipe: Mapper) -> Callable[[Any], Any]:
@@ -222,15 +239,13 @@ def _engine_fn(pipe: Mapper) -> Callable[[Any], Any]:
     return seeded_call(fn, kind)
 
 
-def _map_engine(pipe: Mapper) -> Iterator[Any]:
+def _map_engine(pipe: Mapper, it: Iterator[Any], seed: int | None = None) -> Iterator[Any]:
     label = stage_label(pipe)
-    source: Iterable[Any] = pipe.datapipe
-    if pipe.rng is not None:
-        source = with_seeds(source, pipe._pass_seed())
+    source: Iterable[Any] = it if seed is None else with_seeds(it, seed)
     fn = _engine_fn(pipe)
     worker_rng = pipe.rng if pipe.executor == "process" and pipe.input_col is None else None
-    stats = pipe.stats = new_stats(label, fn, pipe.concurrency, pipe.executor)
-    yield from concurrent_map(
+    stats = _pass.stats_for(pipe, lambda: new_stats(label, fn, pipe.concurrency, pipe.executor))
+    return concurrent_map(
         source, fn, label=label, concurrency=pipe.concurrency, ordered=pipe.ordered, executor=pipe.executor,
         timeout=pipe.timeout, chunksize=pipe.chunksize, policy=pipe._policy, log=pipe.failures, stats=stats,
         rng_kind=worker_rng,
@@ -279,22 +294,25 @@ def _handover_fn(fn: Callable[[Any], Any], ops: StreamOps, is_async: bool) -> Ca
     return call
 
 
-def _map_engine_handover(pipe: Mapper) -> Iterator[Any]:
+def _map_engine_handover(pipe: Mapper, it: Iterator[Any], seed: int | None = None) -> Iterator[Any]:
     """A concurrent pass downstream of a CUDA mover: items cross to the workers and results come
     back with a stream hand-over each way (:mod:`datapipes.iter.device`)."""
     ops = pipe._crossing_ops.bind()  # type: ignore[union-attr]
-    record, wait, mark_used = ops.record, ops.wait, ops.mark_used
     label = stage_label(pipe)
-    source: Iterable[Any] = pipe.datapipe
-    if pipe.rng is not None:
-        source = with_seeds(source, pipe._pass_seed())
+    source: Iterable[Any] = it if seed is None else with_seeds(it, seed)
     fn = _handover_fn(_engine_fn(pipe), ops, pipe._async)
-    stats = pipe.stats = new_stats(label, fn, pipe.concurrency, pipe.executor)
+    stats = _pass.stats_for(pipe, lambda: new_stats(label, fn, pipe.concurrency, pipe.executor))
     out = concurrent_map(
-        _tagged(source, record), fn, label=label, concurrency=pipe.concurrency, ordered=pipe.ordered,
+        _tagged(source, ops.record), fn, label=label, concurrency=pipe.concurrency, ordered=pipe.ordered,
         executor=pipe.executor, timeout=pipe.timeout, chunksize=pipe.chunksize, policy=pipe._policy,
         log=pipe.failures, stats=stats,
     )
+    return _handed_back(out, ops)
+
+
+def _handed_back(out: Iterator[tuple[Any, Any]], ops: Any) -> Iterator[Any]:
+    """The results of a hand-over map, each waited on by the consumer's stream before it is yielded."""
+    wait, mark_used = ops.wait, ops.mark_used
     try:
         for y, event in out:
             wait(event)
@@ -381,7 +399,8 @@ class Mapper(IterDataPipe[U]):
     most ``k + 1 + 2 * concurrency`` items have been pulled (processes: ``2 * concurrency`` chunks
     plus the chunk being yielded). Workers start at the first ``next()`` and stop when the pass ends, is closed
     (``close()``, ``break``), is garbage collected, or the consumer raises or is interrupted. The
-    statistics of the last pass are in ``pipe.stats`` (:class:`~datapipes._engine.StageStats`).
+    statistics of the most recent pass are in ``pipe.stats`` (:class:`~datapipes._engine.StageStats`), each
+    pass's own in ``it.stats()`` of its iterator.
 
     After ``to_cuda`` (a CUDA mover upstream, found when the pipe is built), a concurrent map hands
     each item over safely in both directions: an event recorded on the consumer's current stream is
@@ -444,16 +463,19 @@ class Mapper(IterDataPipe[U]):
         serial = concurrency == 1 and timeout is None and not self._async and executor == "thread"
         # Items that cross threads after to_cuda need a stream hand-over, decided here once.
         self._crossing_ops = None if serial else _check_crossing(datapipe, executor)
+        self._run: Callable[..., Iterator[Any]]
         if not serial:
             self._run = _map_engine if self._crossing_ops is None else _map_engine_handover
         elif rng is not None:
             self._run = _map_seeded_skip if self._policy.skips else _map_seeded_raise
         else:
             self._run = _map_skip if self._policy.skips else _map_raise
-        self.stats: Any = None
 
     def __iter__(self) -> Iterator[U]:
-        return self._run(self)
+        it = iter(self.datapipe)
+        if self.rng is not None:
+            return self._run(self, it, self._pass_seed())
+        return self._run(self, it)
 
     def __len__(self) -> int:
         return len(self.datapipe)  # type: ignore[arg-type]
@@ -462,41 +484,49 @@ class Mapper(IterDataPipe[U]):
 # -- Filter ----------------------------------------------------------------------------------------
 
 
-def _filter_raise(pipe: Filter) -> Iterator[Any]:
+def _filter_raise(pipe: Filter, it: Iterator[Any]) -> Iterator[Any]:
     fn = pipe.filter_fn
     col = pipe.input_col
     n = 0.0  # a float counter: see _map_raise
     try:
         if col is None:
-            for x in pipe.datapipe:
+            for x in it:
                 if fn(x):
                     yield x
                 n += 1.0
         else:
-            for x in pipe.datapipe:
+            for x in it:
                 if fn(x[col]):
                     yield x
                 n += 1.0
     except Exception as e:
         if raised_at(e, _FILTER_FN_LINES):
             add_stage_note(e, stage_label(pipe), int(n))
+        abandon(it)
+        raise
+    except BaseException:
+        abandon(it)
         raise
 
 
-def _filter_skip(pipe: Filter) -> Iterator[Any]:
+def _filter_skip(pipe: Filter, it: Iterator[Any]) -> Iterator[Any]:
     fn = pipe.filter_fn
     col = pipe.input_col
     failures = pipe._policy.new_pass(stage_label(pipe), pipe.failures)
     n = -1
-    for x in pipe.datapipe:
-        n += 1
-        try:
-            keep = fn(x) if col is None else fn(x[col])
-        except Exception as e:
-            failures.skip(e, n)
-            continue
-        if keep:
-            yield x
+    try:
+        for x in it:
+            n += 1
+            try:
+                keep = fn(x) if col is None else fn(x[col])
+            except Exception as e:
+                failures.skip(e, n)
+                continue
+            if keep:
+                yield x
+    except BaseException:
+        abandon(it)
+        raise
 
 
 _FILTER_FN_LINES = call_lines(_filter_raise)
@@ -546,7 +576,7 @@ class Filter(IterDataPipe[T]):
         self._run = _filter_skip if self._policy.skips else _filter_raise
 
     def __iter__(self) -> Iterator[T]:
-        return self._run(self)
+        return self._run(self, iter(self.datapipe))
 
     def __len__(self) -> int:
         raise len_unknown(self, "how many items pass the filter is known only after iterating")
@@ -555,57 +585,73 @@ class Filter(IterDataPipe[T]):
 # -- FlatMapper ------------------------------------------------------------------------------------
 
 
-def _flatmap_raise(pipe: FlatMapper) -> Iterator[Any]:
+def _flatmap_raise(pipe: FlatMapper, it: Iterator[Any]) -> Iterator[Any]:
     fn = _selected_fn(pipe.fn, pipe.input_col) if pipe.fn is not None else iter
     n = 0
     try:
-        for x in pipe.datapipe:
+        for x in it:
             yield from fn(x)
             n += 1
     except Exception as e:
         if raised_at(e, _FLATMAP_FN_LINES):
             add_stage_note(e, stage_label(pipe), n)
+        abandon(it)
+        raise
+    except BaseException:
+        abandon(it)
         raise
 
 
-def _flatmap_skip(pipe: FlatMapper) -> Iterator[Any]:
+def _flatmap_skip(pipe: FlatMapper, it: Iterator[Any]) -> Iterator[Any]:
     fn = _selected_fn(pipe.fn, pipe.input_col) if pipe.fn is not None else iter
     failures = pipe._policy.new_pass(stage_label(pipe), pipe.failures)
     n = -1
-    for x in pipe.datapipe:
-        n += 1
-        try:
-            for y in fn(x):
-                yield y
-        except Exception as e:
-            failures.skip(e, n)
+    try:
+        for x in it:
+            n += 1
+            try:
+                for y in fn(x):
+                    yield y
+            except Exception as e:
+                failures.skip(e, n)
+    except BaseException:
+        abandon(it)
+        raise
 
 
-def _flatmap_async_raise(pipe: FlatMapper) -> Iterator[Any]:
+def _flatmap_async_raise(pipe: FlatMapper, it: Iterator[Any]) -> Iterator[Any]:
     fn = _selected_fn(pipe.fn, pipe.input_col)
     label = stage_label(pipe)
     n = 0
-    with LoopRef():  # one loop reference for the pass: each item's generator reuses the running loop
-        for x in pipe.datapipe:
-            try:
-                yield from iterate_async(fn(x))
-            except Exception as e:
-                add_stage_note(e, label, n)
-                raise
-            n += 1
+    try:
+        with LoopRef():  # one loop reference for the pass: each item's generator reuses the running loop
+            for x in it:
+                try:
+                    yield from iterate_async(fn(x))
+                except Exception as e:
+                    add_stage_note(e, label, n)
+                    raise
+                n += 1
+    except BaseException:
+        abandon(it)
+        raise
 
 
-def _flatmap_async_skip(pipe: FlatMapper) -> Iterator[Any]:
+def _flatmap_async_skip(pipe: FlatMapper, it: Iterator[Any]) -> Iterator[Any]:
     fn = _selected_fn(pipe.fn, pipe.input_col)
     failures = pipe._policy.new_pass(stage_label(pipe), pipe.failures)
     n = -1
-    with LoopRef():
-        for x in pipe.datapipe:
-            n += 1
-            try:
-                yield from iterate_async(fn(x))
-            except Exception as e:
-                failures.skip(e, n)
+    try:
+        with LoopRef():
+            for x in it:
+                n += 1
+                try:
+                    yield from iterate_async(fn(x))
+                except Exception as e:
+                    failures.skip(e, n)
+    except BaseException:
+        abandon(it)
+        raise
 
 
 _FLATMAP_FN_LINES = call_lines(_flatmap_raise)
@@ -664,7 +710,7 @@ class FlatMapper(IterDataPipe[U]):
             self._run = _flatmap_skip if self._policy.skips else _flatmap_raise
 
     def __iter__(self) -> Iterator[U]:
-        return self._run(self)
+        return self._run(self, iter(self.datapipe))
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of outputs per item is known only after iterating")
@@ -673,16 +719,20 @@ class FlatMapper(IterDataPipe[U]):
 # -- Collator --------------------------------------------------------------------------------------
 
 
-def _collate_raise(pipe: Collator) -> Iterator[Any]:
+def _collate_raise(pipe: Collator, it: Iterator[Any]) -> Iterator[Any]:
     fn = pipe.fn
     n = 0
     try:
-        for batch in pipe.datapipe:
+        for batch in it:
             yield fn(batch)
             n += 1
     except Exception as e:
         if raised_at(e, _COLLATE_FN_LINES):
             add_stage_note(e, stage_label(pipe), n, what="batch")
+        abandon(it)
+        raise
+    except BaseException:
+        abandon(it)
         raise
 
 
@@ -743,7 +793,7 @@ class Collator(IterDataPipe[Any]):
         self.fn = collate_fn if collate_fn is not None else conversion if conversion is not None else default_collate
 
     def __iter__(self) -> Iterator[Any]:
-        return _collate_raise(self)
+        return _collate_raise(self, iter(self.datapipe))
 
     def __len__(self) -> int:
         return len(self.datapipe)  # type: ignore[arg-type]

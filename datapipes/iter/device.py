@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
 import torch
 from torch.utils.data import get_worker_info
 
+from .. import _pass
 from .._collate import map_collated, map_converted, map_tensors
 from .._engine import StageStats, background_iter
 from ..datapipe import (IterDataPipe, functional_datapipe, require_callable, require_int, require_pipe, sources_of,
@@ -282,8 +283,8 @@ def _noted(fn: Callable[[Any], Any], label: str) -> Callable[[Any], Any]:
 
 def _pin_pass(pipe: PinMemory[Any]) -> Iterator[Any]:
     label = stage_label(pipe)
-    stats = pipe.stats = StageStats(label, "prefetch", 1, pipe.buffer_size)
-    source = pipe.source_datapipe
+    stats = _pass.stats_for(pipe, lambda: StageStats(label, "prefetch", 1, pipe.buffer_size))
+    source = iter(pipe.source_datapipe)  # created here, as part of the pass; pulled on the thread
     fn = _noted(pipe._fn, label)
     index = torch.cuda.current_device()  # the consumer's device, read when the pass starts
 
@@ -294,9 +295,8 @@ def _pin_pass(pipe: PinMemory[Any]) -> Iterator[Any]:
         return source
 
     if pipe._crossing_ops is None:
-        yield from background_iter(make, pipe.buffer_size, label, stats, fn=fn)
-    else:
-        yield from background_handover(pipe._crossing_ops, make, pipe.buffer_size, label, stats, fn=fn)
+        return background_iter(make, pipe.buffer_size, label, stats, fn=fn)
+    return background_handover(pipe._crossing_ops, make, pipe.buffer_size, label, stats, fn=fn)
 
 
 def _pin_unavailable() -> str | None:
@@ -370,7 +370,6 @@ class PinMemory(IterDataPipe[T]):
         self.buffer_size = buffer_size
         self._fn = pin_tensors if pin_memory_fn is None else pin_memory_fn
         self._crossing_ops = handover_ops(source_datapipe)
-        self.stats: Any = None
 
     def __iter__(self) -> Iterator[T]:
         why = _pin_unavailable()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, TypeVar
 
+from .. import _pass
 from .._engine import StageStats, background_iter
 from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, stage_label
 from .device import background_handover, handover_ops
@@ -13,20 +14,18 @@ __all__ = ["Prefetcher"]
 T = TypeVar("T")
 
 
-def _prefetch(pipe: Prefetcher[Any]) -> Iterator[Any]:
+def _prefetch(pipe: Prefetcher[Any], it: Iterator[Any]) -> Iterator[Any]:
     label = stage_label(pipe)
-    stats = pipe.stats = StageStats(label, "prefetch", 1, pipe.buffer_size)
-    source = pipe.source_datapipe
-    yield from background_iter(lambda: source, pipe.buffer_size, label, stats)
+    stats = _pass.stats_for(pipe, lambda: StageStats(label, "prefetch", 1, pipe.buffer_size))
+    return background_iter(lambda: it, pipe.buffer_size, label, stats)
 
 
-def _prefetch_handover(pipe: Prefetcher[Any]) -> Iterator[Any]:
+def _prefetch_handover(pipe: Prefetcher[Any], it: Iterator[Any]) -> Iterator[Any]:
     """Downstream of a CUDA mover: each item crosses from the producer thread's stream to the
     consumer's (an event recorded there, waited on here, its tensors marked as used here)."""
     label = stage_label(pipe)
-    stats = pipe.stats = StageStats(label, "prefetch", 1, pipe.buffer_size)
-    source = pipe.source_datapipe
-    yield from background_handover(pipe._crossing_ops, lambda: source, pipe.buffer_size, label, stats)  # type: ignore[arg-type]
+    stats = _pass.stats_for(pipe, lambda: StageStats(label, "prefetch", 1, pipe.buffer_size))
+    return background_handover(pipe._crossing_ops, lambda: it, pipe.buffer_size, label, stats)  # type: ignore[arg-type]
 
 
 @functional_datapipe("prefetch")
@@ -51,7 +50,7 @@ class Prefetcher(IterDataPipe[T]):
     thread starts at the first ``next()`` and stops when the pass is exhausted, closed (``close()``,
     ``break``), garbage collected or the consumer raises; ``close()`` waits up to 1 s for a thread
     that is inside the upstream (a daemon thread: it exits as soon as the upstream returns).
-    Statistics of the last pass are in ``pipe.stats``.
+    Statistics of the most recent pass are in ``pipe.stats``.
 
     After ``to_cuda`` (a CUDA mover upstream, found when the pipe is built), the background thread
     first sets its CUDA device to the consumer's, and every item is handed over safely whatever
@@ -78,10 +77,10 @@ class Prefetcher(IterDataPipe[T]):
         self.source_datapipe = source_datapipe
         self.buffer_size = buffer_size
         self._crossing_ops = handover_ops(source_datapipe)
-        self.stats: Any = None
 
     def __iter__(self) -> Iterator[T]:
-        return _prefetch(self) if self._crossing_ops is None else _prefetch_handover(self)
+        it = iter(self.source_datapipe)  # created here, as part of the pass; pulled on the thread
+        return _prefetch(self, it) if self._crossing_ops is None else _prefetch_handover(self, it)
 
     def __len__(self) -> int:
         return len(self.source_datapipe)  # type: ignore[arg-type]

@@ -24,21 +24,12 @@ from enum import IntEnum
 from itertools import islice
 from typing import Any, Iterator, TypeVar
 
-from torch.utils.data import get_worker_info
-
+from .. import _pass
 from .._engine import close_iterator as _close
-from .._worker import base_seed, capture_rank, lend_seeds, placement, unseeded_across_ranks
-from ..datapipe import (
-    IterDataPipe,
-    _derive_seed,
-    functional_datapipe,
-    require_int,
-    require_pipe,
-    sources_of,
-    stage_label,
-)
+from .._worker import capture_rank, is_sharding_stage, placement
+from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, sources_of
 
-__all__ = ["ShardingFilter"]
+__all__ = ["ShardingFilter", "is_sharding_stage"]
 
 T = TypeVar("T")
 
@@ -76,8 +67,7 @@ def _check_instances(num_of_instances: Any, instance_id: Any, where: str) -> Non
         )
 
 
-def _every_nth(source: IterDataPipe[Any], start: int, step: int) -> Iterator[Any]:
-    it = iter(source)
+def _every_nth(it: Iterator[Any], start: int, step: int) -> Iterator[Any]:
     try:
         yield from islice(it, start, None, step)
     finally:
@@ -135,8 +125,6 @@ class ShardingFilter(IterDataPipe[T]):
     _loader_seed: tuple[int, int] | None = None
     #: (rank, world_size) of the process group seen where the pipe was pickled (for spawned workers)
     _captured_rank: tuple[int, int] | None = None
-    #: passes started in this DataLoader worker process (persistent workers: pass k is k epochs on)
-    _worker_passes: int = 0
 
     def __init__(self, source_datapipe: IterDataPipe[T], sharding_group_filter: Any = None) -> None:
         require_pipe(source_datapipe, "ShardingFilter", "source_datapipe")
@@ -192,38 +180,20 @@ class ShardingFilter(IterDataPipe[T]):
         return num, instance
 
     def _shard(self) -> tuple[int, int]:
-        """``(num_of_instances, instance_id)`` for a pass starting now.
-
-        The groups set by ``apply_sharding``, or else those found from the DataLoader worker and the
-        distributed rank. ``len()`` and the properties ask it; a pass asks :meth:`_start_pass`,
-        which decides the same way and also shares the upstream seeds.
-        """
+        """``(num_of_instances, instance_id)`` for a pass starting now: the groups set by
+        ``apply_sharding``, or else those found from the DataLoader worker and the distributed rank.
+        ``len()`` and the properties ask it; a pass asks its :class:`~datapipes._pass.Pass`, which
+        decided the same way when it started (and also shared the upstream seeds)."""
         return self._combine(self.groups or self._found_groups())
 
-    def _start_pass(self) -> tuple[int, int]:
-        """The shard of a pass starting now, with the upstream random stages given shared seeds."""
-        explicit = bool(self.groups)
-        groups = self.groups if explicit else self._found_groups()
-        num, instance = self._combine(groups)
-        in_worker = get_worker_info() is not None
-        if num == 1 and not in_worker:
-            return num, instance  # one shard in the main process: nothing to agree on
-        passes = 0
-        if in_worker:
-            passes = self._worker_passes
-            self._worker_passes = passes + 1
-        ranks = 1
-        if not explicit and self.sharding_group_filter in (None, SHARDING_PRIORITIES.DISTRIBUTED):
-            ranks = groups[SHARDING_PRIORITIES.DISTRIBUTED][0]
-        root: int | None = None
-        if self._loader_seed is not None:
-            root = _derive_seed(self._loader_seed[0], "loader epoch", self._loader_seed[1])
-        elif in_worker and ranks == 1:
-            root = base_seed()
-        unseeded = lend_seeds(self.source_datapipe, root, passes)
-        if unseeded and ranks > 1:
-            raise unseeded_across_ranks(unseeded, ranks, stage_label(self))
-        return num, instance
+    _pass_shard = _shard  # what a pass asks when it starts
+
+    def _pass_ranks(self) -> int:
+        """How many distributed ranks a pass starting now spans, as this stage counts them: those
+        found by itself (not set by ``apply_sharding``) and counted by its group filter."""
+        if self.groups or self.sharding_group_filter not in (None, SHARDING_PRIORITIES.DISTRIBUTED):
+            return 1
+        return placement(self._captured_rank).world_size
 
     @property
     def num_of_instances(self) -> int:
@@ -236,10 +206,11 @@ class ShardingFilter(IterDataPipe[T]):
         return self._shard()[1]
 
     def __iter__(self) -> Iterator[T]:
-        num, instance = self._start_pass()
+        num, instance = _pass.current().shard_for(self)  # type: ignore[union-attr]  # built in a pass
+        it = iter(self.source_datapipe)
         if num == 1:
-            return iter(self.source_datapipe)
-        return _every_nth(self.source_datapipe, instance, num)
+            return it
+        return _every_nth(it, instance, num)
 
     def __len__(self) -> int:
         n = len(self.source_datapipe)  # type: ignore[arg-type]
@@ -252,11 +223,6 @@ class ShardingFilter(IterDataPipe[T]):
         if captured is not None:
             state["_captured_rank"] = captured  # a spawned DataLoader worker is not in the group
         return state
-
-
-def is_sharding_stage(stage: Any) -> bool:
-    """True for a :class:`ShardingFilter` and any stage with an ``apply_sharding`` method."""
-    return isinstance(stage, ShardingFilter) or inspect.ismethod(getattr(stage, "apply_sharding", None))
 
 
 def apply_sharding(

@@ -1,49 +1,29 @@
-"""The DataLoader adapter: a pipe in, batched tensors on the device out.
+"""The public :class:`DataLoader`: checks its arguments, builds one pipe, runs it pass by pass.
 
-:class:`DataLoader` builds one pipe from what it is given and runs it. Two spellings reach the same
-implementation:
-
-- torch's: ``DataLoader(pipe, batch_size=32, collate_fn=..., pin_memory=True, device="cuda",
-  num_workers=2, seed=0)``: ``batch -> collate -> pin_memory -> to_device`` after your pipe, the pipe
-  run in the calling process (``num_workers=0``) or in worker processes each holding a shard;
-- SPDL's (``spdl.dataloader.DataLoader``): ``DataLoader(src, preprocessor=fn, batch_size=32,
-  aggregator=fn, transfer_fn=fn, buffer_size=3, num_threads=8, timeout=None, output_order="input")``:
-  ``concurrent map (or flatmap) -> batch -> aggregate -> transfer on one thread -> buffer``.
-
->>> from datapipes.loader import DataLoader
->>> list(DataLoader(range(7), preprocessor=lambda x: x * 10, batch_size=3))
-[[0, 10, 20], [30, 40, 50], [60]]
+Two spellings reach the same implementation: torch's (``batch -> collate -> [worker processes] ->
+pin_memory -> to_device``) and SPDL's (``concurrent map (or flatmap) -> batch -> aggregate ->
+transfer on one thread -> buffer``). Each pass draws (once per loader) the agreed seed, installs the
+seeds and, with ``even_batches``, evens the batch count across ranks (:mod:`.distributed`); worker
+processes live in :mod:`.workers`, the timed buffer in :mod:`.buffer`.
 """
 
 from __future__ import annotations
 
 import inspect
-import threading
 import warnings
-from itertools import islice
 from typing import Any, Callable, Iterable, Iterator
 
-from torch.utils.data import IterableDataset
-
-from ._engine import StageStats, is_async_callable, is_async_gen_callable
-from ._engine.background import background_iter
-from .datapipe import (
-    IterDataPipe,
-    MapDataPipe,
-    _derive_seed,
-    _draw_seed,
-    require_callable,
-    require_int,
-    sources_of,
-    stage_label,
-)
-from ._worker import capture_rank, placement
-from .graph import stages, traverse
-from .iter.sharding import SHARDING_PRIORITIES, ShardingFilter, is_sharding_stage
+from .._engine import is_async_callable, is_async_gen_callable
+from ..datapipe import IterDataPipe, MapDataPipe, require_callable, require_int
+from ..graph import traverse
+from ..iter import IterableWrapper
+from ..iter.sharding import SHARDING_PRIORITIES, is_sharding_stage
+from .buffer import TimedBuffer
+from .._pass import PassConfig, configured
+from .distributed import _WHERE, _agreed_seed, _even_pass, _shard_id
+from .workers import WorkerProcesses
 
 __all__ = ["DataLoader"]
-
-_WHERE = "DataLoader"
 
 #: Arguments only the torch spelling takes, and only the SPDL spelling takes (in signature order).
 _TORCH_ONLY = ("collate_fn", "pin_memory", "device", "num_workers", "persistent_workers", "prefetch_factor",
@@ -60,15 +40,8 @@ _TIMEOUT_BUFFER = 2
 
 _EVEN = (None, "drop", "pad")
 
-_END = object()  # private end-of-pass marker (None is a valid batch)
 
-
-# -- small pieces the built pipe uses --------------------------------------------------------------
-
-
-def _identity(batch: Any) -> Any:
-    """torch DataLoader's ``collate_fn`` for batches already collated in the worker."""
-    return batch
+# -- SPDL's preprocessor: generator functions run on worker threads --------------------------------
 
 
 class _Gathered:
@@ -96,374 +69,6 @@ class _AsyncGathered:
 
 def _is_gen_callable(fn: Any) -> bool:
     return inspect.isgeneratorfunction(fn) or inspect.isgeneratorfunction(getattr(fn, "__call__", None))
-
-
-# -- the timed buffer: prefetch whose consumer waits at most `timeout` per item --------------------
-
-
-def _timed_buffer(stage: TimedBuffer) -> Iterator[Any]:
-    label = stage_label(stage)
-    stats = stage.stats = StageStats(label, "prefetch", 1, stage.buffer_size)
-    source, timeout = stage.source_datapipe, stage.timeout
-
-    def late(n: int) -> TimeoutError:
-        return TimeoutError(
-            f"{stage.owner}: batch {n} did not arrive within timeout={timeout} s; the pipe upstream "
-            f"({source!r}) is stuck or slower than that. Raise timeout, or find the slow stage with "
-            f"datapipes.profile(loader.pipe)"
-        )
-
-    return background_iter(lambda: source, stage.buffer_size, label, stats, timeout=timeout, on_timeout=late)
-
-
-class TimedBuffer(IterDataPipe[Any]):
-    """A stage of the pipe :class:`DataLoader` builds when ``timeout`` is set: the upstream runs on a
-    background thread, up to ``buffer_size`` items ahead (as :class:`~datapipes.iter.Prefetcher`),
-    and the consumer waits at most ``timeout`` seconds for each item, then raises a ``TimeoutError``
-    naming ``owner``. ``len()`` is the upstream's."""
-
-    _repr_fields = ("buffer_size", "timeout")
-
-    def __init__(self, source_datapipe: IterDataPipe[Any], buffer_size: int, timeout: float, owner: str) -> None:
-        self.source_datapipe = source_datapipe
-        self.buffer_size = buffer_size
-        self.timeout = timeout
-        self.owner = owner
-        self.stats: Any = None
-
-    def __iter__(self) -> Iterator[Any]:
-        return _timed_buffer(self)
-
-    def __len__(self) -> int:
-        return len(self.source_datapipe)  # type: ignore[arg-type]
-
-
-# -- seeds: one per loader, agreed across ranks ----------------------------------------------------
-
-
-def _distributed() -> Any:
-    """``torch.distributed`` when a process group of two or more ranks is initialised, else None."""
-    try:
-        import torch.distributed as dist
-    except ImportError:  # pragma: no cover - torch built without distributed
-        return None
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return None
-    return dist
-
-
-def _collective_device(dist: Any) -> Any:
-    """Where a tensor for a collective of the default group lives: CUDA for NCCL, else the CPU."""
-    import torch
-
-    backend = str(dist.get_backend()).lower()
-    if "nccl" in backend and "gloo" not in backend:
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def _rank_sharded_random(pipe: Any) -> list[Any]:
-    """The random stages upstream of a stage that shards across distributed ranks."""
-    found: dict[int, Any] = {}
-    for stage in traverse(pipe):
-        if not is_sharding_stage(stage):
-            continue
-        if getattr(stage, "sharding_group_filter", None) == SHARDING_PRIORITIES.MULTIPROCESSING:
-            continue  # shards among the workers of one rank only, which share the loader's seed
-        for source in sources_of(stage):
-            found.update((id(s), s) for s in traverse(source) if s._is_random)
-    return list(found.values())
-
-
-def _agreed_seed(pipe: Any) -> int:
-    """A fresh seed from torch's global generator; under torch.distributed, rank 0's (broadcast).
-
-    Raises:
-        RuntimeError: ``RANK``/``WORLD_SIZE`` name several ranks but no process group is initialised
-            to agree on a seed, and ``pipe`` shuffles upstream of a ``sharding_filter``.
-    """
-    seed = _draw_seed()
-    dist = _distributed()
-    if dist is None:
-        world_size = placement().world_size
-        if world_size > 1:
-            unagreed = _rank_sharded_random(pipe)
-            if unagreed:
-                names = ", ".join(stage_label(s) for s in unagreed)
-                raise RuntimeError(
-                    f"{_WHERE}: RANK/WORLD_SIZE name {world_size} ranks but no torch.distributed process group "
-                    f"is initialised, so the ranks cannot agree on a seed for {names} upstream of "
-                    f"sharding_filter(), and their shards would overlap. Pass seed=... (the same on every rank), "
-                    f"or call torch.distributed.init_process_group() before iterating"
-                )
-        return seed
-    import torch
-
-    box = torch.tensor([seed], dtype=torch.int64, device=_collective_device(dist))
-    dist.broadcast(box, src=0)
-    return int(box.item())
-
-
-def _sharded_random_stages(pipe: Any) -> list[Any]:
-    """The random stages downstream of a sharding stage: each shard should draw its own numbers."""
-    below: set[int] = set()
-    found = []
-    for stage in stages(pipe):  # sources first
-        if is_sharding_stage(stage) or any(id(s) in below for s in sources_of(stage)):
-            below.add(id(stage))
-            if stage._is_random:
-                found.append(stage)
-    return found
-
-
-def _install_seeds(pipe: Any, seed: int, epoch: int, shard: int) -> None:
-    """Seed ``pipe`` for one pass: every random stage from (seed, its place, epoch); the random stages
-    downstream of a sharding stage also from ``shard`` (this process's shard id), so shuffles upstream
-    of ``sharding_filter`` agree across shards while augmentations downstream differ."""
-    pipe.set_seed(seed)
-    pipe.set_epoch(epoch)
-    if shard:
-        for stage in _sharded_random_stages(pipe):
-            stage._seed = _derive_seed(stage._seed, "shard", shard)
-
-
-def _shard_id(captured: tuple[int, int] | None = None) -> int:
-    """This process's shard among all the loader's processes: ``rank * num_workers + worker``."""
-    return placement(captured).shard[1]
-
-
-# -- worker processes: torch's DataLoader runs the pipe, each worker a shard ----------------------
-
-
-class _WorkerFeed(IterableDataset):  # type: ignore[type-arg]
-    """What each torch DataLoader worker iterates: the worker pipe, seeded for the current pass.
-
-    The seed travels with the object (fixed per loader); the epoch is read from shared memory at the
-    start of every pass, so persistent workers see ``set_epoch`` too.
-    """
-
-    def __init__(self, datapipe: IterDataPipe[Any], seed: int, epoch: Any) -> None:
-        self.datapipe = datapipe
-        self.seed = seed
-        self.epoch = epoch
-        self.captured = capture_rank()  # a spawned worker is not in the process group
-
-    def __iter__(self) -> Iterator[Any]:
-        pipe = self.datapipe
-        _install_seeds(pipe, self.seed, int(self.epoch.value), _shard_id(self.captured))
-        for stage in traverse(pipe):
-            if isinstance(stage, ShardingFilter):
-                # The loader hands every pass its epoch: a persistent worker's pass count must not
-                # move the seeds on as well (it does for a plain torch DataLoader, which cannot).
-                stage._worker_passes = 0
-        return iter(pipe)
-
-
-def _run_workers(stage: WorkerProcesses) -> Iterator[Any]:
-    with stage._lock:  # workers fork (or pickle the pipe) here: not while len() lends shards
-        it = iter(stage._torch_loader())
-    try:
-        yield from it
-    finally:
-        if not stage.persistent_workers:
-            it._shutdown_workers()
-
-
-class WorkerProcesses(IterDataPipe[Any]):
-    """The source stage of the pipe :class:`DataLoader` builds for ``num_workers > 0``: torch's
-    DataLoader runs ``datapipe`` in ``num_workers`` processes, each reading its own shard through
-    ``sharding_filter``, and this stage yields what they produce, in torch's round-robin order.
-
-    Each pass starts its workers (``persistent_workers``: the first pass) and stops them when it
-    ends, is closed or collected; :meth:`close` stops persistent ones. ``len()`` is the sum of the
-    workers' lengths, each computed as that worker will see its shard.
-    """
-
-    _repr_fields = ("num_workers",)
-
-    def __init__(self, datapipe: IterDataPipe[Any], num_workers: int, persistent_workers: bool,
-                 prefetch_factor: int | None, multiprocessing_context: Any, worker_init_fn: Any) -> None:
-        self.datapipe = datapipe
-        self.num_workers = num_workers
-        self.persistent_workers = persistent_workers
-        self.prefetch_factor = prefetch_factor
-        self.multiprocessing_context = multiprocessing_context
-        self.worker_init_fn = worker_init_fn
-        self.seed = 0
-        self._epoch: Any = None
-        self._loader: Any = None
-        self._lock = threading.Lock()
-
-    def prepare(self, seed: int, epoch: int) -> None:
-        """Set the seed and epoch the workers of the next pass use."""
-        if self._epoch is None:
-            from multiprocessing.sharedctypes import RawValue
-
-            self._epoch = RawValue("q", 0)
-        self._epoch.value = epoch
-        self.seed = seed  # fixed per loader: persistent workers keep the one they started with
-
-    def _torch_loader(self) -> Any:
-        if self._loader is not None:
-            return self._loader
-        from torch.utils.data import DataLoader as TorchDataLoader
-
-        kwargs: dict[str, Any] = {}
-        if self.prefetch_factor is not None:
-            kwargs["prefetch_factor"] = self.prefetch_factor
-        loader = TorchDataLoader(
-            _WorkerFeed(self.datapipe, self.seed, self._epoch), batch_size=None, num_workers=self.num_workers,
-            collate_fn=_identity, persistent_workers=self.persistent_workers, worker_init_fn=self.worker_init_fn,
-            multiprocessing_context=self.multiprocessing_context, **kwargs,
-        )
-        if self.persistent_workers:
-            self._loader = loader
-        return loader
-
-    def close(self) -> None:
-        """Stop persistent workers (idempotent); the next pass starts new ones."""
-        loader, self._loader = self._loader, None
-        it = getattr(loader, "_iterator", None)
-        if it is not None:
-            it._shutdown_workers()
-
-    def __iter__(self) -> Iterator[Any]:
-        return _run_workers(self)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return _worker_len(self.datapipe, self.num_workers)
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_loader"] = None
-        state["_epoch"] = None
-        state["_lock"] = None
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
-
-def _worker_len(pipe: IterDataPipe[Any], num_workers: int) -> int:
-    """How many items the ``num_workers`` workers of one rank yield together: ``len(pipe)`` as each
-    worker will see it, its ``sharding_filter`` stages reading that worker's shard.
-
-    The discovering ``sharding_filter`` stages of the main process's copy are given each worker's
-    shard explicitly for the call (the caller holds the loader's lock, so no pass forks or pickles
-    the pipe meanwhile), then put back.
-    """
-    found = [s for s in traverse(pipe) if isinstance(s, ShardingFilter) and not s.groups]
-    where = placement()
-    saved = [s.groups for s in found]
-    total = 0
-    try:
-        for worker in range(num_workers):
-            for stage in found:
-                stage.groups = {
-                    SHARDING_PRIORITIES.DISTRIBUTED: (where.world_size, where.rank),
-                    SHARDING_PRIORITIES.MULTIPROCESSING: (num_workers, worker),
-                }
-            total += len(pipe)  # type: ignore[arg-type]
-    finally:
-        for stage, groups in zip(found, saved):
-            stage.groups = groups
-    return total
-
-
-# -- even batch counts across ranks ----------------------------------------------------------------
-
-
-def _even_pass(loader: DataLoader, it: Iterator[Any], mode: str) -> Iterator[Any]:
-    """Yield the batches of ``it`` so that every rank yields the same number (``mode`` "drop": the
-    smallest count, "pad": the largest, repeating each short rank's last batch)."""
-    dist = _distributed()
-    try:
-        if dist is None:
-            yield from it
-            return
-        import torch
-
-        device = _collective_device(dist)
-        try:
-            n, known = len(loader), 1
-        except TypeError:
-            n, known = 0, 0
-        counts = torch.tensor([n, -n, known], dtype=torch.int64, device=device)
-        dist.all_reduce(counts, op=dist.ReduceOp.MIN)
-        least, most, all_known = counts.tolist()
-        most = -most
-        if all_known:
-            yield from _even_known(loader, it, mode, least, most, n)
-        else:
-            yield from _even_stepwise(loader, it, mode, dist, device)
-    finally:
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()
-
-
-def _cannot_pad(loader: DataLoader) -> ValueError:
-    return ValueError(
-        f"{_WHERE}: even_batches='pad' repeats a rank's last batch, but a rank yielded no batch at all; "
-        f"use even_batches='drop' or give every rank data ({loader.pipe!r})"
-    )
-
-
-def _even_known(loader: DataLoader, it: Iterator[Any], mode: str, least: int, most: int, n: int) -> Iterator[Any]:
-    """Every rank knows its count: one all_reduce at the start of the pass settled the target."""
-    k = 0
-    last: Any = _END
-    if mode == "drop":
-        for last in islice(it, least):
-            k += 1
-            yield last
-        if k < least:
-            raise RuntimeError(
-                f"{_WHERE}: even_batches='drop' expected {least} batches on this rank (len() said {n}) but the "
-                f"pipe ended after {k}; the other ranks will wait for this one. len() must be exact ({loader.pipe!r})"
-            )
-        return
-    if least == 0 and most > 0:
-        raise _cannot_pad(loader)  # every rank sees the same counts: they all raise, none waits
-    for last in islice(it, most):
-        k += 1
-        yield last
-    if k < most:
-        if last is _END:
-            raise _cannot_pad(loader)
-        for _ in range(most - k):
-            yield last
-
-
-def _even_stepwise(loader: DataLoader, it: Iterator[Any], mode: str, dist: Any, device: Any) -> Iterator[Any]:
-    """Some rank's count is unknown: the ranks agree on "anyone still has data" before every batch
-    (one all_reduce of three integers per batch)."""
-    import torch
-
-    last: Any = _END
-    done = False
-    while True:
-        batch = _END if done else next(it, _END)
-        done = batch is _END
-        has = 0 if done else 1
-        flags = torch.tensor([has, -has, 0 if done and last is _END else 1], dtype=torch.int64, device=device)
-        dist.all_reduce(flags, op=dist.ReduceOp.MIN)
-        all_have, minus_any_has, all_can_pad = flags.tolist()
-        if mode == "drop":
-            if not all_have:
-                return
-            yield batch
-        elif minus_any_has == 0:
-            return
-        elif not all_can_pad:
-            raise _cannot_pad(loader)
-        elif done:
-            yield last
-        else:
-            last = batch
-            yield batch
 
 
 # -- the loader ------------------------------------------------------------------------------------
@@ -503,8 +108,6 @@ def _as_pipe(data: Any, name: str) -> IterDataPipe[Any]:
         return data
     if isinstance(data, MapDataPipe):
         return data.to_iter_datapipe()  # type: ignore[attr-defined]
-    from .iter import IterableWrapper
-
     kind = type(data)
     if not (hasattr(kind, "__iter__") or hasattr(kind, "__aiter__") or hasattr(kind, "__getitem__")):
         raise TypeError(f"{_WHERE}: {name} must be an IterDataPipe, an iterable or an async iterable, "
@@ -793,9 +396,10 @@ class DataLoader:
         seed, epoch = self._begin_pass()
         if self._workers is not None:
             self._workers.prepare(seed, epoch)
+            it = iter(self.pipe)
         else:
-            _install_seeds(self.datapipe, seed, epoch, _shard_id())
-        it = iter(self.pipe)
+            with configured(PassConfig(seed, epoch, _shard_id())):
+                it = iter(self.pipe)
         if self.even_batches is None:
             return it
         return _even_pass(self, it, self.even_batches)

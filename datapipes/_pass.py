@@ -1,0 +1,370 @@
+"""What one pass of a pipe graph owns: its seeds, its shards, its statistics.
+
+A pipe is a description; a *pass* is one iteration of it. A pass starts when a pipe is iterated from
+outside any other pass (``iter(pipe)`` in user code, in a DataLoader worker, ...): the *root*. At
+that moment :class:`Pass` decides, in one place and without writing anything onto the pipe objects:
+
+- the placement of the pass (distributed rank x DataLoader worker, :mod:`datapipes._worker`);
+- the shard of every sharding stage (the one set with ``apply_sharding``, else the placement's);
+- the seed of every random stage, a pure function of the root seed, the epoch, the stage's place in
+  the graph and the placement (:meth:`Pass.seed_for`);
+- the statistics sink of every stage that keeps statistics (:meth:`Pass.stats_for`).
+
+The iterators of the stages are created while the pass is being *built* (:meth:`Pass.building`):
+``iter(pipe)`` on the root calls its ``__iter__``, which creates its upstream iterators at once, and
+so on down to the sources, every one of them reading what it needs from :func:`current`. A stage
+that creates an upstream iterator later (a new cycle, a thread that starts at the first ``next()``)
+takes the pass with it (``with pass_.building(): iter(source)``).
+
+A stage written elsewhere (a torch-style ``__iter__`` generator that iterates its source in its
+body) creates its upstream iterators after the building has ended: they join the live pass that
+contains the stage, found through :func:`owner` (the pass that built it most recently).
+
+Seeds, for random stage ``i`` (in graph order, as :func:`datapipes.graph.traverse` walks it):
+
+- a loader pass (``PassConfig``): ``derive(derive(seed, "stage", i) [, "shard", shard], "epoch",
+  epoch)``, the shard part only for stages downstream of a sharding stage;
+- a stage seeded by the user (``set_seed``, recorded on the pipe with its ``set_epoch``):
+  ``derive(stage seed, "epoch", epoch)``; upstream of a sharding stage inside a DataLoader worker,
+  the epoch moves on with each pass of the worker (persistent workers reshuffle);
+- an unseeded stage upstream of a sharded sharding stage: ``derive(agreed root, "shared pass",
+  passes, "stage", j)`` (``j`` its place in the sharding stage's upstream), where the root is the
+  seed agreed by ``datapipes.DataLoader`` or the torch DataLoader's base seed; over several ranks
+  with neither, the pass raises (the shards would overlap);
+- any other unseeded stage: a fresh draw from torch's global generator, when the stage asks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from typing import Any, Callable, Iterator, NamedTuple
+
+from torch.utils.data import get_worker_info
+
+from ._engine.stats import StageStats
+from ._seeds import derive_seed, draw_seed
+from ._worker import base_seed, is_sharding_stage, unseeded_across_ranks
+from .graph import sources_of, stage_label, stages
+
+__all__ = ["Pass", "PassConfig", "PassIterator", "configured", "current", "latest_stats", "owner", "start", "stats_for"]
+
+_local = threading.local()
+
+#: stage -> the pass that most recently built it (weak on both sides)
+_owners: weakref.WeakKeyDictionary[Any, weakref.ReferenceType[Pass]] = weakref.WeakKeyDictionary()
+_owners_lock = threading.Lock()
+#: stage -> the statistics of the stage's most recent pass (``pipe.stats``)
+_latest: weakref.WeakKeyDictionary[Any, StageStats] = weakref.WeakKeyDictionary()
+#: sharding stage -> passes started in this DataLoader worker process (a plain torch DataLoader's
+#: persistent workers: pass k is k epochs on). Process state, not pass state.
+_worker_passes: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+class PassConfig(NamedTuple):
+    """Seeds a loader hands to a pass instead of those recorded on the pipe.
+
+    ``seed`` replaces every stage's seed (stage ``i`` gets one derived from ``(seed, i)``),
+    ``epoch`` every stage's epoch; random stages downstream of a sharding stage also derive from
+    ``shard`` (this process's shard id), so that shuffles upstream of ``sharding_filter`` agree
+    across shards while augmentations downstream differ.
+    """
+
+    seed: int
+    epoch: int = 0
+    shard: int = 0
+
+
+class configured:  # noqa: N801 - used as a context manager, like contextlib's
+    """``with configured(config): it = iter(pipe)``: the next pass started on this thread inside the
+    block (the first ``iter()`` of a pipe from outside any pass) takes ``config``'s seeds."""
+
+    __slots__ = ("config", "saved")
+
+    def __init__(self, config: PassConfig) -> None:
+        self.config = config
+
+    def __enter__(self) -> PassConfig:
+        self.saved = getattr(_local, "config", None)
+        _local.config = self.config
+        return self.config
+
+    def __exit__(self, *exc: Any) -> None:
+        _local.config = self.saved
+
+
+def current() -> Pass | None:
+    """The pass being built on this thread, if any."""
+    return getattr(_local, "building", None)
+
+
+def owner(stage: Any) -> Pass | None:
+    """The live pass that most recently built ``stage``, if any."""
+    ref = _owners.get(stage)
+    found = None if ref is None else ref()
+    return found if found is not None and not found.ended else None
+
+
+def stats_for(stage: Any, make: Callable[[], StageStats]) -> StageStats:
+    """The statistics sink of ``stage`` in the pass that is building it (see :meth:`Pass.stats_for`);
+    outside any pass, a new one (then only ``stage.stats`` shows it)."""
+    pass_ = current() or owner(stage)
+    if pass_ is not None:
+        return pass_.stats_for(stage, make)
+    stats = make()
+    _latest[stage] = stats
+    return stats
+
+
+def latest_stats(stage: Any) -> StageStats | None:
+    """The statistics of ``stage``'s most recently started pass (``None`` before any)."""
+    return _latest.get(stage)
+
+
+class Pass:
+    """The runtime of one pass of ``root``'s graph (see the module's docstring)."""
+
+    def __init__(self, root: Any, config: PassConfig | None = None) -> None:
+        self.root = root
+        self.config = config
+        self.ended = False
+        self.built: set[int] = set()  # ids of the stages whose iterators this pass created
+        self.stats: dict[int, StageStats] = {}
+        self._stats_owner: dict[int, Any] = {}
+        self._lock = threading.RLock()
+        self.in_worker = get_worker_info() is not None
+        self._seeds: dict[int, int] = {}
+        self._shards: dict[int, tuple[int, int]] = {}
+        self._decide()
+
+    # -- what the pass decides when it starts --------------------------------------------------------
+    def _decide(self) -> None:
+        graph = _pass_graph(self.root)
+        ref = weakref.ref(self)
+        with _owners_lock:  # a stage iterating its source lazily finds the pass through its source
+            for stage in graph:
+                _owners[stage] = ref
+        random = [s for s in graph if s._is_random]
+        sharding = [s for s in graph if is_sharding_stage(s)]
+        for stage in sharding:
+            shard = getattr(stage, "_pass_shard", None)
+            if shard is not None:
+                self._shards[id(stage)] = shard()
+        config = self.config
+        if config is not None:
+            below = _downstream_of_sharding(self.root)
+            for index, stage in enumerate(random):
+                seed = derive_seed(config.seed, "stage", index)
+                if config.shard and id(stage) in below:
+                    seed = derive_seed(seed, "shard", config.shard)
+                self._seeds[id(stage)] = derive_seed(seed, "epoch", config.epoch)
+            return
+        for stage in random:
+            if stage._seed is not None:
+                self._seeds[id(stage)] = derive_seed(stage._seed, "epoch", stage._epoch)
+        for stage in sharding:
+            self._share_upstream_seeds(stage)
+
+    def _share_upstream_seeds(self, stage: Any) -> None:
+        """Seeds agreed by every shard for the random stages upstream of sharding ``stage``."""
+        num = self._shards.get(id(stage), (1, 0))[0]
+        if num == 1 and not self.in_worker:
+            return  # one shard in the main process: nothing to agree on
+        passes = 0
+        if self.in_worker:
+            passes = _worker_passes.get(stage, 0)
+            _worker_passes[stage] = passes + 1
+        ranks = stage._pass_ranks() if hasattr(stage, "_pass_ranks") else 1
+        root: int | None = None
+        agreed = getattr(stage, "_loader_seed", None)
+        if agreed is not None:
+            root = derive_seed(agreed[0], "loader epoch", agreed[1])
+        elif self.in_worker and ranks == 1:
+            root = base_seed()
+        unseeded = []
+        upstream = [s for src in sources_of(stage) for s in _pass_graph(src) if s._is_random]
+        for index, s in enumerate(dict.fromkeys(upstream)):
+            if s._seed is not None:
+                self._seeds[id(s)] = derive_seed(s._seed, "epoch", s._epoch + passes)
+            elif root is None:
+                unseeded.append(s)
+            else:
+                self._seeds[id(s)] = derive_seed(derive_seed(root, "shared pass", passes, "stage", index), "epoch",
+                                                 s._epoch)
+        if unseeded and ranks > 1:
+            raise unseeded_across_ranks(unseeded, ranks, stage_label(stage))
+
+    # -- what stages ask while the pass is built -----------------------------------------------------
+    def seed_for(self, stage: Any) -> int:
+        """The seed of random ``stage`` in this pass (drawn from torch's generator if unseeded)."""
+        with self._lock:
+            seed = self._seeds.get(id(stage))
+            if seed is None:
+                seed = self._seeds[id(stage)] = draw_seed()
+            return seed
+
+    def shard_for(self, stage: Any) -> tuple[int, int]:
+        """``(num_of_instances, instance_id)`` of sharding ``stage`` in this pass."""
+        shard = self._shards.get(id(stage))
+        if shard is None:  # a stage this pass did not see when it started (built lazily elsewhere)
+            shard = self._shards[id(stage)] = stage._pass_shard()
+        return shard
+
+    def stats_for(self, stage: Any, make: Callable[[], StageStats]) -> StageStats:
+        """The statistics sink of ``stage`` for this pass (made by ``make`` on first request); it is
+        also what ``stage.stats`` shows until another pass of the stage starts."""
+        stats = make()
+        with self._lock:
+            self.stats[id(stage)] = stats
+            self._stats_owner[id(stage)] = stage
+        _latest[stage] = stats
+        return stats
+
+    def stage_stats(self) -> list[tuple[Any, StageStats]]:
+        """``(stage, statistics)`` for every stage of this pass that keeps statistics."""
+        with self._lock:
+            return [(self._stats_owner[k], v) for k, v in self.stats.items()]
+
+    # -- building ------------------------------------------------------------------------------------
+    def building(self) -> _Building:
+        """A context in which ``iter(stage)`` creates ``stage``'s iterator as part of this pass."""
+        return _Building(self)
+
+    def claim(self, stage: Any) -> None:
+        """Record that this pass built ``stage`` (see :func:`owner`)."""
+        ref = weakref.ref(self)
+        self.built.add(id(stage))
+        with _owners_lock:
+            _owners[stage] = ref
+
+
+class _Building:
+    __slots__ = ("pass_", "saved")
+
+    def __init__(self, pass_: Pass) -> None:
+        self.pass_ = pass_
+
+    def __enter__(self) -> Pass:
+        self.saved = getattr(_local, "building", None)
+        _local.building = self.pass_
+        return self.pass_
+
+    def __exit__(self, *exc: Any) -> None:
+        _local.building = self.saved
+
+
+def unbuilt(it: Any) -> list[Any]:
+    """The stages of the package, in the pass of ``it`` (what ``iter(pipe)`` returned), that did not
+    create the iterators of their sources when the pass started, although they and every stage
+    between them and the root are the package's: such a stage iterates its sources lazily, outside
+    the pass (their seeds and shards then come from :func:`owner`, not from the pass itself).
+    Empty for a well-built pass."""
+    pass_ = it.pass_
+    lazy = []
+    seen: set[int] = set()
+    stack = [pass_.root]
+    while stack:
+        stage = stack.pop()
+        if id(stage) in seen or not type(stage).__module__.startswith("datapipes."):
+            continue
+        seen.add(id(stage))
+        if getattr(stage, "_runs_sources_elsewhere", False):
+            continue
+        sources = [s for s in sources_of(stage)
+                   if type(s).__module__.startswith("datapipes.") and _iterated_in_passes(s)]
+        if any(id(s) not in pass_.built for s in sources):
+            lazy.append(stage)
+        else:
+            stack.extend(sources)
+    return lazy
+
+
+def _iterated_in_passes(stage: Any) -> bool:
+    """True for iterable-style stages (their ``__iter__`` joins passes); map-style ones are read by
+    index, outside passes."""
+    return getattr(type(stage).__iter__, "_pass_hooked", False)
+
+
+def _pass_graph(root: Any) -> list[Any]:
+    """The stages a pass of ``root`` runs, in graph order: the graph, less what lies upstream of a
+    stage that runs its sources in other processes (``_runs_sources_elsewhere``: the DataLoader's
+    worker stage, whose workers start passes of their own)."""
+    seen: set[int] = set()
+    order: list[Any] = []
+    stack = [root]
+    while stack:
+        stage = stack.pop()
+        if id(stage) in seen:
+            continue
+        seen.add(id(stage))
+        order.append(stage)
+        if not getattr(stage, "_runs_sources_elsewhere", False):
+            stack.extend(reversed(sources_of(stage)))
+    return order
+
+
+def _downstream_of_sharding(root: Any) -> set[int]:
+    """Ids of the stages of ``root``'s graph at or downstream of a sharding stage."""
+    below: set[int] = set()
+    for stage in stages(root):  # sources first
+        if is_sharding_stage(stage) or any(id(s) in below for s in sources_of(stage)):
+            below.add(id(stage))
+    return below
+
+
+class PassIterator(itertools.chain):  # type: ignore[type-arg]
+    """What ``iter(pipe)`` returns: the iterator of one pass, with the pass it owns.
+
+    Iterating costs what the root stage's iterator costs (``itertools.chain`` forwards ``next`` in
+    C). :meth:`close` closes the pass (its threads, processes and files), as closing a generator
+    does; dropping the iterator does the same.
+    """
+
+    __slots__ = ("pass_", "_it")
+    pass_: Pass
+    _it: Iterator[Any]
+
+    def __new__(cls, it: Iterator[Any], pass_: Pass) -> PassIterator:
+        self = super().__new__(cls, it)
+        self._it = it
+        self.pass_ = pass_
+        return self
+
+    def close(self) -> None:
+        """End the pass: close the root stage's iterator (idempotent)."""
+        self.pass_.ended = True
+        close = getattr(self._it, "close", None)
+        if close is not None:
+            close()
+
+    def stats(self) -> list[tuple[Any, StageStats]]:
+        """``(stage, statistics)`` of every stage of this pass that keeps statistics, readable at
+        any moment of the pass."""
+        return self.pass_.stage_stats()
+
+
+def start(pipe: Any, iter_fn: Callable[[Any], Iterator[Any]], config: PassConfig | None = None) -> Iterator[Any]:
+    """``iter(pipe)`` through ``iter_fn`` (the class's own ``__iter__``): ``pipe``'s iterator in the
+    pass being built on this thread, or in the live pass that contains ``pipe`` (a stage written
+    elsewhere iterating its source lazily); otherwise a new pass with ``pipe`` as its root, or with
+    ``config``, always a new pass."""
+    if config is None:
+        config = getattr(_local, "config", None)
+        if config is not None:
+            _local.config = None  # taken by this pass alone
+    if config is None:
+        within = current()
+        if within is None:
+            within = owner(pipe)
+            if within is not None and within.root is pipe:
+                within = None  # the root of a pass iterated again: a new pass
+        if within is not None:
+            with within.building():
+                within.claim(pipe)
+                return iter_fn(pipe)
+    pass_ = Pass(pipe, config)
+    with pass_.building():
+        pass_.claim(pipe)
+        it = iter_fn(pipe)
+    return PassIterator(it, pass_)

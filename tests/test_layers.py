@@ -1,0 +1,108 @@
+"""The package's layering (DESIGN section 1): no import circles, none hidden behind a function-level
+import, and the base classes import no concrete pipe."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "datapipes"
+#: the command-line entry point may import lazily (start-up time); it is imported by nothing
+LAZY_OK = {"datapipes.__main__", "datapipes._demo_data"}
+
+
+def _module_name(path):
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(module, node):
+    """The absolute name of the package module an ``import``/``from`` node names, or None."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names if a.name.startswith("datapipes")]
+    base = module.split(".")
+    if not MODULES[module].name == "__init__.py":
+        base = base[:-1]
+    if node.level:
+        base = base[: len(base) - node.level + 1]
+        target = ".".join(base + ([node.module] if node.module else []))
+    else:
+        target = node.module or ""
+    if not target.startswith("datapipes"):
+        return []
+    found = []
+    for alias in node.names:  # "from . import _pass" names a module
+        sub = f"{target}.{alias.name}"
+        found.append(sub if sub in MODULES else target)
+    return found
+
+
+MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _imports():
+    graph, lazy = {}, []
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        top = set()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                targets = [t for t in _resolve(name, node) if t in MODULES and t != name]
+                if node in tree.body or any(node in getattr(n, "body", []) for n in tree.body
+                                            if isinstance(n, ast.If)):  # TYPE_CHECKING blocks
+                    top.update(targets)
+                elif targets:
+                    lazy.append((name, node.lineno, targets))
+        graph[name] = top
+    return graph, lazy
+
+
+def _package_parents(name):
+    parts = name.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+def test_no_function_level_imports_of_the_package():
+    _, lazy = _imports()
+    assert [x for x in lazy if x[0] not in LAZY_OK] == []
+
+
+def test_no_import_circles():
+    graph, _ = _imports()
+    # importing a submodule runs its package's __init__ first: a package importing its own
+    # submodules is not a circle through them
+    edges = {m: {t for t in ts if t not in _package_parents(m)} for m, ts in graph.items()}
+    state, stack = {}, []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for t in sorted(edges.get(m, ())):
+            if state.get(t) == "open":
+                cycle = stack[stack.index(t):] + [t]
+                pytest.fail("import circle: " + " -> ".join(cycle))
+            if t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = "done"
+
+    for m in sorted(edges):
+        if m not in state:
+            visit(m)
+
+
+@pytest.mark.parametrize("base", ["datapipes.datapipe", "datapipes.graph", "datapipes._pass", "datapipes._worker",
+                                  "datapipes.errors"])
+def test_the_bottom_layers_import_no_pipe(base):
+    graph, _ = _imports()
+    seen, todo = set(), [base]
+    while todo:
+        m = todo.pop()
+        for t in graph[m]:
+            if t not in seen:
+                seen.add(t)
+                todo.append(t)
+    pipes = sorted(m for m in seen if m.startswith(("datapipes.iter", "datapipes.map", "datapipes.loader")))
+    assert pipes == [], f"{base} imports concrete pipes: {pipes}"
