@@ -36,6 +36,7 @@ Seeds, for random stage ``i`` (in graph order, as :func:`datapipes.graph.travers
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import weakref
@@ -117,6 +118,14 @@ def stats_for(stage: Any, make: Callable[[], StageStats]) -> StageStats:
     return stats
 
 
+def track(stage: Any, run: Any) -> None:
+    """Record the run of ``stage`` in the pass building it (see :meth:`Pass.track`); outside any
+    pass there is nothing to save it for."""
+    pass_ = current() or owner(stage)
+    if pass_ is not None:
+        pass_.track(stage, run)
+
+
 def latest_stats(stage: Any) -> StageStats | None:
     """The statistics of ``stage``'s most recently started pass (``None`` before any)."""
     return _latest.get(stage)
@@ -130,6 +139,9 @@ class Pass:
         self.config = config
         self.ended = False
         self.built: set[int] = set()  # ids of the stages whose iterators this pass created
+        self.runs: dict[int, tuple[Any, Any]] = {}  # id(stage) -> (stage, its run: state()/restore())
+        self.pending_states: dict[int, Any] = {}  # loaded states of stages not built yet
+
         self.stats: dict[int, StageStats] = {}
         self._stats_owner: dict[int, Any] = {}
         self._lock = threading.RLock()
@@ -140,7 +152,7 @@ class Pass:
 
     # -- what the pass decides when it starts --------------------------------------------------------
     def _decide(self) -> None:
-        graph = _pass_graph(self.root)
+        graph = self.graph = _pass_graph(self.root)
         ref = weakref.ref(self)
         with _owners_lock:  # a stage iterating its source lazily finds the pass through its source
             for stage in graph:
@@ -225,6 +237,17 @@ class Pass:
         """``(stage, statistics)`` for every stage of this pass that keeps statistics."""
         with self._lock:
             return [(self._stats_owner[k], v) for k, v in self.stats.items()]
+
+    def track(self, stage: Any, run: Any) -> None:
+        """Record the *run* of ``stage`` in this pass: an object with ``state()`` (plain data, read
+        between two items of the pass) and ``restore(state)`` (before the first ``next()``). The
+        latest run of a stage is the one saved (a stage iterated again within the pass, as a
+        cycled source is, replaces its run)."""
+        with self._lock:
+            self.runs[id(stage)] = (stage, run)
+            pending = self.pending_states.pop(id(stage), None)
+        if pending is not None:  # loaded before this stage was built (its consumer iterates lazily)
+            run.restore(pending)
 
     # -- building ------------------------------------------------------------------------------------
     def building(self) -> _Building:
@@ -343,6 +366,90 @@ class PassIterator(itertools.chain):  # type: ignore[type-arg]
         any moment of the pass."""
         return self.pass_.stage_stats()
 
+    def state_dict(self) -> dict[str, Any]:
+        """The position of this pass, as plain data (``torch.save`` and ``pickle`` write it): a new
+        ``iter(pipe)`` given it by :meth:`load_state_dict` goes on exactly where this one stands.
+
+        Call it between two items. Raises ``TypeError`` naming the stage when a stage of the graph
+        cannot save its position.
+        """
+        return _snapshot(self.pass_)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from ``state`` (what :meth:`state_dict` returned, for a pipe of the same shape),
+        before the first ``next()``.
+
+        Raises:
+            ValueError: the state is not a pass state, or was saved from a graph of another shape
+                (the message names the first stage where the graphs disagree).
+            RuntimeError: this pass has already yielded an item.
+        """
+        _restore(self.pass_, state)
+
+
+_FORMAT = "datapipes.pass/1"
+
+
+def _key(index: int, stage: Any) -> str:
+    return f"{index}:{type(stage).__qualname__}"
+
+
+def _stateless(stage: Any) -> bool:
+    """A stage with nothing of its own to save: its position is its sources' (map, filter, batch at
+    a batch boundary, ...). Stages written elsewhere are taken as stateless unless their iterator has
+    ``state_dict``/``load_state_dict`` (the protocol for your own stateful stages)."""
+    if not type(stage).__module__.startswith("datapipes."):
+        return True
+    return bool(getattr(stage, "_stateless", False))
+
+
+def _snapshot(pass_: Pass) -> dict[str, Any]:
+    # Stages that pull their upstream on a thread of their own hold their lock while they do: take
+    # them all, downstream first (graph order), so every stage is between two items.
+    locks = [lock for stage in pass_.graph
+             if (lock := getattr(pass_.runs.get(id(stage), (None, None))[1], "lock", None)) is not None]
+    with contextlib.ExitStack() as held:
+        for lock in locks:
+            held.enter_context(lock)
+        stages: dict[str, Any] = {}
+        for index, stage in enumerate(pass_.graph):
+            entry = pass_.runs.get(id(stage))
+            if entry is not None:
+                stages[_key(index, stage)] = entry[1].state()
+            elif id(stage) in pass_.built and not _stateless(stage):
+                raise TypeError(
+                    f"{stage_label(stage)} cannot save its position yet, so this pass has no state_dict(); "
+                    f"the stages that can are listed in docs/howto/checkpoint.rst"
+                )
+    return {"format": _FORMAT, "graph": [type(s).__qualname__ for s in pass_.graph], "stages": stages}
+
+
+def _restore(pass_: Pass, state: dict[str, Any]) -> None:
+    if not isinstance(state, dict) or state.get("format") != _FORMAT:
+        raise ValueError(f"load_state_dict: not a state saved by a pass's state_dict(): {str(state)[:200]}")
+    saved = state["graph"]
+    mine = [type(s).__qualname__ for s in pass_.graph]
+    if saved != mine:
+        for index, (a, b) in enumerate(itertools.zip_longest(saved, mine)):
+            if a != b:
+                break
+        where = stage_label(pass_.graph[index]) if index < len(pass_.graph) else "(none: the pipe ends here)"
+        raise ValueError(
+            f"load_state_dict: the state was saved from a pipe of another shape: at stage {index} (graph order, "
+            f"the pipe itself first) it has {a or '(none: the saved pipe ends here)'}, this pipe has {where}"
+        )
+    stages = state["stages"]
+    for index, stage in enumerate(pass_.graph):
+        key = _key(index, stage)
+        if key not in stages:
+            continue
+        with pass_._lock:
+            entry = pass_.runs.get(id(stage))
+            if entry is None:
+                pass_.pending_states[id(stage)] = stages[key]
+        if entry is not None:
+            entry[1].restore(stages[key])
+
 
 def start(pipe: Any, iter_fn: Callable[[Any], Iterator[Any]], config: PassConfig | None = None) -> Iterator[Any]:
     """``iter(pipe)`` through ``iter_fn`` (the class's own ``__iter__``): ``pipe``'s iterator in the
@@ -362,9 +469,32 @@ def start(pipe: Any, iter_fn: Callable[[Any], Iterator[Any]], config: PassConfig
         if within is not None:
             with within.building():
                 within.claim(pipe)
-                return iter_fn(pipe)
+                return _tracked(within, pipe, iter_fn(pipe))
     pass_ = Pass(pipe, config)
     with pass_.building():
         pass_.claim(pipe)
-        it = iter_fn(pipe)
+        it = _tracked(pass_, pipe, iter_fn(pipe))
     return PassIterator(it, pass_)
+
+
+class _StatefulIterator:
+    """The run of a stage written elsewhere whose iterator has ``state_dict``/``load_state_dict``."""
+
+    __slots__ = ("it",)
+
+    def __init__(self, it: Any) -> None:
+        self.it = it
+
+    def state(self) -> Any:
+        return self.it.state_dict()
+
+    def restore(self, state: Any) -> None:
+        self.it.load_state_dict(state)
+
+
+def _tracked(pass_: Pass, stage: Any, it: Iterator[Any]) -> Iterator[Any]:
+    """``it``, the iterator of ``stage`` in ``pass_``; one that keeps a state of its own (the two
+    methods ``state_dict()`` and ``load_state_dict(state)``) is saved and restored with the pass."""
+    if hasattr(it, "state_dict") and hasattr(it, "load_state_dict") and not isinstance(it, PassIterator):
+        pass_.track(stage, _StatefulIterator(it))
+    return it

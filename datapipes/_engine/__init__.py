@@ -22,8 +22,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import ErrorPolicy, FailureLog
 from .aio import AsyncWorkers, LoopRef, is_async_callable, is_async_gen_callable, iterate_async, loop_running
-from .background import background_iter
-from .core import failure_handler, run_ordered, run_unordered
+from .background import BackgroundRun, background_iter
+from .core import EngineRun, failure_handler, run_ordered, run_unordered
 from .lifecycle import abandon, close_iterator
 from .process import ProcessWorkers, live_worker_pids, run_process_stage
 from .rng import RNG_KINDS, item_seed
@@ -32,6 +32,8 @@ from .threads import ExecutorWorkers, ThreadWorkers
 
 __all__ = [
     "AsyncWorkers",
+    "BackgroundRun",
+    "EngineRun",
     "abandon",
     "ExecutorWorkers",
     "LoopRef",
@@ -99,6 +101,7 @@ def concurrent_map(
     log: FailureLog | None = None,
     stats: StageStats | None = None,
     rng_kind: str | None = None,
+    run: EngineRun | None = None,
 ) -> Iterator[Any]:
     """Yield ``fn(x)`` for each item of ``source``, computed by ``concurrency`` workers.
 
@@ -121,5 +124,5 @@ def concurrent_map(
         backend = ExecutorWorkers(fn, executor, label)  # type: ignore[arg-type]
     else:
         backend = ThreadWorkers(fn, concurrency, label, timeout)
-    run = run_ordered if ordered else run_unordered
-    return run(backend, source, window(concurrency), on_fail, count, stats)
+    loop = run_ordered if ordered else run_unordered
+    return loop(backend, source, window(concurrency), on_fail, count, stats, run)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections import deque
 import time
 import weakref
 from typing import Any, Callable, Iterable, Iterator
@@ -18,16 +19,43 @@ from typing import Any, Callable, Iterable, Iterator
 from .lifecycle import Closeable
 from .stats import StageStats
 
-__all__ = ["background_iter"]
+__all__ = ["BackgroundRun", "background_iter"]
 
 _GRACE_S = 1.0
 _ITEM, _END, _ERR = 0, 1, 2
 
 
+class BackgroundRun:
+    """The position of one background pass, readable between two items (checkpoint and resume).
+
+    ``pending`` holds the items produced and not yet taken by the consumer. The producer holds
+    ``lock`` while it pulls the upstream and records an item, so a snapshot taken under the lock
+    sees the upstream between two items and every item it produced either pending or taken. A state
+    saves the pending items themselves; a resumed pass yields them before anything new.
+    """
+
+    __slots__ = ("pending", "lock", "resume", "started")
+
+    def __init__(self) -> None:
+        self.pending: deque[Any] = deque()
+        self.lock = threading.Lock()
+        self.resume: list[Any] | None = None
+        self.started = False
+
+    def state(self) -> dict[str, Any]:
+        return {"pending": list(self.pending)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError("load_state_dict: this pass has already started; call it before the first next()")
+        self.resume = list(state["pending"])
+
+
 def _produce(make: Callable[[], Iterable[Any]], fn: Callable[[Any], Any] | None, put: Callable[[Any], None],
-             slots: threading.Semaphore, stop: threading.Event, busy: list[float]) -> None:
+             slots: threading.Semaphore, stop: threading.Event, busy: list[float], run: BackgroundRun) -> None:
     clock = time.perf_counter
     it = None
+    lock, record = run.lock, run.pending.append
     try:
         it = iter(make())
         while True:
@@ -35,12 +63,14 @@ def _produce(make: Callable[[], Iterable[Any]], fn: Callable[[Any], Any] | None,
             if stop.is_set():
                 return
             t = clock()
-            x = next(it, _produce)  # the function itself: a private sentinel
-            if x is _produce:
-                put((_END, None))
-                return
-            if fn is not None:
-                x = fn(x)
+            with lock:
+                x = next(it, _produce)  # the function itself: a private sentinel
+                if x is _produce:
+                    put((_END, None))
+                    return
+                if fn is not None:
+                    x = fn(x)
+                record(x)
             busy[0] += clock() - t
             put((_ITEM, x))
             x = None
@@ -66,12 +96,12 @@ class _Producer(Closeable):
     """Owner of one producer thread: idempotent :meth:`close`, context manager, finalize backstop."""
 
     def __init__(self, make: Callable[[], Iterable[Any]], fn: Callable[[Any], Any] | None, buffer_size: int,
-                 label: str, busy: list[float]) -> None:
+                 label: str, busy: list[float], run: BackgroundRun) -> None:
         self.queue: Any = queue.SimpleQueue()
         self.slots = threading.Semaphore(buffer_size)
         self.stop = threading.Event()
         self.thread = threading.Thread(
-            target=_produce, args=(make, fn, self.queue.put, self.slots, self.stop, busy),
+            target=_produce, args=(make, fn, self.queue.put, self.slots, self.stop, busy, run),
             name=f"datapipes {label} producer", daemon=True,
         )
         self._finalizer = weakref.finalize(self, _stop, self.stop, self.slots, self.thread)
@@ -80,7 +110,8 @@ class _Producer(Closeable):
 
 def background_iter(make: Callable[[], Iterable[Any]], buffer_size: int, label: str, stats: StageStats,
                     fn: Callable[[Any], Any] | None = None, timeout: float | None = None,
-                    on_timeout: Callable[[int], BaseException] | None = None) -> Iterator[Any]:
+                    on_timeout: Callable[[int], BaseException] | None = None,
+                    run: BackgroundRun | None = None) -> Iterator[Any]:
     """Yield the items of ``make()`` (through ``fn`` when given), produced on a background thread.
 
     With ``timeout``, the consumer waits at most that many seconds for each item, then raises
@@ -98,8 +129,18 @@ def background_iter(make: Callable[[], Iterable[Any]], buffer_size: int, label: 
     clock = time.perf_counter
     busy = [0.0]
     producer = None
+    run = run if run is not None else BackgroundRun()
+    run.started = True
+    taken = run.pending.popleft
     try:
-        producer = _Producer(make, fn, buffer_size, label, busy)
+        if run.resume:  # a resumed pass: what the interrupted one had produced comes first
+            resumed, run.resume = run.resume, None
+            run.pending.extend(resumed)
+            for value in resumed:
+                taken()
+                n += 1
+                yield value
+        producer = _Producer(make, fn, buffer_size, label, busy, run)
         stats.begin(busy)
         get, ready, release = producer.queue.get, producer.queue.qsize, producer.slots.release
         while True:
@@ -114,6 +155,7 @@ def background_iter(make: Callable[[], Iterable[Any]], buffer_size: int, label: 
             fill += ready()
             if kind == _ITEM:
                 release()
+                taken()
                 n += 1
                 yield value
             elif kind == _END:

@@ -20,6 +20,7 @@ as a serial loop would see it.
 
 from __future__ import annotations
 
+import itertools
 import time
 from typing import Any, Callable, Iterable, Iterator
 
@@ -27,10 +28,49 @@ from ..errors import ErrorPolicy, FailureLog, add_stage_note
 from .lifecycle import abandon
 from .stats import StageStats
 
-__all__ = ["failure_handler", "run_ordered", "run_unordered"]
+__all__ = ["EngineRun", "failure_handler", "run_ordered", "run_unordered"]
 
 _END = object()  # the source is exhausted
 _MISSING = object()  # no record stashed for this position yet
+
+
+class EngineRun:
+    """The position of one concurrent pass, readable between two items (checkpoint and resume).
+
+    ``inputs`` maps the position of every item pulled from the source and not yet yielded (running,
+    queued or finished out of order) to the item itself; ``pulled`` counts the items pulled. A state
+    saves those inputs, not their results: a resumed pass computes them again (ordered: in their
+    order; completion order: exactly these, nothing yielded before is yielded again), then goes on
+    with the source. Costs one dict store and one delete per item on the consumer's thread.
+    """
+
+    __slots__ = ("inputs", "pulled", "resume", "started")
+
+    def __init__(self) -> None:
+        self.inputs: dict[int, Any] = {}
+        self.pulled = 0
+        self.resume: list[Any] | None = None  # [position, input] pairs to compute first
+        self.started = False
+
+    def state(self) -> dict[str, Any]:
+        return {"pulled": self.pulled, "inputs": [[k, self.inputs[k]] for k in sorted(self.inputs)]}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError("load_state_dict: this pass has already started; call it before the first next()")
+        self.pulled = int(state["pulled"])
+        self.resume = [tuple(p) for p in state["inputs"]]
+
+
+def _resumed_source(run: EngineRun, src: Iterator[Any]) -> tuple[Iterator[Any], int]:
+    """The source a (possibly resumed) pass pulls, and the position of its first item: the saved
+    inputs first (positions renumbered from the first of them), then the source itself."""
+    run.started = True
+    resume = run.resume
+    if not resume:
+        return src, run.pulled
+    run.resume = None
+    return itertools.chain([x for _, x in resume], src), resume[0][0]
 
 
 class _FailureCount:
@@ -77,6 +117,7 @@ def run_ordered(
     on_fail: Callable[[BaseException, int], None],
     count: _FailureCount,
     stats: StageStats,
+    run: EngineRun | None = None,
 ) -> Iterator[Any]:
     """Yield ``fn(x)`` for each source item in source order, ``window`` items in flight at most.
 
@@ -88,14 +129,17 @@ def run_ordered(
     clock = time.perf_counter
     src: Any = None
     stash: dict[int, Any] = {}
+    run = run if run is not None else EngineRun()
+    inputs = run.inputs
     try:
-        src = iter(source)
+        src, first = _resumed_source(run, iter(source))
+        n_in = n_out = first
         backend.start()
         stats.begin(backend.busy)
         submit, get, ready = backend.submit, backend.get, backend.ready
         deferred: BaseException | None = None
         more = True
-        while n_in < window:
+        while n_in - first < window:
             t = clock()
             try:
                 x = next(src, _END)
@@ -105,6 +149,7 @@ def run_ordered(
             if x is _END:
                 more = False
                 break
+            inputs[n_in] = x
             submit((n_in, x))
             n_in += 1
         while n_out < n_in:
@@ -127,9 +172,12 @@ def run_ordered(
                 if x is _END:
                     more = False
                 else:
+                    inputs[n_in] = x
                     submit((n_in, x))
                     n_in += 1
             n_out += 1
+            del inputs[rec[0]]
+            run.pulled = n_in
             if rec[1]:
                 yield rec[2]
             else:
@@ -153,6 +201,7 @@ def run_unordered(
     on_fail: Callable[[BaseException, int], None],
     count: _FailureCount,
     stats: StageStats,
+    run: EngineRun | None = None,
 ) -> Iterator[Any]:
     """Yield ``fn(x)`` for each source item in completion order, ``window`` items in flight at most.
 
@@ -163,14 +212,17 @@ def run_unordered(
     clock = time.perf_counter
     src: Any = None
     stash: dict[int, Any] = {}
+    run = run if run is not None else EngineRun()
+    inputs = run.inputs
     try:
-        src = iter(source)
+        src, first = _resumed_source(run, iter(source))
+        n_in = n_out = first
         backend.start()
         stats.begin(backend.busy)
         submit, get, ready = backend.submit, backend.get, backend.ready
         deferred: BaseException | None = None
         more = True
-        while n_in < window:
+        while n_in - first < window:
             t = clock()
             try:
                 x = next(src, _END)
@@ -180,6 +232,7 @@ def run_unordered(
             if x is _END:
                 more = False
                 break
+            inputs[n_in] = x
             submit((n_in, x))
             n_in += 1
         while n_out < n_in:
@@ -197,9 +250,12 @@ def run_unordered(
                 if x is _END:
                     more = False
                 else:
+                    inputs[n_in] = x
                     submit((n_in, x))
                     n_in += 1
             n_out += 1
+            del inputs[rec[0]]
+            run.pulled = n_in
             if rec[1]:
                 yield rec[2]
             else:

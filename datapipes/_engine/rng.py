@@ -26,9 +26,10 @@ def item_seed(pass_seed: int, position: int) -> int:
     return (z ^ (z >> 31)) >> 1
 
 
-def with_seeds(source: Iterable[Any], pass_seed: int) -> Iterator[tuple[Any, int]]:
-    """``(item, item_seed(pass_seed, position))`` for each item of ``source``."""
-    for k, x in enumerate(source):
+def with_seeds(source: Iterable[Any], pass_seed: int, start: Any = None) -> Iterator[tuple[Any, int]]:
+    """``(item, item_seed(pass_seed, position))`` for each item of ``source``; positions count from
+    ``start()`` (read at the first ``next()``, after a resumed pass restored it), else from 0."""
+    for k, x in enumerate(source, 0 if start is None else start()):
         yield x, item_seed(pass_seed, k)
 
 

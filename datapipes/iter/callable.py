@@ -15,7 +15,7 @@ from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVa
 
 from .. import _pass
 from .._collate import collate as default_collate
-from .._engine import LoopRef, abandon, close_iterator, concurrent_map, is_async_callable, is_async_gen_callable, iterate_async, new_stats
+from .._engine import EngineRun, LoopRef, abandon, close_iterator, concurrent_map, is_async_callable, is_async_gen_callable, iterate_async, new_stats
 from .._engine.rng import check_rng, item_seed, make_rng, seeded_call, with_seeds
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
 from ..errors import add_stage_note, call_lines, policy_and_log, raised_at
@@ -239,17 +239,44 @@ def _engine_fn(pipe: Mapper) -> Callable[[Any], Any]:
     return seeded_call(fn, kind)
 
 
+class _MapRun:
+    """The position of a concurrent map's pass: the engine's (inputs in flight) and the pass seed of
+    a seeded map, whose items' seeds go on from the items already pulled."""
+
+    __slots__ = ("engine", "seed")
+
+    def __init__(self, seed: int | None) -> None:
+        self.engine = EngineRun()
+        self.seed = seed
+
+    def state(self) -> dict[str, Any]:
+        return {"seed": self.seed, **self.engine.state()}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.engine.restore(state)
+        self.seed = state["seed"]
+
+
 def _map_engine(pipe: Mapper, it: Iterator[Any], seed: int | None = None) -> Iterator[Any]:
     label = stage_label(pipe)
-    source: Iterable[Any] = it if seed is None else with_seeds(it, seed)
+    run = _MapRun(seed)
+    if pipe.executor != "process":  # process passes do not track their chunks yet: no state
+        _pass.track(pipe, run)
+    source: Iterable[Any] = it if seed is None else _seeded(it, run)
     fn = _engine_fn(pipe)
     worker_rng = pipe.rng if pipe.executor == "process" and pipe.input_col is None else None
     stats = _pass.stats_for(pipe, lambda: new_stats(label, fn, pipe.concurrency, pipe.executor))
     return concurrent_map(
         source, fn, label=label, concurrency=pipe.concurrency, ordered=pipe.ordered, executor=pipe.executor,
         timeout=pipe.timeout, chunksize=pipe.chunksize, policy=pipe._policy, log=pipe.failures, stats=stats,
-        rng_kind=worker_rng,
+        rng_kind=worker_rng, run=run.engine,
     )
+
+
+def _seeded(it: Iterator[Any], run: _MapRun) -> Iterator[tuple[Any, int]]:
+    """``(item, its seed)`` pairs: seeds from the run's pass seed and positions, both read at the
+    first ``next()`` (a resumed pass has restored them by then)."""
+    yield from with_seeds(it, run.seed, lambda: run.engine.pulled)  # type: ignore[arg-type]
 
 
 def _tagged(source: Iterable[Any], record: Callable[[], Any]) -> Iterator[tuple[Any, Any]]:
@@ -299,13 +326,15 @@ def _map_engine_handover(pipe: Mapper, it: Iterator[Any], seed: int | None = Non
     back with a stream hand-over each way (:mod:`datapipes.iter.device`)."""
     ops = pipe._crossing_ops.bind()  # type: ignore[union-attr]
     label = stage_label(pipe)
-    source: Iterable[Any] = it if seed is None else with_seeds(it, seed)
+    run = _MapRun(seed)
+    _pass.track(pipe, run)
+    source: Iterable[Any] = it if seed is None else _seeded(it, run)
     fn = _handover_fn(_engine_fn(pipe), ops, pipe._async)
     stats = _pass.stats_for(pipe, lambda: new_stats(label, fn, pipe.concurrency, pipe.executor))
     out = concurrent_map(
         _tagged(source, ops.record), fn, label=label, concurrency=pipe.concurrency, ordered=pipe.ordered,
         executor=pipe.executor, timeout=pipe.timeout, chunksize=pipe.chunksize, policy=pipe._policy,
-        log=pipe.failures, stats=stats,
+        log=pipe.failures, stats=stats, run=run.engine,
     )
     return _handed_back(out, ops)
 
@@ -464,6 +493,9 @@ class Mapper(IterDataPipe[U]):
         # Items that cross threads after to_cuda need a stream hand-over, decided here once.
         self._crossing_ops = None if serial else _check_crossing(datapipe, executor)
         self._run: Callable[..., Iterator[Any]]
+        # Serial: nothing of its own to save (a pass's position is its source's). Concurrent: the
+        # pass tracks the items in flight (not yet on processes: those passes cannot save a state).
+        self._stateless = serial
         if not serial:
             self._run = _map_engine if self._crossing_ops is None else _map_engine_handover
         elif rng is not None:
@@ -553,6 +585,8 @@ class Filter(IterDataPipe[T]):
     >>> list(IterableWrapper(range(6)).filter(lambda x: x % 2 == 0))
     [0, 2, 4]
     """
+
+    _stateless = True  # a pass's position is its source's
 
     _repr_fields = ("filter_fn",)
 
@@ -770,6 +804,8 @@ class Collator(IterDataPipe[Any]):
     See also: :func:`datapipes._collate.collate`, :class:`~datapipes.iter.Batcher`,
     :class:`~datapipes.iter.PinMemory`, :class:`~datapipes.iter.DeviceMover`.
     """
+
+    _stateless = True  # a pass's position is its source's
 
     _repr_fields = ("fn",)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterator, TypeVar
 
 from .. import _pass
-from .._engine import StageStats, background_iter
+from .._engine import BackgroundRun, StageStats, background_iter
 from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, stage_label
 from .device import background_handover, handover_ops
 
@@ -17,7 +17,9 @@ T = TypeVar("T")
 def _prefetch(pipe: Prefetcher[Any], it: Iterator[Any]) -> Iterator[Any]:
     label = stage_label(pipe)
     stats = _pass.stats_for(pipe, lambda: StageStats(label, "prefetch", 1, pipe.buffer_size))
-    return background_iter(lambda: it, pipe.buffer_size, label, stats)
+    run = BackgroundRun()
+    _pass.track(pipe, run)
+    return background_iter(lambda: it, pipe.buffer_size, label, stats, run=run)
 
 
 def _prefetch_handover(pipe: Prefetcher[Any], it: Iterator[Any]) -> Iterator[Any]:
