@@ -292,8 +292,8 @@ def unbuilt(it: Any) -> list[Any]:
         if id(stage) in seen or not type(stage).__module__.startswith("datapipes."):
             continue
         seen.add(id(stage))
-        if getattr(stage, "_runs_sources_elsewhere", False):
-            continue
+        if getattr(stage, "_runs_sources_elsewhere", False) or getattr(stage, "_builds_sources_later", False):
+            continue  # the workers' own passes; or a stage that builds its sources under this pass later
         sources = [s for s in sources_of(stage)
                    if type(s).__module__.startswith("datapipes.") and _iterated_in_passes(s)]
         if any(id(s) not in pass_.built for s in sources):

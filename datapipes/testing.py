@@ -30,6 +30,7 @@ import time
 from collections import Counter
 from typing import Any, Callable, Iterable
 
+from . import _pass
 from ._engine import close_iterator
 from .datapipe import IterDataPipe, MapDataPipe
 from .graph import traverse
@@ -179,6 +180,19 @@ def check_datapipe(
         want = list(expected)
         if not agree(first, want):
             raise ContractViolation(f"{name}: yielded {first!r:.500}, expected {want!r:.500}")
+
+    if isinstance(pipe, IterDataPipe):
+        it = iter(pipe)
+        try:
+            lazy = _pass.unbuilt(it) if isinstance(it, _pass.PassIterator) else []
+        finally:
+            close_iterator(it)
+        if lazy:
+            raise ContractViolation(
+                f"{name}: {[type(s).__name__ for s in lazy]} did not create the iterators of their sources when "
+                f"iter() was called: a stage of this package creates its upstream iterators in __iter__, as "
+                f"part of the pass"
+            )
 
     second = _collect(pipe, limit)
     if not agree(first, second):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Self
 
 
@@ -39,13 +40,18 @@ def close_iterator(it: Any) -> None:
 
 
 def abandon(src: Any) -> None:
-    """Close the upstream of a pass that ends early (closed, or an exception on its way out).
+    """Called in an ``except`` clause: close the upstream of a pass that an exception leaves.
 
     Without this, a failing pass's upstream (its worker threads, processes, event-loop reference,
     open files) would live as long as the traceback that names this frame, that is until the cyclic
     garbage collector runs: the exception the consumer holds refers to the frame, the frame to
     ``src``. An error from closing has nowhere better to go than the exception already leaving.
     """
+    if sys.exc_info()[0] is GeneratorExit:
+        # The pass was closed or dropped: its upstream is dropped with this frame, as a closed
+        # generator chain always did. Closing it here would also close, when a pass is merely
+        # dropped, the streams an opener upstream handed out (they stay valid: fileio.py).
+        return
     try:
         close_iterator(src)
     except Exception:  # noqa: BLE001

@@ -42,6 +42,7 @@ import zipfile
 from typing import Any, Callable, Iterator
 
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
+from .._engine import abandon
 from ..errors import add_stage_note, policy_and_log
 from .parsing import _close, _on_fail, _pair
 
@@ -109,34 +110,38 @@ def _stream_mode(mode: Any, stage: str) -> str:
     return "r|" + ("*" if sep is None or comp is None else comp)
 
 
-def _tar(pipe: TarArchiveLoader) -> Iterator[tuple[str, io.BytesIO]]:
+def _tar(pipe: TarArchiveLoader, it: Iterator[Any]) -> Iterator[tuple[str, io.BytesIO]]:
     stage = stage_label(pipe)
     on_fail = _on_fail(pipe, stage)
     mode: Any = pipe._stream_mode
     n = -1  # the item (archive) being read: n archives are done
-    for item in pipe.datapipe:
-        n += 1
-        path, stream = _pair(item, stage, n)
-        tar = None
-        entry = -1  # the entry of this archive being read
-        name = None  # the member whose data is being read
-        try:
-            tar = tarfile.open(fileobj=stream, mode=mode, tarinfo=_CheckedTarInfo)
-            for entry, info in enumerate(tar):
-                if info.isfile():
-                    name = info.name
-                    data = tar.extractfile(info).read()  # type: ignore[union-attr]
-                    name = None
-                    yield _member_path(path, info.name), io.BytesIO(data)
-            _check_tar_end(tar, entry + 1)
-        except Exception as e:
-            # Skipped or not, the rest of this archive is lost: a tar stream cannot be read past a
-            # damaged spot.
-            on_fail(e, *_tar_where(path, n, tar, name, entry))
-        finally:
-            if tar is not None:
-                tar.close()
-            _close(stream)
+    try:
+        for item in it:
+            n += 1
+            path, stream = _pair(item, stage, n)
+            tar = None
+            entry = -1  # the entry of this archive being read
+            name = None  # the member whose data is being read
+            try:
+                tar = tarfile.open(fileobj=stream, mode=mode, tarinfo=_CheckedTarInfo)
+                for entry, info in enumerate(tar):
+                    if info.isfile():
+                        name = info.name
+                        data = tar.extractfile(info).read()  # type: ignore[union-attr]
+                        name = None
+                        yield _member_path(path, info.name), io.BytesIO(data)
+                _check_tar_end(tar, entry + 1)
+            except Exception as e:
+                # Skipped or not, the rest of this archive is lost: a tar stream cannot be read past a
+                # damaged spot.
+                on_fail(e, *_tar_where(path, n, tar, name, entry))
+            finally:
+                if tar is not None:
+                    tar.close()
+                _close(stream)
+    except BaseException:
+        abandon(it)  # this frame names the upstream: release it now, not at collection
+        raise
 
 
 def _tar_where(path: Any, n: int, tar: Any, name: Any, entry: int) -> tuple[str, int]:
@@ -205,7 +210,7 @@ class TarArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
 
     def __iter__(self) -> Iterator[tuple[str, io.BytesIO]]:
-        return _tar(self)
+        return _tar(self, iter(self.datapipe))
 
     def __len__(self) -> int:
         return _nominal_len(self)
@@ -222,36 +227,40 @@ def _open_zip(stream: Any) -> zipfile.ZipFile:
     return zipfile.ZipFile(io.BytesIO(stream.read()))
 
 
-def _zip(pipe: ZipArchiveLoader) -> Iterator[tuple[str, io.BytesIO]]:
+def _zip(pipe: ZipArchiveLoader, it: Iterator[Any]) -> Iterator[tuple[str, io.BytesIO]]:
     stage = stage_label(pipe)
     on_fail = _on_fail(pipe, stage)
     n = -1  # the item (archive) being read: n archives are done
-    for item in pipe.datapipe:
-        n += 1
-        path, stream = _pair(item, stage, n)
-        zf = None
-        try:
+    try:
+        for item in it:
+            n += 1
+            path, stream = _pair(item, stage, n)
+            zf = None
             try:
-                zf = _open_zip(stream)
-                infos = zf.infolist()
-            except Exception as e:
-                on_fail(e, *_archive_where(path, n, False, None, 0))
-                continue
-            for entry, info in enumerate(infos):  # entry: the entry of this archive being read
-                if info.is_dir():
-                    continue
                 try:
-                    data = zf.read(info)
-                    member = _member_path(path, info.filename)
+                    zf = _open_zip(stream)
+                    infos = zf.infolist()
                 except Exception as e:
-                    # Zip members are independent: skipped, the next one still reads.
-                    on_fail(e, *_archive_where(path, n, True, info.filename, entry))
+                    on_fail(e, *_archive_where(path, n, False, None, 0))
                     continue
-                yield member, io.BytesIO(data)
-        finally:
-            if zf is not None:
-                zf.close()
-            _close(stream)
+                for entry, info in enumerate(infos):  # entry: the entry of this archive being read
+                    if info.is_dir():
+                        continue
+                    try:
+                        data = zf.read(info)
+                        member = _member_path(path, info.filename)
+                    except Exception as e:
+                        # Zip members are independent: skipped, the next one still reads.
+                        on_fail(e, *_archive_where(path, n, True, info.filename, entry))
+                        continue
+                    yield member, io.BytesIO(data)
+            finally:
+                if zf is not None:
+                    zf.close()
+                _close(stream)
+    except BaseException:
+        abandon(it)  # this frame names the upstream: release it now, not at collection
+        raise
 
 
 @functional_datapipe("load_from_zip")
@@ -304,7 +313,7 @@ class ZipArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
 
     def __iter__(self) -> Iterator[tuple[str, io.BytesIO]]:
-        return _zip(self)
+        return _zip(self, iter(self.datapipe))
 
     def __len__(self) -> int:
         return _nominal_len(self)
@@ -323,31 +332,35 @@ def _split_key(path: str) -> tuple[str, str]:
     return p[:dot], p[dot:]
 
 
-def _webdataset(pipe: WebDatasetGrouper) -> Iterator[dict[str, Any]]:
+def _webdataset(pipe: WebDatasetGrouper, it: Iterator[Any]) -> Iterator[dict[str, Any]]:
     stage = stage_label(pipe)
     sample: dict[str, Any] | None = None
     current = ""
     n = -1
-    for item in pipe.source_datapipe:
-        n += 1
-        path, data = _pair(item, stage, n)
-        if not isinstance(path, str):
-            raise TypeError(f"{stage}: paths must be str, got {type(path).__name__} at item {n}")
-        key, suffix = _split_key(path)
-        if not suffix:
-            continue  # a file without a suffix has no field name: WebDataset leaves it out
-        if key != current or sample is None:
-            if sample is not None:
-                yield sample
-            sample = {"__key__": key}
-            current = key
-        elif suffix in sample:
-            raise ValueError(
-                f"{stage}: sample {key!r} has two files with the suffix {suffix!r} (the second at item {n})"
-            )
-        sample[suffix] = data
-    if sample is not None:
-        yield sample
+    try:
+        for item in it:
+            n += 1
+            path, data = _pair(item, stage, n)
+            if not isinstance(path, str):
+                raise TypeError(f"{stage}: paths must be str, got {type(path).__name__} at item {n}")
+            key, suffix = _split_key(path)
+            if not suffix:
+                continue  # a file without a suffix has no field name: WebDataset leaves it out
+            if key != current or sample is None:
+                if sample is not None:
+                    yield sample
+                sample = {"__key__": key}
+                current = key
+            elif suffix in sample:
+                raise ValueError(
+                    f"{stage}: sample {key!r} has two files with the suffix {suffix!r} (the second at item {n})"
+                )
+            sample[suffix] = data
+        if sample is not None:
+            yield sample
+    except BaseException:
+        abandon(it)  # this frame names the upstream: release it now, not at collection
+        raise
 
 
 @functional_datapipe("webdataset")
@@ -385,7 +398,7 @@ class WebDatasetGrouper(IterDataPipe[dict[str, Any]]):
         self.source_datapipe = source_datapipe
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return _webdataset(self)
+        return _webdataset(self, iter(self.source_datapipe))
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of samples is known only after grouping")
@@ -560,22 +573,26 @@ def _detect(path: Any, stage: str) -> str:
     )
 
 
-def _decompress(pipe: Decompressor) -> Iterator[tuple[Any, Any]]:
+def _decompress(pipe: Decompressor, it: Iterator[Any]) -> Iterator[tuple[Any, Any]]:
     stage = stage_label(pipe)
     fixed = pipe._format
     n = -1
-    for item in pipe.source_datapipe:
-        n += 1
-        path, stream = _pair(item, stage, n)
-        try:
-            reader = _OPENERS[fixed or _detect(path, stage)](stream)
-        except Exception as e:
-            _close(stream)
-            add_stage_note(e, stage, n, f"file {path!r}, item")
-            raise
-        reader._dp_source = stream
-        reader._dp_note = (stage, n, f"file {path!r}, item")
-        yield path, reader
+    try:
+        for item in it:
+            n += 1
+            path, stream = _pair(item, stage, n)
+            try:
+                reader = _OPENERS[fixed or _detect(path, stage)](stream)
+            except Exception as e:
+                _close(stream)
+                add_stage_note(e, stage, n, f"file {path!r}, item")
+                raise
+            reader._dp_source = stream
+            reader._dp_note = (stage, n, f"file {path!r}, item")
+            yield path, reader
+    except BaseException:
+        abandon(it)  # this frame names the upstream: release it now, not at collection
+        raise
 
 
 @functional_datapipe("decompress")
@@ -634,7 +651,7 @@ class Decompressor(IterDataPipe[tuple[Any, Any]]):
         self._format = fmt
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
-        return _decompress(self)
+        return _decompress(self, iter(self.source_datapipe))
 
     def __len__(self) -> int:
         return len(self.source_datapipe)  # type: ignore[arg-type]

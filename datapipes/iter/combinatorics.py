@@ -5,7 +5,8 @@ Randomness follows DESIGN section 3. A random stage builds one generator per pas
 epoch and a new order at every ``set_epoch(n)``; an unseeded pipe draws a fresh seed from torch's
 global generator at every pass, so ``torch.manual_seed(n)`` reproduces a whole program. The pipe
 object itself holds no random state, so passes are independent and a pipe pickles to its
-description.
+description. Each ``__iter__`` reads its seed and creates its source's iterator at once, as part of
+the pass being built (:mod:`datapipes._pass`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence, TypeVar
 import torch
 from torch.utils.data import SequentialSampler
 
+from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe
 
 __all__ = ["Shuffler", "Sampler", "RandomSplitter"]
@@ -32,24 +34,28 @@ _MISSING = object()
 # -- Shuffler --------------------------------------------------------------------------------------
 
 
-def _buffer_shuffle(source: IterDataPipe[Any], size: int, rng: random.Random) -> Iterator[Any]:
-    it = iter(source)
-    buf = list(islice(it, size))
-    if len(buf) == size:
-        rand = rng.random
-        for x in it:
-            # random() < 1, so int(random() * size) < size for any size below 2**53.
-            i = int(rand() * size)
-            yield buf[i]
-            buf[i] = x
-    rng.shuffle(buf)
-    yield from buf
+def _buffer_shuffle(it: Iterator[Any], size: int, rng: random.Random) -> Iterator[Any]:
+    try:
+        buf = list(islice(it, size))
+        if len(buf) == size:
+            rand = rng.random
+            for x in it:
+                # random() < 1, so int(random() * size) < size for any size below 2**53.
+                i = int(rand() * size)
+                yield buf[i]
+                buf[i] = x
+        rng.shuffle(buf)
+        yield from buf
+    except BaseException:
+        abandon(it)  # this frame names the upstream: release it now, not at collection
+        raise
 
 
 def _shuffle_on(pipe: Shuffler) -> Iterator[Any]:
-    # The seed is drawn when the pass starts (at iter()), so the order of iter() calls decides
-    # which draw from torch's global generator each pass gets.
-    return _buffer_shuffle(pipe.datapipe, pipe.buffer_size, random.Random(pipe._pass_seed()))
+    # The seed is drawn when the pass starts (at iter()), before the source's iterator is created,
+    # so the order of iter() calls decides which draw from torch's global generator each pass gets.
+    rng = random.Random(pipe._pass_seed())
+    return _buffer_shuffle(iter(pipe.datapipe), pipe.buffer_size, rng)
 
 
 def _shuffle_off(pipe: Shuffler) -> Iterator[Any]:
@@ -177,6 +183,9 @@ class Sampler(IterDataPipe[Any]):
     See also: :class:`Shuffler` for a buffer shuffle of the items themselves.
     """
 
+    #: the sampler decides whether (and when) the source is iterated: torch's only take its len() (see datapipes._pass.unbuilt)
+    _builds_sources_later = True
+
     def __init__(
         self,
         datapipe: IterDataPipe[Any],
@@ -256,28 +265,32 @@ def _exact_sizes(weights: list[float], total: int) -> list[int] | None:
     return rounded
 
 
-def _split_run(pipe: SplitterIterator) -> Iterator[Any]:
+def _split_run(pipe: SplitterIterator, it: Iterator[Any], seed: int) -> Iterator[Any]:
     split = pipe._split
-    total = pipe._total()
-    weights = _normalize(split.weights, total)
-    rand = random.Random(split.seed).random
-    last = len(weights) - 1
+    rand = random.Random(seed).random
     target = pipe._index
-    remaining = total
-    for item in pipe.source_datapipe:
-        if remaining <= 0:
-            raise ValueError(f"{_child_label(pipe)}: the source yielded more than total_length={total} items")
-        # random.choices(range(n), weights) inlined: the same draws as torchdata's RandomSplitter,
-        # so a seed splits the same way there and here.
-        cum = list(accumulate(weights))
-        k = bisect(cum, rand() * (cum[-1] + 0.0), 0, last)
-        weights[k] -= 1
-        remaining -= 1
-        if weights[k] < 0:
-            weights[k] = 0
-            weights = _normalize(weights, remaining) if remaining > 0 else [0.0] * len(weights)
-        if k == target:
-            yield item
+    try:
+        total = pipe._total()
+        weights = _normalize(split.weights, total)
+        last = len(weights) - 1
+        remaining = total
+        for item in it:
+            if remaining <= 0:
+                raise ValueError(f"{_child_label(pipe)}: the source yielded more than total_length={total} items")
+            # random.choices(range(n), weights) inlined: the same draws as torchdata's RandomSplitter,
+            # so a seed splits the same way there and here.
+            cum = list(accumulate(weights))
+            k = bisect(cum, rand() * (cum[-1] + 0.0), 0, last)
+            weights[k] -= 1
+            remaining -= 1
+            if weights[k] < 0:
+                weights[k] = 0
+                weights = _normalize(weights, remaining) if remaining > 0 else [0.0] * len(weights)
+            if k == target:
+                yield item
+    except BaseException:
+        abandon(it)
+        raise
 
 
 def _child_label(pipe: SplitterIterator) -> str:
@@ -405,7 +418,9 @@ class SplitterIterator(IterDataPipe[T]):
         return len(self.source_datapipe) if total is None else total  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[T]:
-        return _split_run(self)
+        # The split's seed is plain data shared by the children (not a pass seed): read when the
+        # pass starts, so an override_seed() reaches the passes started after it.
+        return _split_run(self, iter(self.source_datapipe), self._split.seed)
 
     def __len__(self) -> int:
         total = self._total()

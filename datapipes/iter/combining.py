@@ -3,16 +3,20 @@ Zipper [zip], Multiplexer [mux], Forker [fork], Demultiplexer [demux].
 
 Joining stages (``concat``, ``zip``, ``mux``) are plain generators over their inputs: every pass
 iterates each input afresh, errors pass through as the same object, and ``len()`` is computed from
-the inputs' lengths at call time.
+the inputs' lengths at call time. ``zip`` and ``mux`` create their inputs' iterators in ``iter()``;
+``concat`` creates the first input's there and each later one's when the previous input ends, in
+the same pass (:mod:`datapipes._pass`).
 
 Splitting stages (``fork``, ``demux``) return a list of *child* pipes that share ONE pass over
 their source. How a shared pass lives and ends:
 
 - A pass starts when a child's iterator is first advanced (``iter(child)`` alone does nothing), and
-  every other child that starts reading afterwards joins that same pass. A child that has not
-  started yet keeps its items buffered: reading child A to the end and then child B works while
-  the buffer holds what B has not read. A child that can never read (its pipe object was dropped
-  before it started, e.g. ``a, _ = pipe.fork(2)``) stops holding items back once the buffer fills.
+  every other child that starts reading afterwards joins that same pass. The source's iterator is
+  created then, in the pass (:mod:`datapipes._pass`) that ``iter(child)`` was part of. A child that
+  has not started yet keeps its items buffered: reading child A to the end and then child B works
+  while the buffer holds what B has not read. A child that can never read (its pipe object was
+  dropped before it started, e.g. ``a, _ = pipe.fork(2)``) stops holding items back once the buffer
+  fills.
 - A child whose iterator ends (exhausted, closed, dropped, or raising) leaves the pass; items are no
   longer kept for it. When every child has left, the pass is over: the source's iterator is closed
   and the buffers are freed.
@@ -56,6 +60,8 @@ from typing import Any, Callable, Iterator, Literal, TypeVar
 
 import cloudpickle
 
+from .. import _pass
+from .._engine import abandon
 from .._engine import close_iterator as _close_iterator
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe
 from ..errors import add_stage_note
@@ -90,18 +96,40 @@ def _input_lengths(pipe: Any) -> list[int]:
     return lengths
 
 
-def _concat(pipe: Concater[Any]) -> Iterator[Any]:
-    for dp in pipe.datapipes:
-        yield from dp
+def _concat(it: Iterator[Any], rest: tuple[Any, ...], pass_: _pass.Pass | None) -> Iterator[Any]:
+    """``it`` (the first input's iterator), then each of ``rest``, whose iterator is created in
+    ``pass_`` (the pass that built this stage) only when the previous input ends."""
+    try:
+        yield from it
+        for dp in rest:
+            if pass_ is None:  # iterated outside any pass machinery
+                it = iter(dp)
+            else:
+                with pass_.building():
+                    it = iter(dp)
+            yield from it
+    except BaseException:
+        abandon(it)  # this frame names the upstream: release it now, not at collection
+        raise
 
 
-def _zip(pipe: Zipper) -> Iterator[tuple[Any, ...]]:
-    yield from zip(*[iter(dp) for dp in pipe.datapipes])
+def _zip(its: list[Iterator[Any]]) -> Iterator[tuple[Any, ...]]:
+    try:
+        yield from zip(*its)
+    except BaseException:
+        for it in its:
+            abandon(it)
+        raise
 
 
-def _mux(pipe: Multiplexer[Any]) -> Iterator[Any]:
+def _mux(its: list[Iterator[Any]]) -> Iterator[Any]:
     # zip stops at the first exhausted input and drops the round it was building: torch semantics.
-    yield from itertools.chain.from_iterable(zip(*[iter(dp) for dp in pipe.datapipes]))
+    try:
+        yield from itertools.chain.from_iterable(zip(*its))
+    except BaseException:
+        for it in its:
+            abandon(it)
+        raise
 
 
 @functional_datapipe("concat")
@@ -128,13 +156,16 @@ class Concater(IterDataPipe[T]):
     See also: :class:`Multiplexer` to interleave instead, :class:`Zipper`.
     """
 
+    #: later inputs are built under the pass when the earlier ones end (see datapipes._pass.unbuilt)
+    _builds_sources_later = True
+
     def __init__(self, *datapipes: IterDataPipe[T]) -> None:
         _check_inputs("Concater", datapipes)
         self.datapipes = datapipes
         self._run = _concat
 
     def __iter__(self) -> Iterator[T]:
-        return self._run(self)
+        return self._run(iter(self.datapipes[0]), self.datapipes[1:], _pass.current())
 
     def __len__(self) -> int:
         return sum(_input_lengths(self))
@@ -169,7 +200,7 @@ class Zipper(IterDataPipe[tuple[Any, ...]]):
         self._run = _zip
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
-        return self._run(self)
+        return self._run([iter(dp) for dp in self.datapipes])
 
     def __len__(self) -> int:
         return min(_input_lengths(self))
@@ -209,7 +240,7 @@ class Multiplexer(IterDataPipe[T]):
         self._run = _mux
 
     def __iter__(self) -> Iterator[T]:
-        return self._run(self)
+        return self._run([iter(dp) for dp in self.datapipes])
 
     def __len__(self) -> int:
         return min(_input_lengths(self)) * len(self.datapipes)
@@ -347,14 +378,20 @@ class _Hub(ABC):
         new._configure(*_copy.deepcopy(self._config(), memo))
         return new
 
-    def join(self, i: int) -> Any:
-        """The pass child ``i`` reads from: the current one, or a new one if ``i`` already read it."""
+    def join(self, i: int, pass_: _pass.Pass | None) -> Any:
+        """The pass child ``i`` reads from: the current one, or a new one if ``i`` already read it.
+        A new one's source iterator is created in ``pass_``, the pass that built child ``i``'s
+        iterator."""
         with self._lock:
             p = self._pass
             if p is not None and not p.joined[i]:
                 p.joined[i] = True
                 return p
-            it = iter(self.datapipe)
+            if pass_ is None:  # iterated outside any pass machinery
+                it = iter(self.datapipe)
+            else:
+                with pass_.building():
+                    it = iter(self.datapipe)
             if p is not None:
                 busy = [j for j in range(self.num_instances) if j != i and self._busy(p, j)]
                 if busy:
@@ -394,8 +431,13 @@ class _HubChild(IterDataPipe[T]):
     """One child of a fork or demux: reads through the pass it shares with its siblings on ``hub``.
 
     A subclass picks, once at construction, the loop ``_loop(hub)`` that its passes run, and
-    defines ``__len__``. Its source in the pipe graph is the hub's source.
+    defines ``__len__``. Its source in the pipe graph is the hub's source. ``iter()`` takes the pass
+    being built along: the child joins the hub at its first ``next()`` (see the module docstring),
+    and a shared pass it starts then creates the source's iterator in that pass.
     """
+
+    #: the shared source is built under the pass when a child first pulls (the hub's join)
+    _builds_sources_later = True
 
     _repr_fields = ("instance_id",)
 
@@ -407,7 +449,7 @@ class _HubChild(IterDataPipe[T]):
 
     @staticmethod
     @abstractmethod
-    def _loop(hub: Any) -> Callable[[Any, int], Iterator[Any]]:
+    def _loop(hub: Any) -> Callable[[Any, int, Any], Iterator[Any]]:
         ...
 
     @property
@@ -419,7 +461,7 @@ class _HubChild(IterDataPipe[T]):
         return self._hub.buffer_size
 
     def __iter__(self) -> Iterator[T]:
-        return self._run(self._hub, self.instance_id)
+        return self._run(self._hub, self.instance_id, _pass.current())
 
     def _sources(self) -> list[Any]:
         return [self._hub.datapipe]
@@ -551,8 +593,8 @@ class _ForkHub(_Hub):
         )
 
 
-def _fork_child(hub: _ForkHub, i: int) -> Iterator[Any]:
-    p = hub.join(i)
+def _fork_child(hub: _ForkHub, i: int, pass_: _pass.Pass | None) -> Iterator[Any]:
+    p = hub.join(i, pass_)
     get = p.store.get
     pos = p.pos
     pull = hub.pull
@@ -570,9 +612,9 @@ def _fork_child(hub: _ForkHub, i: int) -> Iterator[Any]:
         hub.leave(p, i)
 
 
-def _fork_child_copy(hub: _ForkHub, i: int) -> Iterator[Any]:
+def _fork_child_copy(hub: _ForkHub, i: int, pass_: _pass.Pass | None) -> Iterator[Any]:
     copy_fn = hub.copy_fn
-    for item in _fork_child(hub, i):
+    for item in _fork_child(hub, i, pass_):
         yield copy_fn(item)
 
 
@@ -584,7 +626,7 @@ class ForkerChild(_HubChild[T]):
     """
 
     @staticmethod
-    def _loop(hub: _ForkHub) -> Callable[[Any, int], Iterator[Any]]:
+    def _loop(hub: _ForkHub) -> Callable[[Any, int, Any], Iterator[Any]]:
         return _fork_child if hub.copy_fn is None else _fork_child_copy
 
     def __len__(self) -> int:
@@ -784,8 +826,8 @@ class _DemuxHub(_Hub):
         )
 
 
-def _demux_child(hub: _DemuxHub, i: int) -> Iterator[Any]:
-    p = hub.join(i)
+def _demux_child(hub: _DemuxHub, i: int, pass_: _pass.Pass | None) -> Iterator[Any]:
+    p = hub.join(i, pass_)
     mine = p.queues[i]
     pull = hub.pull
     try:
@@ -811,7 +853,7 @@ class DemultiplexerChild(_HubChild[T]):
     """
 
     @staticmethod
-    def _loop(hub: _DemuxHub) -> Callable[[Any, int], Iterator[Any]]:
+    def _loop(hub: _DemuxHub) -> Callable[[Any, int, Any], Iterator[Any]]:
         return _demux_child
 
     def __len__(self) -> int:

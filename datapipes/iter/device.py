@@ -36,7 +36,7 @@ from torch.utils.data import get_worker_info
 
 from .. import _pass
 from .._collate import map_collated, map_converted, map_tensors
-from .._engine import StageStats, background_iter
+from .._engine import StageStats, abandon, background_iter
 from ..datapipe import (IterDataPipe, functional_datapipe, require_callable, require_int, require_pipe, sources_of,
                         stage_label)
 from ..errors import add_stage_note
@@ -327,14 +327,15 @@ class PinMemory(IterDataPipe[T]):
         ``pin_memory_fn`` raises, as the same object with a note naming the stage and the item's
         position.
 
-    Threads: as :class:`~datapipes.iter.Prefetcher` (the engine's background thread), the upstream is
-    created, pulled and closed on the pinning thread, so reading, decoding and pinning overlap the
-    consumer. The pinning thread first sets its CUDA device to the consumer's current device when
-    the pass started (``torch.cuda.set_device``, as torch's DataLoader pin thread does). At most
-    ``buffer_size`` items pinned and not yet taken, plus the one being pinned. The thread starts at
-    the first ``next()`` and stops when the pass is exhausted, closed, collected or the consumer
-    raises. Statistics of the last pass are in ``pipe.stats``. Downstream of ``to_cuda`` (unusual)
-    the items cross threads as after :class:`~datapipes.iter.Prefetcher`.
+    Threads: as :class:`~datapipes.iter.Prefetcher` (the engine's background thread), the upstream's
+    iterator is created when the pass starts (``iter()``, nothing pulled yet), then pulled and closed
+    on the pinning thread, so reading, decoding and pinning overlap the consumer. The pinning thread
+    first sets its CUDA device to the consumer's current device when the pass started
+    (``torch.cuda.set_device``, as torch's DataLoader pin thread does). At most ``buffer_size`` items
+    pinned and not yet taken, plus the one being pinned. The thread starts at the first ``next()``
+    and stops when the pass is exhausted, closed, collected or the consumer raises. Statistics of
+    the last pass are in ``pipe.stats``. Downstream of ``to_cuda`` (unusual) the items cross threads
+    as after :class:`~datapipes.iter.Prefetcher`.
 
     Where pinning is not available, checked when each pass starts (``iter()``), items pass through
     unchanged on the consumer's thread, no thread is started, and a ``RuntimeWarning`` says why, once
@@ -450,10 +451,10 @@ def _nothing_to_move(pipe: DeviceMover, n: int, item: Any) -> TypeError:
     return TypeError(f"{stage_label(pipe)}: item {n} has no tensor to move to {where}: found {_describe(item)}; {hint}")
 
 
-def _move_plain(pipe: DeviceMover, device: torch.device) -> Iterator[Any]:
+def _move_plain(pipe: DeviceMover, it: Iterator[Any], device: torch.device) -> Iterator[Any]:
     """CPU and non-CUDA devices: ``Tensor.to`` on the consumer's thread (a tensor already there is
-    returned as it is). Copies to the CPU are blocking: a non-blocking device-to-host copy could be
-    read before it lands."""
+    returned as it is), over ``it``, the upstream's iterator of this pass. Copies to the CPU are
+    blocking: a non-blocking device-to-host copy could be read before it lands."""
     label = stage_label(pipe)
     non_blocking = pipe.non_blocking and device.type != "cpu"
     walk = pipe._walk
@@ -465,17 +466,21 @@ def _move_plain(pipe: DeviceMover, device: torch.device) -> Iterator[Any]:
         return t.to(device, non_blocking=non_blocking)
 
     n = 0
-    for x in pipe.source_datapipe:
-        found = 0
-        try:
-            y = walk(x, move)
-        except Exception as e:
-            add_stage_note(e, label, n)
-            raise
-        if not found:
-            raise _nothing_to_move(pipe, n, y)
-        n += 1
-        yield y
+    try:
+        for x in it:
+            found = 0
+            try:
+                y = walk(x, move)
+            except Exception as e:
+                add_stage_note(e, label, n)
+                raise
+            if not found:
+                raise _nothing_to_move(pipe, n, y)
+            n += 1
+            yield y
+    except BaseException:
+        abandon(it)  # this frame names the upstream: release it now, not at collection
+        raise
 
 
 def _pin_host(t: torch.Tensor) -> torch.Tensor:
@@ -497,7 +502,13 @@ class _CudaOps:
 
 
 def _move_cuda(pipe: DeviceMover, device: torch.device, cuda: Any = _CudaOps) -> Iterator[Any]:
-    """CUDA: copies on a dedicated stream, one item ahead of the consumer (see DeviceMover)."""
+    """CUDA: copies on a dedicated stream, one item ahead of the consumer (see DeviceMover). The
+    upstream's iterator is created now (called from ``__iter__``: it joins the pass being built);
+    the stream and everything else at the first ``next()``."""
+    return _cuda_copies(pipe, iter(pipe.source_datapipe), device, cuda)
+
+
+def _cuda_copies(pipe: DeviceMover, it: Iterator[Any], device: torch.device, cuda: Any) -> Iterator[Any]:
     label = stage_label(pipe)
     non_blocking = pipe.non_blocking
     pin = cuda.pin if non_blocking else None  # a blocking copy gains nothing from pinned memory
@@ -541,23 +552,27 @@ def _move_cuda(pipe: DeviceMover, device: torch.device, cuda: Any = _CudaOps) ->
     n = 0  # position of the item being copied
     pending: tuple[Any, Any, list[torch.Tensor]] | None = None
     try:
-        for x in pipe.source_datapipe:
-            try:
-                out, done, made, found = issue(x)
-            except Exception as e:
-                add_stage_note(e, label, n)
-                raise
-            if not found:
-                raise _nothing_to_move(pipe, n, out)
-            n += 1
-            if pending is not None:
+        try:
+            for x in it:
+                try:
+                    out, done, made, found = issue(x)
+                except Exception as e:
+                    add_stage_note(e, label, n)
+                    raise
+                if not found:
+                    raise _nothing_to_move(pipe, n, out)
+                n += 1
+                if pending is not None:
+                    ready, pending = pending, None
+                    yield hand_over(*ready)
+                pending = out, done, made
+        except Exception:
+            if pending is not None:  # hand over what was copied before the failure, then raise it
                 ready, pending = pending, None
                 yield hand_over(*ready)
-            pending = out, done, made
-    except Exception:
-        if pending is not None:  # hand over what was copied before the failure, then raise it
-            ready, pending = pending, None
-            yield hand_over(*ready)
+            raise
+    except BaseException:
+        abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
     if pending is not None:
         yield hand_over(*pending)
@@ -660,7 +675,7 @@ class DeviceMover(IterDataPipe[Any]):
     def __iter__(self) -> Iterator[Any]:
         device = torch.device("cuda" if self.device is None else self.device)
         if device.type != "cuda":
-            return _move_plain(self, device)
+            return _move_plain(self, iter(self.source_datapipe), device)
         error = _cuda_unavailable(type(self).__name__)
         if error is not None:
             raise error

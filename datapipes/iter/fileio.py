@@ -42,6 +42,7 @@ import threading
 import weakref
 from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
+from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
 from ..errors import add_stage_note, policy_and_log
 from .util import IterableWrapper
@@ -168,8 +169,10 @@ class StreamWrapper:
 class _OpenPass:
     """The iterator of one pass of an opener: opens each path, tracks the streams it handed out.
 
-    ``close()`` before the source ran out, or an exception escaping ``__next__``, closes every
-    stream of this pass still open. After the source ran out the streams are left alone.
+    ``close()`` before the source ran out, or an exception escaping ``__next__``, closes the
+    source's iterator and every stream of this pass still open. After the source ran out the
+    streams are left alone. The source's iterator is created with the pass (inside the opener's
+    ``__iter__``, so it joins the pass being built); nothing is pulled before the first ``next()``.
     """
 
     __slots__ = ("_source", "_open", "_stage", "_failures", "_streams", "_lock", "_n", "__weakref__")
@@ -221,7 +224,9 @@ class _OpenPass:
             return path, stream
 
     def _abandon(self) -> None:
+        source = self._source
         self._source = iter(())
+        abandon(source)  # a failing pass releases its upstream at once (quietly: an error is leaving)
         with self._lock:
             streams = list(self._streams)
             self._streams = weakref.WeakSet()
@@ -245,7 +250,8 @@ class _OpenPass:
 
 
 def _open_pass(pipe: Any, source: Iterable[Any], open_fn: Callable[[Any], Any]) -> _OpenPass:
-    """One pass of the opener stage ``pipe`` (its ``_policy`` and ``failures`` set) over ``source``."""
+    """One pass of the opener stage ``pipe`` (its ``_policy`` and ``failures`` set) over ``source``,
+    whose iterator is created now: call it from the stage's ``__iter__``, as the pass is built."""
     stage = stage_label(pipe)
     failures = pipe._policy.new_pass(stage, pipe.failures) if pipe._policy.skips else None
     return _OpenPass(source, open_fn, stage, failures)
@@ -327,10 +333,14 @@ def _list_root(pipe: FileLister, root: Any, match: Callable[[str], Any] | None) 
         raise
 
 
-def _list_files(pipe: FileLister) -> Iterator[str]:
+def _list_files(pipe: FileLister, roots: Iterator[Any]) -> Iterator[str]:
     match = _mask_matcher(pipe.masks)
-    for root in pipe.datapipe:
-        yield from _list_root(pipe, root, match)
+    try:
+        for root in roots:
+            yield from _list_root(pipe, root, match)
+    except BaseException:
+        abandon(roots)  # this frame names the upstream: release it now, not at collection
+        raise
 
 
 def _check_masks(masks: Any, stage: str) -> None:
@@ -428,7 +438,7 @@ class FileLister(IterDataPipe[str]):
         self._run = _list_files
 
     def __iter__(self) -> Iterator[str]:
-        return self._run(self)
+        return self._run(self, iter(self.datapipe))
 
     def __len__(self) -> int:
         if self.length == -1:
@@ -547,25 +557,29 @@ def _pair(item: Any, stage: str, n: int) -> tuple[Any, Any]:
     raise TypeError(f"{stage}: expects (meta, data) pairs, got {type(item).__name__}: {item!r:.100}")
 
 
-def _save(pipe: Saver) -> Iterator[Any]:
+def _save(pipe: Saver, it: Iterator[Any]) -> Iterator[Any]:
     stage = stage_label(pipe)
     fn = pipe.filepath_fn
     mode = pipe.mode
     n = 0
-    for item in pipe.source_datapipe:
-        try:
-            meta, data = _pair(item, stage, n)
-            path = meta if fn is None else fn(meta)
-            parent = os.path.dirname(path)
-            if parent:
-                os.makedirs(parent, exist_ok=True)
-            with open(path, mode) as f:
-                f.write(data)
-        except Exception as e:
-            add_stage_note(e, stage, n)
-            raise
-        yield path
-        n += 1
+    try:
+        for item in it:
+            try:
+                meta, data = _pair(item, stage, n)
+                path = meta if fn is None else fn(meta)
+                parent = os.path.dirname(path)
+                if parent:
+                    os.makedirs(parent, exist_ok=True)
+                with open(path, mode) as f:
+                    f.write(data)
+            except Exception as e:
+                add_stage_note(e, stage, n)
+                raise
+            yield path
+            n += 1
+    except BaseException:
+        abandon(it)
+        raise
 
 
 @functional_datapipe("save_to_disk")
@@ -619,7 +633,7 @@ class Saver(IterDataPipe[str]):
         self._run = _save
 
     def __iter__(self) -> Iterator[Any]:
-        return self._run(self)
+        return self._run(self, iter(self.source_datapipe))
 
     def __len__(self) -> int:
         return len(self.source_datapipe)  # type: ignore[arg-type]

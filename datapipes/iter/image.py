@@ -13,6 +13,7 @@ from typing import Any, Iterator
 import numpy as np
 from PIL import Image, ImageMode
 
+from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, require_pipe, stage_label
 from ..errors import policy_and_log
 from .parsing import _close, _on_fail, _require_bool
@@ -100,19 +101,23 @@ def _where(item: Any, n: int) -> tuple[str, int]:
     return "item", n
 
 
-def _images(pipe: ImageDecoder) -> Iterator[Any]:
+def _images(pipe: ImageDecoder, it: Iterator[Any]) -> Iterator[Any]:
     decode = _Decode(pipe)
     stage = stage_label(pipe)
     on_fail = _on_fail(pipe, stage)
     n = -1  # the item being decoded
-    for item in pipe.datapipe:
-        n += 1
-        try:
-            out = _decode_one(decode, item, stage)
-        except Exception as e:
-            on_fail(e, *_where(item, n))
-            continue
-        yield out
+    try:
+        for item in it:
+            n += 1
+            try:
+                out = _decode_one(decode, item, stage)
+            except Exception as e:
+                on_fail(e, *_where(item, n))
+                continue
+            yield out
+    except BaseException:
+        abandon(it)  # this frame names the upstream: release it now, not at collection
+        raise
 
 
 def _check_size(size: Any, stage: str) -> tuple[int, int] | None:
@@ -220,7 +225,7 @@ class ImageDecoder(IterDataPipe[Any]):
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
 
     def __iter__(self) -> Iterator[Any]:
-        return _images(self)
+        return _images(self, iter(self.datapipe))
 
     def __len__(self) -> int:
         return len(self.datapipe)  # type: ignore[arg-type]

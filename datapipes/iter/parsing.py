@@ -33,6 +33,7 @@ import json
 from itertools import chain, islice, repeat
 from typing import Any, Callable, Iterator, Sequence
 
+from .._engine import abandon
 from .._engine import close_iterator as _close
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
 from ..errors import add_stage_note, call_lines, policy_and_log, raised_at
@@ -217,46 +218,50 @@ def _shape(rows: Iterator[Any], path: Any, as_tuple: bool, return_path: bool) ->
     return rows
 
 
-def _csv(pipe: CSVParser) -> Iterator[Any]:
+def _csv(pipe: CSVParser, it: Iterator[Any]) -> Iterator[Any]:
     stage = stage_label(pipe)
     on_fail = _on_fail(pipe, stage)
     text = pipe._text
     fmt = pipe.fmtparams
     rows_of = pipe._rows
     n = -1  # the item (file) being read: n files are done
-    for item in pipe.source_datapipe:
-        n += 1
-        path, stream = _pair(item, stage, n)
-        # The position in this file: ``offset`` lines the reader does not count (the skipped ones,
-        # and lines that failed to decode) plus ``reader.line_num``; ``last`` is the reader's count
-        # after the last good row.
-        offset = text.skip_lines
-        reader = None
-        last = 0
-        try:
+    try:
+        for item in it:
+            n += 1
+            path, stream = _pair(item, stage, n)
+            # The position in this file: ``offset`` lines the reader does not count (the skipped ones,
+            # and lines that failed to decode) plus ``reader.line_num``; ``last`` is the reader's count
+            # after the last good row.
+            offset = text.skip_lines
+            reader = None
+            last = 0
             try:
-                reader = csv.reader(text.lines(stream, stage)[0], **fmt)
-                rows = rows_of(pipe, reader, path)
-            except Exception as e:
-                on_fail(e, *_csv_where(path, offset, reader, last, e))
-                continue
-            while True:  # the rows loop is bare; after a skipped failure it resumes here
                 try:
-                    for row in rows:
-                        last = reader.line_num
-                        yield row
-                    break
+                    reader = csv.reader(text.lines(stream, stage)[0], **fmt)
+                    rows = rows_of(pipe, reader, path)
                 except Exception as e:
-                    if not raised_at(e, _CSV_READ):
-                        raise  # thrown in at the yield by the consumer: not a failure of the file
                     on_fail(e, *_csv_where(path, offset, reader, last, e))
-                    if not isinstance(e, _RECORD_ERRORS):
-                        break  # the stream itself failed: skip the rest of the file
-                    if not isinstance(e, csv.Error):
-                        offset += 1  # a line that failed to decode: the reader did not count it
-                    last = reader.line_num
-        finally:
-            _close(stream)
+                    continue
+                while True:  # the rows loop is bare; after a skipped failure it resumes here
+                    try:
+                        for row in rows:
+                            last = reader.line_num
+                            yield row
+                        break
+                    except Exception as e:
+                        if not raised_at(e, _CSV_READ):
+                            raise  # thrown in at the yield by the consumer: not a failure of the file
+                        on_fail(e, *_csv_where(path, offset, reader, last, e))
+                        if not isinstance(e, _RECORD_ERRORS):
+                            break  # the stream itself failed: skip the rest of the file
+                        if not isinstance(e, csv.Error):
+                            offset += 1  # a line that failed to decode: the reader did not count it
+                        last = reader.line_num
+            finally:
+                _close(stream)
+    except BaseException:
+        abandon(it)  # this frame names the upstream: release it now, not at collection
+        raise
 
 
 _CSV_READ = call_lines(_csv, "rows")
@@ -352,7 +357,7 @@ class CSVParser(IterDataPipe[Any]):
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
 
     def __iter__(self) -> Iterator[Any]:
-        return _csv(self)
+        return _csv(self, iter(self.source_datapipe))
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of rows is known only after reading the files")
@@ -528,23 +533,27 @@ def _read_all(stream: Any) -> Any:
         _close(stream)
 
 
-def _json(pipe: JsonParser) -> Iterator[tuple[Any, Any]]:
+def _json(pipe: JsonParser, it: Iterator[Any]) -> Iterator[tuple[Any, Any]]:
     stage = stage_label(pipe)
     on_fail = _on_fail(pipe, stage)
     kwargs = pipe.kwargs
     loads = json.loads
     n = -1  # the item (file) being read: n files are done
-    for item in pipe.source_datapipe:
-        n += 1
-        path, stream = _pair(item, stage, n)
-        data = None
-        try:
-            data = _read_all(stream)
-            obj = loads(data, **kwargs)
-        except Exception as e:
-            on_fail(e, *_json_where(path, n, data, e))
-            continue
-        yield path, obj
+    try:
+        for item in it:
+            n += 1
+            path, stream = _pair(item, stage, n)
+            data = None
+            try:
+                data = _read_all(stream)
+                obj = loads(data, **kwargs)
+            except Exception as e:
+                on_fail(e, *_json_where(path, n, data, e))
+                continue
+            yield path, obj
+    except BaseException:
+        abandon(it)  # this frame names the upstream: release it now, not at collection
+        raise
 
 
 @functional_datapipe("parse_json_files")
@@ -597,7 +606,7 @@ class JsonParser(IterDataPipe[tuple[str, Any]]):
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
-        return _json(self)
+        return _json(self, iter(self.source_datapipe))
 
     def __len__(self) -> int:
         return len(self.source_datapipe)  # type: ignore[arg-type]
@@ -613,35 +622,39 @@ def _open_lines(pipe: LineReader, stream: Any, path: Any, stage: str) -> Iterato
     return zip(repeat(path), lines) if pipe.return_path else lines
 
 
-def _lines(pipe: LineReader) -> Iterator[Any]:
+def _lines(pipe: LineReader, it: Iterator[Any]) -> Iterator[Any]:
     stage = stage_label(pipe)
     on_fail = _on_fail(pipe, stage)
     n = -1  # the item (file) being read: n files are done
-    for item in pipe.source_datapipe:
-        n += 1
-        path, stream = _pair(item, stage, n)
-        k = pipe.skip_lines  # the lines of this file read so far (skipped, yielded or failed)
-        try:
+    try:
+        for item in it:
+            n += 1
+            path, stream = _pair(item, stage, n)
+            k = pipe.skip_lines  # the lines of this file read so far (skipped, yielded or failed)
             try:
-                lines = _open_lines(pipe, stream, path, stage)
-            except Exception as e:
-                on_fail(e, *_line_where(path, k + 1, k + 1))
-                continue
-            while True:  # the lines loop is bare; after a skipped failure it resumes here
                 try:
-                    for line in lines:
-                        k += 1
-                        yield line
-                    break
+                    lines = _open_lines(pipe, stream, path, stage)
                 except Exception as e:
-                    if not raised_at(e, _LINES_READ):
-                        raise  # thrown in at the yield by the consumer: not a failure of the file
-                    k += 1
-                    on_fail(e, *_line_where(path, k, k))
-                    if not isinstance(e, _RECORD_ERRORS):
-                        break  # the stream itself failed: skip the rest of the file
-        finally:
-            _close(stream)
+                    on_fail(e, *_line_where(path, k + 1, k + 1))
+                    continue
+                while True:  # the lines loop is bare; after a skipped failure it resumes here
+                    try:
+                        for line in lines:
+                            k += 1
+                            yield line
+                        break
+                    except Exception as e:
+                        if not raised_at(e, _LINES_READ):
+                            raise  # thrown in at the yield by the consumer: not a failure of the file
+                        k += 1
+                        on_fail(e, *_line_where(path, k, k))
+                        if not isinstance(e, _RECORD_ERRORS):
+                            break  # the stream itself failed: skip the rest of the file
+            finally:
+                _close(stream)
+    except BaseException:
+        abandon(it)  # this frame names the upstream: release it now, not at collection
+        raise
 
 
 _LINES_READ = call_lines(_lines, "lines")
@@ -712,7 +725,7 @@ class LineReader(IterDataPipe[Any]):
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
 
     def __iter__(self) -> Iterator[Any]:
-        return _lines(self)
+        return _lines(self, iter(self.source_datapipe))
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of lines is known only after reading the files")

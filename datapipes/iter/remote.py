@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any, Callable, Iterator, Sequence
 
+from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
 from ..errors import add_stage_note, policy_and_log
 from .fileio import StreamWrapper, _TEXT_KWARGS, _check_bool, _check_masks, _check_read_mode, _check_write_mode, _mask_matcher, _open_pass, _opened_len, _pair, _paths_pipe, _roots_pipe
@@ -161,10 +162,14 @@ def _fsspec_list_root(pipe: FSSpecFileLister, root: Any, match: Callable[[str], 
         raise
 
 
-def _fsspec_list(pipe: FSSpecFileLister) -> Iterator[str]:
+def _fsspec_list(pipe: FSSpecFileLister, roots: Iterator[Any]) -> Iterator[str]:
     match = _mask_matcher(pipe.masks)
-    for root in pipe.datapipe:
-        yield from _fsspec_list_root(pipe, root, match)
+    try:
+        for root in roots:
+            yield from _fsspec_list_root(pipe, root, match)
+    except BaseException:
+        abandon(roots)  # this frame names the upstream: release it now, not at collection
+        raise
 
 
 @functional_datapipe("list_files_by_fsspec")
@@ -229,7 +234,7 @@ class FSSpecFileLister(IterDataPipe[str]):
         self._run = _fsspec_list
 
     def __iter__(self) -> Iterator[str]:
-        return self._run(self)
+        return self._run(self, iter(self.datapipe))
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of files is known only after listing")
@@ -463,29 +468,33 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
 # -- FSSpecSaver -----------------------------------------------------------------------------------
 
 
-def _fsspec_save(pipe: FSSpecSaver) -> Iterator[Any]:
+def _fsspec_save(pipe: FSSpecSaver, it: Iterator[Any]) -> Iterator[Any]:
     stage = stage_label(pipe)
     fn = pipe.filepath_fn
     mode = pipe.mode
     kw = pipe.kwargs_for_open
     n = 0
-    for item in pipe.source_datapipe:
-        url: Any = None
-        try:
-            meta, data = _pair(item, stage, n)
-            url = meta if fn is None else fn(meta)
-            fs, path = _url_to_fs(url, stage, pipe.storage_options)
-            if not _retries_apply(fs):  # local: create the parent folders (memory:// needs none)
-                fs.makedirs(fs._parent(path), exist_ok=True)
-            with fs.open(path, mode, **kw) as f:
-                f.write(data)
-        except Exception as e:
-            if isinstance(url, str):
-                _url_note(e, "writing", url, 1)
-            add_stage_note(e, stage, n)
-            raise
-        yield url
-        n += 1
+    try:
+        for item in it:
+            url: Any = None
+            try:
+                meta, data = _pair(item, stage, n)
+                url = meta if fn is None else fn(meta)
+                fs, path = _url_to_fs(url, stage, pipe.storage_options)
+                if not _retries_apply(fs):  # local: create the parent folders (memory:// needs none)
+                    fs.makedirs(fs._parent(path), exist_ok=True)
+                with fs.open(path, mode, **kw) as f:
+                    f.write(data)
+            except Exception as e:
+                if isinstance(url, str):
+                    _url_note(e, "writing", url, 1)
+                add_stage_note(e, stage, n)
+                raise
+            yield url
+            n += 1
+    except BaseException:
+        abandon(it)
+        raise
 
 
 @functional_datapipe("save_by_fsspec")
@@ -546,7 +555,7 @@ class FSSpecSaver(IterDataPipe[str]):
         self._run = _fsspec_save
 
     def __iter__(self) -> Iterator[Any]:
-        return self._run(self)
+        return self._run(self, iter(self.source_datapipe))
 
     def __len__(self) -> int:
         return len(self.source_datapipe)  # type: ignore[arg-type]

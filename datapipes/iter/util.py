@@ -1,21 +1,68 @@
 """Sources and small utilities: IterableWrapper, Header [header], Cycler [cycle],
-Enumerator [enumerate], InMemoryCacheHolder [in_memory_cache]."""
+Enumerator [enumerate], InMemoryCacheHolder [in_memory_cache].
+
+Every ``__iter__`` creates its source's iterator at once, as part of the pass being built
+(:mod:`datapipes._pass`), and hands it to the generator that does the work; ``Cycler`` creates
+the iterators of its later rounds in the same pass, which it takes along.
+"""
 
 from __future__ import annotations
 
 import copy
+import inspect
 import itertools
 import sys
 from collections.abc import AsyncIterator as _AsyncIteratorABC
 from collections.abc import Iterator as _IteratorABC
-from typing import Any, AsyncIterable, Callable, Iterable, Iterator, TypeVar
+from typing import Any, AsyncIterable, Callable, Generator, Iterable, Iterator, TypeVar, cast
 
-from .._engine import close_iterator as _close, iterate_async
+from .. import _pass
+from .._engine import abandon, close_iterator, iterate_async
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe
 
 __all__ = ["IterableWrapper", "Header", "Cycler", "Enumerator", "InMemoryCacheHolder"]
 
 T = TypeVar("T")
+
+
+class _Deferred(itertools.chain):  # type: ignore[type-arg]
+    """An iterator over what ``open_()`` returns, called at the first ``next()`` instead of at
+    ``iter()``: a user's ``__iter__`` that does work when called (opens a file, counts passes) and a
+    deep copy wait for the pass to start. ``next`` is forwarded in C (``itertools.chain``: about
+    2 ns per item); :meth:`close` closes the opened iterator, as closing a generator does."""
+
+    __slots__ = ("_opener", "_opened")
+    _opener: Generator[Iterator[Any], None, None]
+    _opened: list[Iterator[Any]]
+
+    def close(self) -> None:
+        self._opener.close()  # closed before opening: nothing is opened any more
+        if self._opened:
+            close_iterator(self._opened[0])
+
+
+def _opening(open_: Callable[[], Iterator[Any]], opened: list[Iterator[Any]]) -> Generator[Iterator[Any], None, None]:
+    it = open_()
+    opened.append(it)
+    yield it
+
+
+def _deferred(open_: Callable[[], Iterator[Any]]) -> _Deferred:
+    opened: list[Iterator[Any]] = []
+    opener = _opening(open_, opened)
+    it = cast(_Deferred, _Deferred.from_iterable(opener))  # from_iterable makes a _Deferred
+    it._opener, it._opened = opener, opened
+    return it
+
+
+def _runs_code_when_iterated(iterable: Any) -> bool:
+    """Whether ``iter(iterable)`` may run the user's code before the first item is asked for: a
+    ``__iter__`` written in Python that is not a generator function. Builtins, generator functions
+    and pipes (whose ``__iter__`` joins the pass, lazily by contract) create their iterator only."""
+    if isinstance(iterable, IterDataPipe):
+        return False
+    method = getattr(type(iterable), "__iter__", None)
+    return inspect.isfunction(method) and not inspect.isgeneratorfunction(method)
 
 
 class IterableWrapper(IterDataPipe[T]):
@@ -28,11 +75,14 @@ class IterableWrapper(IterDataPipe[T]):
             wrap a list, or a class whose ``__iter__`` builds the generator, to iterate again.
             An async iterable (an async generator listing a bucket, say) is driven on the engine's
             event-loop thread with a small bounded read-ahead, and closed when the pass is.
-        deepcopy: copy the iterable at the start of each pass, so a pass that mutates items does
-            not change the next one. Off by default (copying is slow and rarely needed).
+        deepcopy: copy the iterable at the start of each pass (its first ``next()``), so a pass
+            that mutates items does not change the next one. Off by default (copying is slow and
+            rarely needed).
 
     Yields:
-        The items of ``iterable``, in order.
+        The items of ``iterable``, in order. Nothing is read before the first ``next()``: an
+        ``__iter__`` written as a plain function (one that opens a file, say) is called then, not at
+        ``iter()``.
 
     Raises:
         TypeError: ``iterable`` is not iterable.
@@ -46,6 +96,8 @@ class IterableWrapper(IterDataPipe[T]):
     2
     """
 
+    _defer = False  # iter() of the iterable waits for the first next() (set by __init__)
+
     def __init__(self, iterable: Iterable[T] | AsyncIterable[T], deepcopy: bool = False) -> None:
         kind = type(iterable)
         self._async = hasattr(kind, "__aiter__") and not hasattr(kind, "__iter__")
@@ -55,6 +107,8 @@ class IterableWrapper(IterDataPipe[T]):
         self.deepcopy = bool(deepcopy)
         self._one_shot = isinstance(iterable, (_IteratorABC, _AsyncIteratorABC))
         self._started = False
+        # iter() of the iterable waits for the first next() where it may do work (decided once)
+        self._defer = not (self._async or self._one_shot) and _runs_code_when_iterated(iterable)
 
     def __iter__(self) -> Iterator[T]:
         if self._one_shot:
@@ -69,9 +123,13 @@ class IterableWrapper(IterDataPipe[T]):
             return iter(self.iterable)
         if self._async:
             return iterate_async(self.iterable)  # type: ignore[arg-type]
+        # Nothing is copied, read or opened before the first next().
+        iterable = self.iterable
         if self.deepcopy:
-            return iter(copy.deepcopy(self.iterable))
-        return iter(self.iterable)
+            return _deferred(lambda: iter(copy.deepcopy(iterable)))
+        if self._defer:
+            return _deferred(lambda: iter(iterable))
+        return iter(iterable)
 
     def __len__(self) -> int:
         try:
@@ -95,13 +153,12 @@ _END = object()  # private end-of-pass marker (None is a valid item)
 # -- Header ----------------------------------------------------------------------------------------
 
 
-def _header_run(pipe: Header) -> Iterator[Any]:
-    it = iter(pipe.source_datapipe)
+def _header_run(it: Iterator[Any], limit: int | None) -> Iterator[Any]:
     try:
         # islice pulls exactly `limit` items: the source is not read past the limit.
-        yield from itertools.islice(it, pipe.limit)
+        yield from itertools.islice(it, limit)
     except BaseException:
-        _close(it)
+        abandon(it)
         raise
 
 
@@ -139,7 +196,7 @@ class Header(IterDataPipe[T]):
         self.limit = limit
 
     def __iter__(self) -> Iterator[T]:
-        return _header_run(self)
+        return _header_run(iter(self.source_datapipe), self.limit)
 
     def __len__(self) -> int:
         if self.limit == 0:
@@ -156,23 +213,29 @@ class Header(IterDataPipe[T]):
 # -- Cycler ----------------------------------------------------------------------------------------
 
 
-def _cycle_run(pipe: Cycler) -> Iterator[Any]:
-    source = pipe.source_datapipe
-    count = pipe.count
-    forever = count is None
-    for _ in itertools.repeat(None) if count is None else itertools.repeat(None, count):
-        it = iter(source)
+def _cycle_run(source: IterDataPipe[Any], it: Iterator[Any], count: int | None, pass_: _pass.Pass | None) -> Iterator[Any]:
+    """Round 1 reads ``it`` (created by ``__iter__``); each later round a new pass of ``source``,
+    created in ``pass_``, the pass this stage belongs to."""
+    rounds = itertools.repeat(None) if count is None else itertools.repeat(None, count - 1)
+    while True:
         try:
             first = next(it, _END)
             if first is _END:
-                if forever:
+                if count is None:
                     return  # an empty source cycled forever is empty, not a busy loop
-                continue
-            yield first
-            yield from it
+            else:
+                yield first
+                yield from it
         except BaseException:
-            _close(it)
+            abandon(it)
             raise
+        if next(rounds, _END) is _END:
+            return
+        if pass_ is None:  # iterated outside any pass machinery
+            it = iter(source)
+        else:
+            with pass_.building():
+                it = iter(source)
 
 
 @functional_datapipe("cycle")
@@ -207,7 +270,10 @@ class Cycler(IterDataPipe[T]):
         self.count = count
 
     def __iter__(self) -> Iterator[T]:
-        return _cycle_run(self)
+        if self.count == 0:
+            return iter(())  # no round: the source is not iterated at all
+        # The first round's iterator now, as part of the pass; later rounds' in the same pass.
+        return _cycle_run(self.source_datapipe, iter(self.source_datapipe), self.count, _pass.current())
 
     def __len__(self) -> int:
         if self.count is None:
@@ -220,12 +286,11 @@ class Cycler(IterDataPipe[T]):
 # -- Enumerator ------------------------------------------------------------------------------------
 
 
-def _enumerate_run(pipe: Enumerator) -> Iterator[tuple[int, Any]]:
-    it = iter(pipe.source_datapipe)
+def _enumerate_run(it: Iterator[Any], starting_index: int) -> Iterator[tuple[int, Any]]:
     try:
-        yield from enumerate(it, pipe.starting_index)
+        yield from enumerate(it, starting_index)
     except BaseException:
-        _close(it)
+        abandon(it)
         raise
 
 
@@ -254,7 +319,7 @@ class Enumerator(IterDataPipe[tuple[int, T]]):
         self.starting_index = starting_index
 
     def __iter__(self) -> Iterator[tuple[int, T]]:
-        return _enumerate_run(self)
+        return _enumerate_run(iter(self.source_datapipe), self.starting_index)
 
     def __len__(self) -> int:
         return len(self.source_datapipe)  # type: ignore[arg-type]
@@ -280,26 +345,24 @@ def _nbytes(x: Any) -> int:
     return sys.getsizeof(x)
 
 
-def _cache_fill(pipe: InMemoryCacheHolder) -> Iterator[Any]:
+def _cache_fill(pipe: InMemoryCacheHolder, it: Iterator[Any]) -> Iterator[Any]:
     items: list[Any] = []
     append = items.append
-    it = iter(pipe.source_dp)
     try:
         for x in it:
             append(x)
             yield x
     except BaseException:
-        _close(it)
+        abandon(it)
         raise
     # Reached only when the source ended: a pass that was closed early or failed caches nothing.
     pipe._cache = items
 
 
-def _cache_fill_bounded(pipe: InMemoryCacheHolder) -> Iterator[Any]:
+def _cache_fill_bounded(pipe: InMemoryCacheHolder, it: Iterator[Any]) -> Iterator[Any]:
     budget = pipe.size * 1024 * 1024  # type: ignore[operator]
     items: list[Any] = []
     used = 0
-    it = iter(pipe.source_dp)
     try:
         for x in it:
             used += _nbytes(x)
@@ -312,7 +375,7 @@ def _cache_fill_bounded(pipe: InMemoryCacheHolder) -> Iterator[Any]:
             items.append(x)
             yield x
     except BaseException:
-        _close(it)
+        abandon(it)
         raise
     pipe._cache = items
 
@@ -348,6 +411,9 @@ class InMemoryCacheHolder(IterDataPipe[T]):
     ([0, 1, 4, 9], [0, 1, 4, 9])
     """
 
+    #: once filled, later passes read the cache and never build the source (see datapipes._pass.unbuilt)
+    _builds_sources_later = True
+
     _cache: list[Any] | None = None
 
     def __init__(self, source_dp: IterDataPipe[T], size: int | float | None = None) -> None:
@@ -359,7 +425,7 @@ class InMemoryCacheHolder(IterDataPipe[T]):
                 raise ValueError(f"InMemoryCacheHolder: size must be a finite number of megabytes > 0, got {size!r}")
         self.source_dp = source_dp
         self.size = size
-        self._fill: Callable[[InMemoryCacheHolder[T]], Iterator[T]] = (
+        self._fill: Callable[[InMemoryCacheHolder[T], Iterator[T]], Iterator[T]] = (
             _cache_fill if size is None else _cache_fill_bounded
         )
         self._cache = None
@@ -367,8 +433,8 @@ class InMemoryCacheHolder(IterDataPipe[T]):
     def __iter__(self) -> Iterator[T]:
         cache = self._cache
         if cache is not None:
-            return iter(cache)
-        return self._fill(self)
+            return iter(cache)  # the source is not read again
+        return self._fill(self, iter(self.source_dp))
 
     def __len__(self) -> int:
         cache = self._cache

@@ -417,3 +417,27 @@ class TestCachedExceptionSkips:
             "[datapipes] raised in stage Mapper(f) at item 3",
             "[datapipes] raised in stage Mapper(f)x at item 2",
         ]
+
+
+class TestDroppedPassKeepsItsStreams:
+    """Closing upstreams on the way out of a failing pass must not close, when a pass is merely
+    dropped or closed, the streams an opener upstream handed out (fileio.py's lifecycle rules)."""
+
+    @pytest.mark.parametrize("stage", ["map", "threads", "filter", "header"])
+    def test_streams_handed_out_stay_open(self, tmp_path, stage):
+        from datapipes.iter import FileLister
+
+        (tmp_path / "a.txt").write_text("A")
+        (tmp_path / "b.txt").write_text("B")
+        pipe = FileLister(str(tmp_path)).open_files()
+        pipe = {
+            "map": lambda p: p.map(ident),
+            "threads": lambda p: p.map(ident, concurrency=2),
+            "filter": lambda p: p.filter(bool),
+            "header": lambda p: p.map(ident).header(1),
+        }[stage](pipe)
+        _, stream = next(iter(pipe))  # the pass is dropped at once
+        gc.collect()
+        assert not stream.closed
+        assert stream.read() in ("A", "B")
+        stream.close()

@@ -1,6 +1,7 @@
 """TarArchiveLoader, ZipArchiveLoader, WebDatasetGrouper, Decompressor over generated archives."""
 
 import bz2
+import gc
 import gzip
 import io
 import lzma
@@ -13,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from datapipes import _pass
 from datapipes.iter import Decompressor, IterableWrapper, TarArchiveLoader, WebDatasetGrouper, ZipArchiveLoader
 from datapipes.testing import check_datapipe
 
@@ -377,3 +379,82 @@ class TestDecompressor:
             pairs({}).decompress(file_type=1)
         with pytest.raises(TypeError, match="Decompressor: source_datapipe"):
             Decompressor([])
+
+
+class Guarded:
+    """A one-pass source of ``(path, stream)`` pairs, and a bad item after the first pair, that
+    records whether its pass was closed."""
+
+    def __init__(self, make):
+        self.make = make
+        self.closed = []
+
+    def __iter__(self):
+        try:
+            yield self.make()
+            yield 42  # not a (path, stream) pair: every stage raises TypeError here
+            for _ in range(100):
+                yield self.make()
+        finally:
+            self.closed.append(True)
+
+
+TAR = make_tar(MEMBERS)
+ZIP = make_zip(MEMBERS)
+GZ = gzip.compress(b"x\ny\n")
+
+# name -> (stage over a source of pairs, what the source's pairs hold: (path, bytes))
+STAGES = {
+    "tar": (lambda src: src.load_from_tar(), ("x.tar", TAR)),
+    "tar-skip-mode": (lambda src: src.load_from_tar(mode="r|", length=3, on_error="skip", max_failures=1), ("x.tar", TAR)),
+    "zip": (lambda src: src.load_from_zip(), ("x.zip", ZIP)),
+    "zip-skip": (lambda src: src.load_from_zip(length=3, on_error="skip"), ("x.zip", ZIP)),
+    "webdataset": (lambda src: src.webdataset(), ("s/a.cls", b"1")),
+    "tar-webdataset": (lambda src: src.load_from_tar().webdataset(), ("x.tar", TAR)),
+    "decompress": (lambda src: src.decompress(), ("a.txt.gz", GZ)),
+    "decompress-typed": (lambda src: src.decompress(file_type="gzip"), ("a", GZ)),
+    "decompress-readlines": (lambda src: src.decompress().readlines(decode=True), ("a.txt.gz", GZ)),
+}
+
+
+class TestPass:
+    """Each stage creates its source's iterator when its pass is built (``iter(pipe)``), reads
+    nothing before the first ``next()``, and releases its source when it fails."""
+
+    @pytest.fixture
+    def gc_off(self):
+        gc.collect()
+        gc.disable()
+        try:
+            yield
+        finally:
+            gc.enable()
+            gc.collect()
+
+    @pytest.mark.parametrize("stage", sorted(STAGES))
+    def test_pass_is_built_at_iter(self, stage):
+        build, (path, data) = STAGES[stage]
+        opened = []
+
+        def open_(i):
+            opened.append(i)
+            return f"{i}/{path}", io.BytesIO(data)
+
+        pipe = build(IterableWrapper(range(2)).map(open_))
+        it = iter(pipe)
+        assert _pass.unbuilt(it) == [], _pass.unbuilt(it)
+        assert opened == []  # built, not started
+        assert len(list(it)) >= 2 and opened == [0, 1]
+        it1, it2 = iter(pipe), iter(pipe)  # two passes of one graph at once stay apart
+        assert _pass.unbuilt(it1) == _pass.unbuilt(it2) == []
+        assert len(list(zip(it1, it2))) == len(list(pipe))
+
+    @pytest.mark.parametrize("stage", sorted(s for s in STAGES if "skip" not in s))
+    def test_failing_pass_releases_its_source(self, stage, gc_off):
+        build, (path, data) = STAGES[stage]
+        source = Guarded(lambda: (path, io.BytesIO(data)))
+        with pytest.raises(TypeError, match="pair") as info:
+            for _ in build(IterableWrapper(source, deepcopy=False)):
+                pass
+        held = info.value  # noqa: F841 - the consumer holds the error, and so the stage's frame
+        assert source.closed == [True]

@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler, WeightedRandomSampler
 
+from datapipes import _pass
 from datapipes.iter import IterableWrapper, RandomSplitter, Sampler, Shuffler
 from datapipes.iter.combinatorics import SplitterIterator
 from datapipes.testing import check_datapipe
@@ -481,3 +482,62 @@ class TestRandomSplitter:
             child.override_seed(1.5)
         with pytest.raises(TypeError, match="built by RandomSplitter"):
             SplitterIterator(src, {"a": 1}, "a")
+
+
+#: one small pipe per stage class and variant of this family, built over a source
+STAGES = {
+    "shuffle": lambda src: src.shuffle(buffer_size=4),
+    "shuffle-unbatch_level": lambda src: src.batch(2).shuffle(buffer_size=4, unbatch_level=1),
+    "shuffle-off": lambda src: src.shuffle().set_shuffle(False),
+    "random_split-first": lambda src: src.random_split({"a": 0.5, "b": 0.5}, seed=0)[0],
+    "random_split-target": lambda src: src.random_split({"a": 0.5, "b": 0.5}, seed=0, target="b"),
+    "random_split-total_length": lambda src: src.random_split({"a": 3, "b": 7}, seed=1, total_length=10, target="b"),
+}
+
+
+class TestPassBuilding:
+    """Every stage creates its source's iterator and reads its seed in ``iter()``, as part of the
+    pass being built, while nothing is read before the first ``next()``."""
+
+    @pytest.mark.parametrize("name", sorted(STAGES))
+    def test_pass_is_built_at_iter(self, name):
+        source = Counted(range(10))
+        pipe = STAGES[name](IterableWrapper(source)).set_seed(0)
+        it = iter(pipe)
+        assert _pass.unbuilt(it) == [], _pass.unbuilt(it)
+        assert source.pulled == 0  # built, not started
+        assert list(it) == list(pipe)
+
+    def test_item_sampler_joins_the_pass(self):
+        # A sampler that iterates its data source when its iterator is created does so in the pass.
+        pipe = Sampler(IterableWrapper(range(5)).map(str), IdentitySampler)
+        it = iter(pipe)
+        assert _pass.unbuilt(it) == [], _pass.unbuilt(it)
+        assert list(it) == ["0", "1", "2", "3", "4"]
+
+    @pytest.mark.parametrize("sampler", [SequentialSampler, RandomSampler])
+    def test_index_samplers_never_iterate_the_source(self, sampler):
+        source = Counted(range(6))
+        assert sorted(Sampler(IterableWrapper(source), sampler)) == list(range(6))
+        assert source.passes == 0  # torch's samplers read len() only
+
+    @pytest.mark.parametrize("build", [
+        lambda: IterableWrapper(range(40)).shuffle(buffer_size=8),
+        lambda: Sampler(IterableWrapper(range(40)), RandomSampler),
+        lambda: IterableWrapper(range(40)).batch(4).shuffle(buffer_size=8, unbatch_level=1),
+    ], ids=["shuffle", "sampler", "shuffle-unbatch_level"])
+    def test_interleaved_passes_keep_their_own_seeds(self, build):
+        pipe = build().set_seed(0)
+        epoch0, epoch1 = list(pipe.set_epoch(0)), list(pipe.set_epoch(1))
+        assert epoch0 != epoch1
+        a = iter(pipe.set_epoch(0))
+        b = iter(pipe.set_epoch(1))  # a second pass starts before the first one is read
+        assert list(a) == epoch0 and list(b) == epoch1
+
+    def test_a_started_pass_keeps_its_split(self):
+        train, valid = IterableWrapper(range(20)).random_split({"train": 0.5, "valid": 0.5}, seed=0)
+        first = list(train)
+        it = iter(train)
+        train.override_seed(1)  # reaches the passes started from now on
+        assert list(it) == first
+        assert list(train) != first

@@ -12,6 +12,7 @@ import warnings
 import numpy as np
 import pytest
 
+from datapipes import _pass
 from datapipes.datapipe import IterDataPipe
 from datapipes.graph import traverse
 from datapipes.iter import Concater, Demultiplexer, Forker, IterableWrapper, Multiplexer, Zipper
@@ -87,6 +88,22 @@ class TestConcater:
         it = iter(IterableWrapper([1, 2]).concat(IterableWrapper(second)))
         assert [next(it), next(it)] == [1, 2] and second.passes == 0
         assert list(it) == [3] and second.passes == 1
+
+    def test_later_inputs_are_built_in_the_pass_when_reached(self):
+        first, second = IterableWrapper([1]).map(abs), IterableWrapper([2]).map(abs)
+        pipe = first.concat(second)
+        it = iter(pipe)
+        assert id(first) in it.pass_.built and id(second) not in it.pass_.built
+        other = iter(pipe)  # started last: the pass a lazily created iterator would join by mistake
+        assert list(it) == [1, 2]
+        assert id(second) in it.pass_.built and id(second) not in other.pass_.built
+        assert list(other) == [1, 2]
+
+    def test_one_shot_later_input_is_not_touched_early(self):
+        once = IterableWrapper(iter([3]))
+        it = iter(IterableWrapper([1, 2]).concat(once))
+        assert [next(it), next(it)] == [1, 2] and not once._started
+        assert list(it) == [3]
 
     def test_bad_arguments(self):
         with pytest.raises(ValueError, match="Concater: needs at least one datapipe"):
@@ -636,3 +653,63 @@ def test_garbage_collected_children_release_the_source():
     del ia, ib
     gc.collect()
     assert src.closed == 1
+
+
+# -- every stage builds its pass at iter() ---------------------------------------------------------
+
+
+def _quiet(build):
+    def quiet():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # buffer_size=-1 warns at construction
+            return build()
+
+    return quiet
+
+
+def _src(n=6):
+    return IterableWrapper(range(n)).map(abs)
+
+
+#: name -> (the pipe, the stages that create some of their sources' iterators only later, as
+#: unbuilt() lists them right after iter(): concat's later inputs, fork/demux children that join
+#: their hub at the first next())
+BUILT_AT_ITER = {
+    "concat-one": (lambda: _src().concat(), []),
+    "concat-three": (lambda: _src().concat(IterableWrapper([7]).filter(bool), _src(2)), ["Concater"]),
+    "zip-one": (lambda: Zipper(_src()), []),
+    "zip-two": (lambda: _src().zip(IterableWrapper("abc").filter(bool)), []),
+    "zip-three": (lambda: Zipper(_src(), _src(4), IterableWrapper("xy")), []),
+    "mux-one": (lambda: Multiplexer(_src()), []),
+    "mux-three": (lambda: _src().mux(_src(3).filter(bool), IterableWrapper("xyz")), []),
+    "fork-one-child": (lambda: _src().fork(1)[0], ["ForkerChild"]),
+    "fork-children-zipped": (lambda: Zipper(*_src().fork(2)), ["ForkerChild", "ForkerChild"]),
+    "fork-buffer-1": (lambda: Multiplexer(*_src().fork(3, buffer_size=1)), ["ForkerChild"] * 3),
+    "fork-unbounded": (_quiet(lambda: _src().fork(2, buffer_size=-1)[1]), ["ForkerChild"]),
+    "fork-copy-shallow": (lambda: Zipper(*_src().fork(2, copy="shallow")), ["ForkerChild"] * 2),
+    "fork-copy-deep": (lambda: _src().fork(2, copy="deep")[0], ["ForkerChild"]),
+    "fork-child-concat": (lambda: Concater(*_src().fork(2)), ["Concater"]),
+    "demux-one-child": (lambda: _src().demux(2, odd_or_even)[0], ["DemultiplexerChild"]),
+    "demux-children-zipped": (lambda: Zipper(*_src().demux(2, odd_or_even, buffer_size=1)),
+                              ["DemultiplexerChild"] * 2),
+    "demux-drop-none": (lambda: Multiplexer(*_src().demux(2, lambda x: None if x == 2 else x % 2, drop_none=True)),
+                        ["DemultiplexerChild"] * 2),
+    "demux-unbounded": (_quiet(lambda: _src().demux(3, lambda x: x % 3, buffer_size=-1)[2]), ["DemultiplexerChild"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BUILT_AT_ITER))
+def test_pass_is_built_at_iter(case):
+    build, later = BUILT_AT_ITER[case]
+    expected = list(build())
+    pipe = build()
+    it = iter(pipe)
+    assert _pass.unbuilt(it) == [], _pass.unbuilt(it)
+    stages = list(traverse(pipe))
+    lazy = sorted(type(s).__name__ for s in stages if id(s) not in it.pass_.built)
+    assert all(getattr(s, "_builds_sources_later", False) for s in stages if type(s).__name__ in later)
+    # what is built later is built in this pass, not in the pass of the graph that started last
+    other = iter(pipe)
+    assert list(it) == expected
+    assert all(id(s) in it.pass_.built for s in stages), lazy
+    del other

@@ -6,6 +6,7 @@ depend on CUDA being absent they say so by patching ``torch.cuda.is_available``)
 
 import collections
 import dataclasses
+import gc
 import pickle
 import threading
 import time
@@ -16,8 +17,10 @@ import pytest
 import torch
 
 import datapipes.iter.device as device_mod
+from datapipes import _pass
+from datapipes.graph import stages
 from datapipes.iter import CudaMover, DeviceMover, IterableWrapper, PinMemory
-from datapipes.testing import check_datapipe
+from datapipes.testing import check_datapipe, threads_started_since
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -1068,3 +1071,132 @@ class TestGpuPath:
             y = x * 2
         side.synchronize()
         assert float(y.sum()) == 2.0 * (1 << 20)
+
+
+# -- passes: built at iter(), nothing started, upstream released on failure --------------------------------
+
+
+def _pin_fn(x):
+    return x
+
+
+#: one small pipe per stage class and path: name -> (fixtures it needs, the pipe, whether it runs here)
+BUILT_AT_ITER = {
+    "DeviceMover-cpu": ((), lambda: IterableWrapper([plain(0)]).to_device("cpu"), True),
+    "DeviceMover-cpu-collate-off": ((), lambda: IterableWrapper([torch.ones(2)]).to_device("cpu", collate=False), True),
+    "DeviceMover-after-collate": ((), lambda: IterableWrapper([torch.ones(2)] * 2).batch(2).collate()
+                                  .to_device("cpu", non_blocking=False), True),
+    "DeviceMover-meta": ((), lambda: IterableWrapper([[np.ones(2)]]).to_device("meta"), True),
+    "DeviceMover-cuda": (("fake_cuda",), lambda: IterableWrapper([torch.ones(2)]).to_device("cuda:0"), False),
+    "CudaMover": (("fake_cuda",), lambda: IterableWrapper([torch.ones(2)]).batch(1).to_cuda(), False),
+    "CudaMover-blocking-collate-off": (("fake_cuda",), lambda: IterableWrapper([torch.ones(2)]).to_cuda(
+        "cuda:1", non_blocking=False, collate=False), False),
+    "PinMemory-without-cuda": (("no_cuda",), lambda: IterableWrapper([torch.ones(2)]).pin_memory(), True),
+    "PinMemory-in-worker": (("fake_cuda", "in_worker"), lambda: IterableWrapper([torch.ones(2)]).pin_memory(), True),
+    "PinMemory-pinning": (("fake_cuda",), lambda: IterableWrapper([torch.ones(2)]).map(_pin_fn).pin_memory(
+        _pin_fn, buffer_size=1), True),
+    "PinMemory-after-to_cuda": (("fake_cuda",), lambda: IterableWrapper([torch.ones(2)]).to_cuda("cuda:0")
+                                .pin_memory(_pin_fn), False),
+}
+
+
+class Guarded:
+    """A re-iterable source over ``items`` that records whether each pass's generator was closed."""
+
+    def __init__(self, items):
+        self.items = items
+        self.closed = []
+
+    def __iter__(self):
+        try:
+            yield from self.items
+        finally:
+            self.closed.append(True)
+
+
+@pytest.fixture
+def gc_off():
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.collect()
+
+
+@pytest.mark.usefixtures("no_thread_leak", "fresh_warnings")
+class TestPasses:
+    """``iter(pipe)`` builds its whole pass at once (every stage creates its upstream's iterator in its
+    ``__iter__``), while nothing starts before the first ``next()``: no thread, no CUDA stream, no item
+    pulled; a failing mover releases its upstream at once."""
+
+    @pytest.mark.parametrize("case", sorted(BUILT_AT_ITER))
+    def test_pass_is_built_at_iter(self, case, request, monkeypatch):
+        fixtures, build, runs_here = BUILT_AT_ITER[case]
+        for name in fixtures:
+            request.getfixturevalue(name)
+        streams = []
+        monkeypatch.setattr(device_mod._CudaOps, "Stream", staticmethod(streams.append))
+        pipe = build()
+        threads = set(threading.enumerate())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # pinning skipped: warned once, not the point here
+            it = iter(pipe)
+            assert _pass.unbuilt(it) == [], _pass.unbuilt(it)
+            assert set(threading.enumerate()) == threads and streams == []  # nothing started
+            if runs_here:
+                assert len(list(it)) == 1
+        it.close()
+
+    def test_cuda_path_creates_its_upstream_at_once_and_nothing_else(self):
+        fake, src = FakeCuda(), CountingPipe([torch.ones(1)] * 3)
+        pipe = DeviceMover(IterableWrapper(src, deepcopy=False), "cpu")
+        it = device_mod._move_cuda(pipe, torch.device("meta"), fake)
+        assert _pass.owner(pipe.source_datapipe) is not None  # its iterator is made: it joined a pass
+        assert fake.log == [] and src.pulled == 0  # no stream made, nothing pulled
+        assert len(list(it)) == 3 and fake.log[0] == ("new stream", "meta")
+
+    def test_two_passes_at_once_each_build_their_own_upstream(self):
+        pipe = IterableWrapper([torch.ones(1)] * 3).map(_pin_fn).to_device("cpu")
+        first, second = iter(pipe), iter(pipe)
+        assert first.pass_ is not second.pass_
+        for it in (first, second):
+            assert all(id(stage) in it.pass_.built for stage in stages(pipe))
+        assert len(list(first)) == len(list(second)) == 3
+
+    @pytest.mark.usefixtures("gc_off")
+    @pytest.mark.parametrize("threaded", [False, True], ids=["serial", "threaded"])
+    @pytest.mark.parametrize("wrong, error", [("text", TypeError), ([torch.ones(2), torch.ones(3)], ValueError)],
+                             ids=["no-tensor", "collate-error"])
+    def test_a_failing_mover_releases_its_upstream_while_the_error_is_held(self, wrong, error, threaded):
+        source = Guarded([torch.ones(2), wrong] + [torch.ones(2)] * 100)
+        upstream = IterableWrapper(source, deepcopy=False)
+        if threaded:
+            upstream = upstream.map(_pin_fn, concurrency=2)
+        before = set(threading.enumerate())
+        got = []
+        with pytest.raises(error, match=r"DeviceMover\('cpu'\)") as info:
+            for x in upstream.to_device("cpu"):
+                got.append(x)
+        held = info.value  # noqa: F841 - the consumer keeps the exception (and so its traceback)
+        assert len(got) == 1
+        assert source.closed == [True], "the source's pass was not closed"
+        assert not threads_started_since(before, timeout=3.0)
+
+    @pytest.mark.usefixtures("gc_off")
+    def test_the_cuda_path_releases_its_upstream_on_failure_and_on_close(self):
+        source = Guarded([torch.ones(1), "text", torch.ones(1)])
+        mover = DeviceMover(IterableWrapper(source, deepcopy=False), "cpu")
+        got = []
+        with pytest.raises(TypeError, match="item 1 has no tensor") as info:
+            for x in device_mod._move_cuda(mover, torch.device("meta"), FakeCuda()):
+                got.append(x)
+        held = info.value  # noqa: F841
+        assert len(got) == 1 and source.closed == [True]
+        source = Guarded([torch.ones(1)] * 10)
+        it = device_mod._move_cuda(DeviceMover(IterableWrapper(source, deepcopy=False), "cpu"),
+                                   torch.device("meta"), FakeCuda())
+        next(it)
+        it.close()
+        assert source.closed == [True]

@@ -14,6 +14,7 @@ import gzip
 import io
 import os
 import pickle
+import threading
 import time
 import types
 import warnings
@@ -34,8 +35,10 @@ from datapipes.iter import (
     Saver,
     StreamWrapper,
 )
+from datapipes import _pass
+from datapipes.graph import stages
 from datapipes.iter import fileio, remote
-from datapipes.testing import check_datapipe
+from datapipes.testing import check_datapipe, threads_started_since
 
 
 def open_fds_under(path: Path) -> list[str]:
@@ -985,3 +988,145 @@ class TestFSSpecSaver:
             build=lambda src: src.map(lambda i: (f"{root}/{i}.txt", str(i))).save_by_fsspec(),
         )
 
+
+
+# -- passes: built at iter(), upstream released on failure -----------------------------------------
+
+
+def _fill_memory(memfs: tuple[Any, str]) -> str:
+    fs, root = memfs
+    folder = root[len("memory://") :]
+    for name in ("a.txt", "b.txt", "sub/c.txt"):
+        fs.pipe(f"/{folder}/{name}", name.encode())
+    return root
+
+
+#: one small pipe per stage class and variant: (tree, memory root, output folder) -> pipe
+BUILT_AT_ITER = {
+    "FileLister": lambda t, m, out: FileLister(str(t)),
+    "FileLister-roots-recursive-masks": lambda t, m, out: FileLister([str(t), t / "sub"], "*.txt", recursive=True),
+    "FileLister-pipe-abspath-unsorted": lambda t, m, out: IterableWrapper([str(t)]).list_files(
+        abspath=True, non_deterministic=True),
+    "FileOpener": lambda t, m, out: FileLister(str(t)).open_files(),
+    "FileOpener-binary-skip": lambda t, m, out: IterableWrapper(three_paths(t)).open_files(
+        mode="b", on_error="skip", max_failures=1),
+    "FileOpener-list": lambda t, m, out: FileOpener(three_paths(t), encoding="utf-8", length=3),
+    "Saver": lambda t, m, out: IterableWrapper([(str(out / "a.txt"), "A")]).save_to_disk(),
+    "Saver-binary-filepath_fn": lambda t, m, out: IterableWrapper([("a.bin", b"A")]).save_to_disk(
+        mode="wb", filepath_fn=lambda name: str(out / name)),
+    "FSSpecFileLister": lambda t, m, out: FSSpecFileLister(m),
+    "FSSpecFileLister-pipe-recursive": lambda t, m, out: IterableWrapper([m]).list_files_by_fsspec(
+        masks="*.txt", recursive=True),
+    "FSSpecFileOpener": lambda t, m, out: FSSpecFileLister(m).open_files_by_fsspec(mode="rb"),
+    "FSSpecFileOpener-skip": lambda t, m, out: IterableWrapper([f"{m}/a.txt"]).open_files_by_fsspec(
+        on_error="skip", retries=0),
+    "FSSpecFileOpener-list": lambda t, m, out: FSSpecFileOpener([f"{m}/a.txt"], kwargs_for_open={}),
+    "FSSpecSaver": lambda t, m, out: IterableWrapper([(f"{m}/out/a.bin", b"A")]).save_by_fsspec(mode="wb"),
+    "FSSpecSaver-local-filepath_fn": lambda t, m, out: IterableWrapper([("a.txt", "A")]).save_by_fsspec(
+        filepath_fn=lambda name: str(out / name)),
+    "chain": lambda t, m, out: FileLister(str(t), "*.txt").open_files().map(
+        lambda item: (str(out / os.path.basename(item[0])), read_item(item)[1])).save_to_disk(),
+}
+
+
+class Guarded:
+    """A re-iterable source over ``items`` that records whether each pass's generator was closed."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+        self.closed: list[bool] = []
+
+    def __iter__(self) -> Any:
+        try:
+            yield from self.items
+        finally:
+            self.closed.append(True)
+
+
+def _ident(x: Any) -> Any:
+    return x
+
+
+#: (tree, memory root, output folder) -> (source items, the stage over them, the error it raises)
+FAILING = {
+    "FileLister": lambda t, m, out: ([str(t), str(t / "missing"), str(t)], lambda p: p.list_files(),
+                                     FileNotFoundError),
+    "FileOpener": lambda t, m, out: ([str(t / "a.txt"), str(t / "nope"), str(t / "b.txt")],
+                                     lambda p: p.open_files(), FileNotFoundError),
+    "FileOpener-skip-budget": lambda t, m, out: ([str(t / "nope"), str(t / "nope2"), str(t / "a.txt")],
+                                                 lambda p: p.open_files(on_error="skip", max_failures=1),
+                                                 ExceptionGroup),
+    "Saver": lambda t, m, out: ([(str(out / "a.txt"), "A"), (str(t / "a.txt" / "x.txt"), "X"), ("b", "B")],
+                                lambda p: p.save_to_disk(), OSError),
+    "FSSpecFileLister": lambda t, m, out: ([m, f"{m}/missing", m], lambda p: p.list_files_by_fsspec(),
+                                           FileNotFoundError),
+    "FSSpecFileOpener": lambda t, m, out: ([f"{m}/a.txt", f"{m}/nope", f"{m}/b.txt"],
+                                           lambda p: p.open_files_by_fsspec(), FileNotFoundError),
+    "FSSpecSaver": lambda t, m, out: ([(f"{m}/out/a.bin", b"A"), (7, b"X"), (f"{m}/out/b.bin", b"B")],
+                                      lambda p: p.save_by_fsspec(mode="wb"), TypeError),
+}
+
+
+class TestPasses:
+    """``iter(pipe)`` builds its whole pass at once: every stage creates its upstream's iterator in
+    its ``__iter__`` (so two passes of one graph never share an upstream through the fallback), yet
+    nothing is listed, opened, read or written before the first ``next()``; a stage that fails
+    releases its upstream at once."""
+
+    @pytest.fixture
+    def places(self, tree, memfs, tmp_path):
+        out = tmp_path / "out"
+        return tree, _fill_memory(memfs), out
+
+    @pytest.mark.parametrize("case", sorted(BUILT_AT_ITER))
+    def test_pass_is_built_at_iter(self, case, places, memfs):
+        tree, mem, out = places
+        fs, _ = memfs
+        pipe = BUILT_AT_ITER[case](tree, mem, out)
+        it = iter(pipe)
+        assert _pass.unbuilt(it) == [], _pass.unbuilt(it)
+        # nothing started: no file open, nothing written (locally or in memory://)
+        assert open_fds_under(tree) == [] and not out.exists() and not fs.exists(f"{mem}/out")
+        assert list(it)  # and the pass then runs as usual
+        it.close()
+
+    @pytest.mark.parametrize("case", ["FileLister", "FileOpener", "Saver", "FSSpecFileLister", "FSSpecSaver"])
+    def test_two_passes_at_once_each_build_their_own_upstream(self, case, places):
+        tree, mem, out = places
+        pipe = BUILT_AT_ITER[case](tree, mem, out)
+        first, second = iter(pipe), iter(pipe)
+        assert first.pass_ is not second.pass_
+        for it in (first, second):
+            assert all(id(stage) in it.pass_.built for stage in stages(pipe)), case
+        a, b = list(first), list(second)
+        assert len(a) == len(b) > 0
+        StreamWrapper.close_streams([a, b])
+
+    @pytest.fixture
+    def gc_off(self):
+        gc.collect()
+        gc.disable()
+        try:
+            yield
+        finally:
+            gc.enable()
+            gc.collect()
+
+    @pytest.mark.usefixtures("gc_off")
+    @pytest.mark.parametrize("threaded", [False, True], ids=["serial", "threaded"])
+    @pytest.mark.parametrize("case", sorted(FAILING))
+    def test_a_failing_stage_releases_its_upstream_while_the_error_is_held(self, case, threaded, places):
+        tree, mem, out = places
+        items, stage, error = FAILING[case](tree, mem, out)
+        source = Guarded(items)
+        before = set(threading.enumerate())
+        upstream = IterableWrapper(source, deepcopy=False)
+        if threaded:
+            upstream = upstream.map(_ident, concurrency=2)
+        with pytest.raises(error) as info:
+            for x in stage(upstream):
+                StreamWrapper.close_streams(x)
+        held = info.value  # noqa: F841 - the consumer keeps the exception (and so its traceback)
+        assert source.closed == [True], "the source's pass was not closed"
+        assert not threads_started_since(before, timeout=3.0)
+        assert open_fds_under(tree) == []

@@ -6,6 +6,7 @@ from collections import Counter
 import pytest
 import torch
 
+from datapipes import _pass
 from datapipes.iter import Batcher, BucketBatcher, Grouper, IterableWrapper, Unbatcher
 from datapipes.testing import check_datapipe
 
@@ -545,3 +546,55 @@ class TestGrouper:
     def test_source_must_be_a_pipe(self):
         with pytest.raises(TypeError, match="Grouper.*datapipe"):
             Grouper(FILES, _stem)
+
+
+def _mod3(x):
+    return x % 3
+
+
+def _neg(x):
+    return -x
+
+
+#: one small pipe per stage class and variant of this family, built over a source
+STAGES = {
+    "batch": lambda src: src.batch(3),
+    "batch-drop_last": lambda src: src.batch(3, drop_last=True),
+    "batch-wrapper_class": lambda src: src.batch(3, wrapper_class=tuple),
+    "batch-wrapper_class-drop_last": lambda src: src.batch(3, drop_last=True, wrapper_class=tuple),
+    "unbatch-0": lambda src: src.batch(2).unbatch(unbatch_level=0),
+    "unbatch-1": lambda src: src.batch(2).unbatch(),
+    "unbatch-2": lambda src: src.batch(2).batch(2).unbatch(unbatch_level=2),
+    "unbatch-all": lambda src: src.batch(2).batch(2).unbatch(unbatch_level=-1),
+    "bucketbatch": lambda src: src.bucketbatch(2, batch_num=2),
+    "bucketbatch-key": lambda src: src.bucketbatch(2, batch_num=2, key=_neg),
+    "bucketbatch-sort_key-buckets": lambda src: src.bucketbatch(2, batch_num=2, bucket_num=2, sort_key=sorted),
+    "bucketbatch-stream-drop_last": lambda src: src.bucketbatch(3, drop_last=True, use_in_batch_shuffle=False),
+    "groupby": lambda src: src.groupby(_mod3),
+    "groupby-group_size-keep_key": lambda src: src.groupby(_mod3, group_size=2, keep_key=True),
+    "groupby-buffer-drop_remaining": lambda src: src.groupby(
+        _mod3, buffer_size=4, group_size=3, guaranteed_group_size=2, drop_remaining=True
+    ),
+}
+
+
+class TestPassBuilding:
+    """Every stage creates its source's iterator (and reads its seed) in ``iter()``, as part of the
+    pass being built, while nothing is read before the first ``next()``."""
+
+    @pytest.mark.parametrize("name", sorted(STAGES))
+    def test_pass_is_built_at_iter(self, name):
+        source = _CountingIterable(range(10))
+        pipe = STAGES[name](IterableWrapper(source)).set_seed(0)
+        it = iter(pipe)
+        assert _pass.unbuilt(it) == [], _pass.unbuilt(it)
+        assert source.passes == 0  # built, not started
+        assert list(it) == list(pipe)
+
+    def test_interleaved_passes_keep_their_own_seeds(self):
+        pipe = IterableWrapper(range(40)).bucketbatch(2, batch_num=4).set_seed(0)
+        epoch0, epoch1 = list(pipe.set_epoch(0)), list(pipe.set_epoch(1))
+        assert epoch0 != epoch1
+        a = iter(pipe.set_epoch(0))
+        b = iter(pipe.set_epoch(1))  # a second pass starts before the first one is read
+        assert list(a) == epoch0 and list(b) == epoch1

@@ -1,5 +1,6 @@
 """ImageDecoder over JPEG/PNG images generated with Pillow."""
 
+import gc
 import io
 import tarfile
 
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image, UnidentifiedImageError
 
+from datapipes import _pass
 from datapipes.iter import IterableWrapper, ImageDecoder
 from datapipes.testing import check_datapipe
 
@@ -173,3 +175,78 @@ class TestImageDecoder:
         shards = IterableWrapper([("s.tar", io.BytesIO(buf.getvalue()))]).load_from_tar().webdataset()
         samples = shards.map(lambda s: (s["__key__"], s[".jpg"])).decode_image(size=(8, 8), draft=True, layout="chw")
         assert [(k, a.shape) for k, a in samples] == [(f"s.tar/{i}", (3, 8, 8)) for i in range(3)]
+
+
+class Guarded:
+    """A one-pass source of images, and a bad item after the first, that records whether its pass
+    was closed."""
+
+    def __init__(self):
+        self.closed = []
+
+    def __iter__(self):
+        try:
+            yield PNG
+            yield 3  # no image: the decoder raises TypeError here
+            for _ in range(100):
+                yield PNG
+        finally:
+            self.closed.append(True)
+
+
+DECODERS = {
+    "numpy": lambda src: src.decode_image(),
+    "chw-grey-resized": lambda src: src.decode_image(mode="L", size=(4, 4), layout="chw"),
+    "draft": lambda src: src.decode_image(size=(4, 4), draft=True),
+    "pil-skip": lambda src: src.decode_image(output="pil", mode=None, on_error="skip", max_failures=1),
+    "tar-pairs": lambda src: src.map(lambda p: (f"{p[0]}.tar", io.BytesIO(_tar_of(p[1])))).load_from_tar().decode_image(),
+}
+
+
+def _tar_of(data):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("0.png")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class TestPass:
+    """The decoder creates its source's iterator when its pass is built (``iter(pipe)``), reads
+    nothing before the first ``next()``, and releases its source when it fails."""
+
+    @pytest.fixture
+    def gc_off(self):
+        gc.collect()
+        gc.disable()
+        try:
+            yield
+        finally:
+            gc.enable()
+            gc.collect()
+
+    @pytest.mark.parametrize("decoder", sorted(DECODERS))
+    def test_pass_is_built_at_iter(self, decoder):
+        opened = []
+
+        def open_(name):
+            opened.append(name)
+            return name, io.BytesIO(PNG) if decoder != "tar-pairs" else PNG
+
+        pipe = DECODERS[decoder](IterableWrapper(["a.png", "b.png"]).map(open_))
+        it = iter(pipe)
+        assert _pass.unbuilt(it) == [], _pass.unbuilt(it)
+        assert opened == []  # built, not started
+        assert len(list(it)) == 2 and opened == ["a.png", "b.png"]
+        it1, it2 = iter(pipe), iter(pipe)  # two passes of one graph at once stay apart
+        assert _pass.unbuilt(it1) == _pass.unbuilt(it2) == []
+        assert len(list(zip(it1, it2))) == 2
+
+    def test_failing_pass_releases_its_source(self, gc_off):
+        source = Guarded()
+        with pytest.raises(TypeError, match="ImageDecoder: items must be bytes") as info:
+            for _ in IterableWrapper(source, deepcopy=False).decode_image():
+                pass
+        held = info.value  # noqa: F841 - the consumer holds the error, and so the decoder's frame
+        assert source.closed == [True]

@@ -1,6 +1,7 @@
 """CSVParser / CSVFilesParser, CSVDictParser, JsonParser, LineReader over (path, stream) pairs."""
 
 import csv
+import gc
 import io
 import json
 from decimal import Decimal
@@ -9,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from datapipes import _pass
 from datapipes.iter import CSVDictParser, CSVFilesParser, CSVParser, IterableWrapper, JsonParser, LineReader
 from datapipes.testing import check_datapipe
 
@@ -535,3 +537,77 @@ class TestWithFileOpener:
         streams = [s for _, s in pipe]
         list(IterableWrapper([(str(i), s) for i, s in enumerate(streams)]).parse_csv())
         assert all(s.closed for s in streams)
+
+
+class Guarded:
+    """A one-pass source of ``(path, stream)`` pairs, and a bad item after the first pair, that
+    records whether its pass was closed."""
+
+    def __init__(self, make):
+        self.make = make
+        self.closed = []
+
+    def __iter__(self):
+        try:
+            yield self.make("a")
+            yield 42  # not a (path, stream) pair: every reader raises TypeError here
+            for i in range(100):
+                yield self.make(str(i))
+        finally:
+            self.closed.append(True)
+
+
+READERS = {
+    "csv": lambda src: src.parse_csv(),
+    "csv-skip": lambda src: src.parse_csv(on_error="skip", max_failures=3),
+    "csv-strict-tuple-path": lambda src: src.parse_csv(errors="strict", as_tuple=True, return_path=True, skip_lines=1),
+    "csv-files": lambda src: src.parse_csv_files(),
+    "csv-files-skip": lambda src: src.parse_csv_files(on_error="skip", delimiter=";"),
+    "csv-dict": lambda src: src.parse_csv_as_dict(),
+    "csv-dict-fieldnames-skip": lambda src: src.parse_csv_as_dict(fieldnames=["a", "b"], restval="-", on_error="skip"),
+    "json": lambda src: src.parse_json_files(),
+    "json-skip": lambda src: src.parse_json_files(on_error="skip", max_failures=1),
+    "lines": lambda src: src.readlines(),
+    "lines-decode-strict-skip": lambda src: src.readlines(decode=True, errors="strict", on_error="skip", return_path=False),
+}
+
+
+class TestPass:
+    """Each reader creates its source's iterator when its pass is built (``iter(pipe)``), reads
+    nothing before the first ``next()``, and releases its source when it fails."""
+
+    @pytest.fixture
+    def gc_off(self):
+        gc.collect()
+        gc.disable()
+        try:
+            yield
+        finally:
+            gc.enable()
+            gc.collect()
+
+    @pytest.mark.parametrize("reader", sorted(READERS))
+    def test_pass_is_built_at_iter(self, reader):
+        opened = []
+
+        def open_(name):
+            opened.append(name)
+            return name, io.BytesIO(b'{"x": 1}\n' if reader.startswith("json") else b"x,y\n1,2\n")
+
+        pipe = READERS[reader](IterableWrapper(["a.txt", "b.txt"]).map(open_))
+        it = iter(pipe)
+        assert _pass.unbuilt(it) == [], _pass.unbuilt(it)
+        assert opened == []  # built, not started
+        assert len(list(it)) >= 2 and opened == ["a.txt", "b.txt"]
+        it1, it2 = iter(pipe), iter(pipe)  # two passes of one graph at once stay apart
+        assert _pass.unbuilt(it1) == _pass.unbuilt(it2) == []
+        assert list(zip(it1, it2)) == [(x, x) for x in pipe]
+
+    @pytest.mark.parametrize("reader", sorted(r for r in READERS if "skip" not in r))
+    def test_failing_pass_releases_its_source(self, reader, gc_off):
+        source = Guarded(lambda name: (name, io.BytesIO(b'{"x": 1}\n' if reader.startswith("json") else b"x,y\n")))
+        with pytest.raises(TypeError, match="expects \\(path, stream\\) pairs") as info:
+            for _ in READERS[reader](IterableWrapper(source, deepcopy=False)):
+                pass
+        held = info.value  # noqa: F841 - the consumer holds the error, and so the reader's frame
+        assert source.closed == [True]

@@ -2,11 +2,13 @@
 InMemoryCacheHolder [in_memory_cache]."""
 
 import copy
+import gc
 import pickle
 
 import numpy as np
 import pytest
 
+from datapipes import _pass
 from datapipes.iter import Cycler, Enumerator, Header, InMemoryCacheHolder, IterableWrapper, IterDataPipe
 from datapipes.testing import check_datapipe
 
@@ -414,3 +416,94 @@ class TestAsyncSource:
         with pytest.raises(RuntimeError, match="already iterated"):
             list(one_shot)
         check_datapipe(IterableWrapper(Listing()), expected=[0, 1, 2, 3], check_pickle=False)
+
+
+class OpensWhenIterated:
+    """A re-iterable source whose ``__iter__`` is a plain function doing work when called (as one
+    that opens a file does): it counts the calls, and the closes of the generators it returns."""
+
+    def __init__(self, data):
+        self.data = list(data)
+        self.opened = 0
+        self.closed = 0
+
+    def __iter__(self):
+        self.opened += 1
+        return self._items()
+
+    def _items(self):
+        try:
+            yield from self.data
+        finally:
+            self.closed += 1
+
+
+def _bad(x):
+    if x >= 3:
+        raise Boom(x)
+    return x
+
+
+#: one small pipe per stage class and variant of this module, built over a source
+STAGES = {
+    "IterableWrapper": lambda src: src,
+    "header": lambda src: src.header(3),
+    "header-None": lambda src: src.header(None),
+    "header-0": lambda src: src.header(0),
+    "cycle": lambda src: src.cycle(2),
+    "cycle-forever": lambda src: src.cycle().header(25),
+    "enumerate": lambda src: src.enumerate(starting_index=1),
+    "in_memory_cache": lambda src: src.in_memory_cache(),
+    "in_memory_cache-size": lambda src: src.in_memory_cache(size=1),
+}
+
+
+class TestPassBuilding:
+    """Every stage creates its source's iterator in ``iter()``, as part of the pass being built
+    (``Cycler`` its later rounds' in the same pass), while nothing is read before the first
+    ``next()``."""
+
+    @pytest.mark.parametrize("name", sorted(STAGES))
+    def test_pass_is_built_at_iter(self, name):
+        source = Counted(range(10))
+        pipe = STAGES[name](IterableWrapper(source))
+        it = iter(pipe)
+        assert _pass.unbuilt(it) == [], _pass.unbuilt(it)
+        assert source.passes == 0  # built, not started
+        assert list(it) == list(STAGES[name](IterableWrapper(range(10))))
+
+    def test_cycled_rounds_join_their_own_pass(self):
+        pipe = IterableWrapper(range(30)).shuffle(buffer_size=30).cycle(2).set_seed(0)
+        epoch0, epoch1 = list(pipe.set_epoch(0)), list(pipe.set_epoch(1))
+        assert epoch0 != epoch1
+        a = iter(pipe.set_epoch(0))
+        b = iter(pipe.set_epoch(1))  # a second pass starts before the first one's second round
+        assert list(a) == epoch0 and list(b) == epoch1
+
+    def test_a_plain_iter_method_is_called_at_the_first_next(self):
+        src = OpensWhenIterated(range(4))
+        it = iter(IterableWrapper(src).map(lambda x: x * 10))
+        assert src.opened == 0
+        assert next(it) == 0 and src.opened == 1
+        it.close()
+        assert src.closed == 1
+        it = iter(IterableWrapper(src))
+        it.close()  # closed before it started: nothing is opened
+        assert list(it) == [] and src.opened == 1
+
+    def test_deepcopy_is_taken_at_the_first_next(self):
+        data = [[1], [2]]
+        it = iter(IterableWrapper(data, deepcopy=True))
+        data[0].append("later")
+        assert next(it) == [1, "later"] and list(it) == [[2]]
+
+    def test_a_failing_pass_closes_a_deferred_source(self):
+        src = OpensWhenIterated(range(10))
+        gc.disable()
+        try:
+            with pytest.raises(Boom) as info:
+                list(IterableWrapper(src).enumerate().map(lambda t: _bad(t[1])))
+            assert info.value.__traceback__ is not None  # held: it names every frame of the pass
+            assert src.closed == 1
+        finally:
+            gc.enable()

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import datapipes.map as dmap
-from datapipes import IterDataPipe, MapDataPipe
+from datapipes import IterDataPipe, MapDataPipe, _pass
 from datapipes.iter import IterableWrapper
 from datapipes.map import (
     Batcher,
@@ -778,3 +778,28 @@ class TestMapToIterConverter:
     def test_empty(self):
         check_datapipe(SequenceWrapper([]).to_iter_datapipe(), expected=[])
         check_datapipe(SequenceWrapper([1]).to_iter_datapipe(indices=[]), expected=[])
+
+
+class TestPassBuilding:
+    """The stages that turn a map-style pipe into an iterable-style one read their source by index,
+    outside passes; a random one reads its seed when its pass starts (``iter()``)."""
+
+    @pytest.mark.parametrize("build", [
+        lambda: SequenceWrapper(range(6)).to_iter_datapipe().batch(2),
+        lambda: SequenceWrapper(range(6)).to_iter_datapipe(indices=[5, 1, 3]).batch(2),
+        lambda: SequenceWrapper(range(6)).map(str).shuffle().batch(2).set_seed(0),
+        lambda: SequenceWrapper({"a": 1, "b": 2}).shuffle(indices=["b", "a"]).batch(2).set_seed(0),
+    ], ids=["to_iter_datapipe", "to_iter_datapipe-indices", "shuffle", "shuffle-indices"])
+    def test_pass_is_built_at_iter(self, build):
+        pipe = build()
+        it = iter(pipe)
+        assert _pass.unbuilt(it) == [], _pass.unbuilt(it)
+        assert list(it) == list(pipe)
+
+    def test_interleaved_passes_keep_their_own_seeds(self):
+        pipe = SequenceWrapper(range(40)).shuffle().set_seed(0)
+        epoch0, epoch1 = list(pipe.set_epoch(0)), list(pipe.set_epoch(1))
+        assert epoch0 != epoch1
+        a = iter(pipe.set_epoch(0))
+        b = iter(pipe.set_epoch(1))  # a second pass starts before the first one is read
+        assert list(a) == epoch0 and list(b) == epoch1
