@@ -47,7 +47,7 @@ from torch.utils.data import get_worker_info
 from ._engine.stats import StageStats
 from ._seeds import derive_seed, draw_seed
 from ._worker import base_seed, is_sharding_stage, unseeded_across_ranks
-from .graph import sources_of, stage_label, stages
+from .graph import sources_of, stage_label, stages, walk
 
 __all__ = ["Pass", "PassConfig", "PassIterator", "configured", "current", "latest_stats", "owner", "start", "stats_for"]
 
@@ -313,18 +313,7 @@ def _pass_graph(root: Any) -> list[Any]:
     """The stages a pass of ``root`` runs, in graph order: the graph, less what lies upstream of a
     stage that runs its sources in other processes (``_runs_sources_elsewhere``: the DataLoader's
     worker stage, whose workers start passes of their own)."""
-    seen: set[int] = set()
-    order: list[Any] = []
-    stack = [root]
-    while stack:
-        stage = stack.pop()
-        if id(stage) in seen:
-            continue
-        seen.add(id(stage))
-        order.append(stage)
-        if not getattr(stage, "_runs_sources_elsewhere", False):
-            stack.extend(reversed(sources_of(stage)))
-    return order
+    return list(walk(root, stop=lambda s: getattr(s, "_runs_sources_elsewhere", False)))
 
 
 def _downstream_of_sharding(root: Any) -> set[int]:

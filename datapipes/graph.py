@@ -18,9 +18,9 @@ flowchart LR
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-__all__ = ["Node", "traverse", "stages", "chain_repr", "describe", "to_mermaid", "sources_of", "stage_label"]
+__all__ = ["Node", "walk", "traverse", "stages", "chain_repr", "describe", "to_mermaid", "sources_of", "stage_label"]
 
 
 class Node:
@@ -71,8 +71,10 @@ def sources_of(pipe: Any) -> list[Any]:
     return found
 
 
-def traverse(pipe: Any) -> Iterator[Any]:
-    """Every stage of ``pipe``'s graph once, the pipe first, then depth-first through its sources."""
+def walk(pipe: Any, stop: Callable[[Any], bool] | None = None) -> Iterator[Any]:
+    """Every stage of ``pipe``'s graph once, the pipe first, then depth-first through its sources;
+    the sources of a stage for which ``stop(stage)`` is true are not visited (unless another path
+    reaches them)."""
     seen: set[int] = set()
     stack = [pipe]
     while stack:
@@ -81,7 +83,13 @@ def traverse(pipe: Any) -> Iterator[Any]:
             continue
         seen.add(id(stage))
         yield stage
-        stack.extend(reversed(sources_of(stage)))
+        if stop is None or not stop(stage):
+            stack.extend(reversed(sources_of(stage)))
+
+
+def traverse(pipe: Any) -> Iterator[Any]:
+    """Every stage of ``pipe``'s graph once, the pipe first, then depth-first through its sources."""
+    return walk(pipe)
 
 
 def stages(pipe: Any) -> list[Any]:

@@ -37,9 +37,9 @@ from torch.utils.data import get_worker_info
 from .. import _pass
 from .._collate import map_collated, map_converted, map_tensors
 from .._engine import StageStats, abandon, background_iter
-from ..datapipe import (IterDataPipe, functional_datapipe, require_callable, require_int, require_pipe, sources_of,
-                        stage_label)
+from ..datapipe import IterDataPipe, functional_datapipe, require_callable, require_int, require_pipe, stage_label
 from ..errors import add_stage_note
+from ..graph import walk
 
 __all__ = ["CudaMover", "DeviceMover", "PinMemory"]
 
@@ -186,9 +186,6 @@ class _BoundCudaOps:
         map_tensors(item, mark)
 
 
-_MISSING = object()
-
-
 def cuda_upstream(pipe: Any) -> Any:
     """The CUDA mover whose items reach ``pipe`` (``pipe`` itself included), or ``None``.
 
@@ -197,17 +194,8 @@ def cuda_upstream(pipe: Any) -> Any:
     :class:`StreamOps` to use), another one (``to_device("cpu")``) means the items of that path are
     not on a GPU any more. Stages that cross threads call it once, when they are built.
     """
-    seen: set[int] = set()
-    stack = [pipe]
-    while stack:
-        stage = stack.pop()
-        if id(stage) in seen:
-            continue
-        seen.add(id(stage))
-        ops = getattr(stage, "_handover_ops", _MISSING)
-        if ops is _MISSING:
-            stack.extend(sources_of(stage))
-        elif ops is not None:
+    for stage in walk(pipe, stop=lambda s: hasattr(s, "_handover_ops")):
+        if getattr(stage, "_handover_ops", None) is not None:
             return stage
     return None
 
@@ -408,18 +396,10 @@ def _collated_upstream(pipe: Any) -> bool:
     """Whether the items reaching a mover were collated upstream: a ``collate()`` stage (or a mover
     that collates) is met before any batching stage on some path from ``pipe`` to its sources. Its
     lists are then fields of a batch (``[images, labels]``), not samples to stack again."""
-    seen: set[int] = set()
-    stack = [pipe]
-    while stack:
-        stage = stack.pop()
-        if id(stage) in seen:
-            continue
-        seen.add(id(stage))
-        name = getattr(type(stage), "_functional_name", None)
-        if name == "collate" or (isinstance(stage, DeviceMover) and stage._collate):
+    for stage in walk(pipe, stop=lambda s: getattr(type(s), "_functional_name", None) in _BATCHING):
+        if getattr(type(stage), "_functional_name", None) == "collate" or (
+                isinstance(stage, DeviceMover) and stage._collate):
             return True
-        if name not in _BATCHING:
-            stack.extend(sources_of(stage))
     return False
 
 
