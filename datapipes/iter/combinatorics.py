@@ -16,13 +16,16 @@ import math
 import random
 from bisect import bisect
 from itertools import accumulate, islice
+from operator import length_hint
 from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence, TypeVar
 
 import torch
 from torch.utils.data import SequentialSampler
 
+from .. import _pass
 from .._engine import abandon
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe
+from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
+from .util import _STARTED, _deferred, _SourceRun
 
 __all__ = ["Shuffler", "Sampler", "RandomSplitter"]
 
@@ -34,28 +37,102 @@ _MISSING = object()
 # -- Shuffler --------------------------------------------------------------------------------------
 
 
-def _buffer_shuffle(it: Iterator[Any], size: int, rng: random.Random) -> Iterator[Any]:
+def _rng_state(rng: random.Random) -> list[Any]:
+    """``rng.getstate()`` as plain data: ``[version, [625 ints], gauss_next]``."""
+    version, internal, gauss = rng.getstate()
+    return [version, list(internal), gauss]
+
+
+def _set_rng_state(rng: random.Random, state: list[Any]) -> None:
+    rng.setstate((state[0], tuple(state[1]), state[2]))
+
+
+class _ShuffleRun:
+    """The position of a ``shuffle`` pass: its generator's state (625 ints) and the buffered items
+    (at most ``buffer_size`` items: the state's cost), read when the state is taken from the
+    generator's own buffer, at no per-item cost. Phases: ``"fill"`` (nothing read yet), ``"swap"``
+    (the buffer is full: each new item replaces the one yielded), ``"drain"`` (the source ended: the
+    shuffled buffer is yielded; the state holds what is left of it), ``"end"``."""
+
+    __slots__ = ("rng", "buf", "drain", "started", "resume", "final")
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.buf: list[Any] | None = None  # the buffer, once filled
+        self.drain: Iterator[Any] | None = None  # the buffer's iterator, once draining
+        self.started = False
+        self.resume: dict[str, Any] | None = None
+        self.final: dict[str, Any] | None = None
+
+    def state(self) -> dict[str, Any]:
+        if self.final is not None:
+            return self.final
+        if self.resume is not None and not self.started:
+            return self.resume
+        buf, drain = self.buf, self.drain
+        if buf is not None and drain is not None:
+            phase, items = "drain", buf[len(buf) - length_hint(drain):]
+        elif buf is not None:
+            phase, items = "swap", list(buf)
+        else:
+            phase, items = "fill", []
+        return {"phase": phase, "buffer": items, "rng": _rng_state(self.rng)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError(_STARTED)
+        if not isinstance(state, dict) or state.get("phase") not in ("fill", "swap", "drain", "end"):
+            raise ValueError(f"load_state_dict: not the state of a shuffle: {str(state)[:200]}")
+        self.resume = state
+
+    def release(self) -> None:
+        """Keep the state and let go of the buffer (the pass ended, or was closed or dropped)."""
+        self.final = {"phase": "end", "buffer": [], "rng": _rng_state(self.rng)}
+        self.buf = self.drain = None
+
+
+def _buffer_shuffle(it: Iterator[Any], size: int, run: _ShuffleRun) -> Iterator[Any]:
+    rng = run.rng
+    run.started = True
+    phase = "fill"
+    resume = run.resume
     try:
-        buf = list(islice(it, size))
-        if len(buf) == size:
+        if resume is not None:  # a resumed pass goes on with the saved buffer and generator
+            _set_rng_state(rng, resume["rng"])
+            phase, buf = resume["phase"], list(resume["buffer"])
+        if phase == "fill":
+            buf = list(islice(it, size))
+            phase = "swap" if len(buf) == size else "drain"
+            if phase == "drain":
+                rng.shuffle(buf)
+        if phase == "swap":
+            run.buf = buf
             rand = rng.random
             for x in it:
                 # random() < 1, so int(random() * size) < size for any size below 2**53.
                 i = int(rand() * size)
-                yield buf[i]
-                buf[i] = x
-        rng.shuffle(buf)
-        yield from buf
+                y = buf[i]
+                buf[i] = x  # before the yield: at every yield the buffer is the state
+                yield y
+            rng.shuffle(buf)
+        if phase != "end":
+            run.buf = buf
+            run.drain = drain = iter(buf)
+            yield from drain
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
+    finally:
+        run.release()
 
 
 def _shuffle_on(pipe: Shuffler) -> Iterator[Any]:
     # The seed is drawn when the pass starts (at iter()), before the source's iterator is created,
     # so the order of iter() calls decides which draw from torch's global generator each pass gets.
-    rng = random.Random(pipe._pass_seed())
-    return _buffer_shuffle(iter(pipe.datapipe), pipe.buffer_size, rng)
+    run = _ShuffleRun(random.Random(pipe._pass_seed()))
+    it = _buffer_shuffle(iter(pipe.datapipe), pipe.buffer_size, run)
+    _pass.track(pipe, run)
+    return it
 
 
 def _shuffle_off(pipe: Shuffler) -> Iterator[Any]:
@@ -86,6 +163,9 @@ class Shuffler(IterDataPipe[T]):
 
     ``len()`` is the source's length.
 
+    Checkpoint: the state holds the buffered items and the generator's state, so a resumed pass,
+    seeded or not, goes on with the order of the pass it resumes.
+
     >>> from datapipes.iter import IterableWrapper
     >>> pipe = IterableWrapper(range(10)).shuffle(buffer_size=4).set_seed(0)
     >>> list(pipe) == list(pipe), sorted(pipe) == list(range(10))
@@ -107,11 +187,13 @@ class Shuffler(IterDataPipe[T]):
         self.datapipe = datapipe if unbatch_level == 0 else datapipe.unbatch(unbatch_level=unbatch_level)  # type: ignore[attr-defined]
         self.buffer_size = buffer_size
         self._enabled = True
+        self._stateless = False  # shuffling: its pass keeps a buffer and a generator (_ShuffleRun)
         self._run: Callable[[Shuffler[T]], Iterator[T]] = _shuffle_on
 
     def set_shuffle(self, shuffle: bool = True) -> Shuffler[T]:
         """Turn shuffling on or off (off: the items pass in source order); returns the pipe."""
         self._enabled = bool(shuffle)
+        self._stateless = not self._enabled  # off: the items pass through, its position is its source's
         self._run = _shuffle_on if self._enabled else _shuffle_off
         return self
 
@@ -125,16 +207,73 @@ class Shuffler(IterDataPipe[T]):
 # -- Sampler ---------------------------------------------------------------------------------------
 
 
+class _SamplerRun:
+    """The position of a ``Sampler`` pass: how many indices it has yielded (see
+    :class:`~datapipes.iter.util._SourceRun`: read from a range's iterator, as
+    ``SequentialSampler``'s, nothing counted; counted for a sampler written as a generator, as
+    ``RandomSampler``), and what makes its draws: the pass seed (a sampler given a generator seeded
+    from the pipe) or the state of the sampler's own ``torch.Generator`` when the pass began (5 KB).
+    A resumed pass seeds the generator the same way and *replays* the sampler, skipping in C the
+    indices already yielded (cheap: indices, not items), or moves a range's iterator to its index.
+    A sampler without a generator is replayed as it is: exact for a sampler that draws the same
+    indices at every pass."""
+
+    __slots__ = ("source", "seed", "generator", "why")
+
+    def __init__(self, seed: int | None = None, generator: Any = None, why: str = "") -> None:
+        self.source = _SourceRun(True)
+        self.seed = seed  # the pass seed of a seeded sampler
+        self.generator = generator  # the sampler's own torch.Generator's state at the start of the pass (bytes)
+        self.why = why  # why this pass cannot save its position ("": it can)
+
+    def state(self) -> dict[str, Any]:
+        if self.why:
+            raise TypeError(self.why)
+        return {"seed": self.seed, "generator": self.generator, **self.source.state()}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.why:
+            raise TypeError(self.why)
+        self.source.restore(state)
+        if self.seed is not None and state.get("seed") is not None:
+            self.seed = int(state["seed"])
+        if state.get("generator") is not None:
+            self.generator = state["generator"]
+
+
 def _sample_plain(pipe: Sampler) -> Iterator[Any]:
-    return iter(pipe.sampler)
+    sampler = pipe.sampler
+    own = getattr(sampler, "generator", None)
+    if own is not None and not isinstance(own, torch.Generator):
+        run = _SamplerRun(why=f"{stage_label(pipe)} cannot save its position: its sampler draws from a "
+                              f"{type(own).__name__}, whose state it cannot read (a torch.Generator's it can)")
+    else:
+        run = _SamplerRun()
+
+    def open_() -> Iterator[Any]:
+        if isinstance(own, torch.Generator):  # as it was when the saved pass began, or as it is now
+            if run.generator is None:
+                run.generator = own.get_state().numpy().tobytes()
+            else:
+                own.set_state(torch.frombuffer(bytearray(run.generator), dtype=torch.uint8))
+        return iter(sampler)
+
+    _pass.track(pipe, run)
+    return _deferred(open_, run.source)
 
 
 def _sample_seeded(pipe: Sampler) -> Iterator[Any]:
+    run = _SamplerRun(seed=pipe._pass_seed())
     generator = torch.Generator()
-    generator.manual_seed(pipe._pass_seed())
     sampler = copy.copy(pipe.sampler)
     sampler.generator = generator
-    return iter(sampler)
+
+    def open_() -> Iterator[Any]:
+        generator.manual_seed(run.seed)  # type: ignore[arg-type]  # the pass seed, or the saved pass's
+        return iter(sampler)
+
+    _pass.track(pipe, run)
+    return _deferred(open_, run.source)
 
 
 class Sampler(IterDataPipe[Any]):
@@ -171,6 +310,11 @@ class Sampler(IterDataPipe[Any]):
     global generator. A sampler given its own ``generator`` keeps it.
 
     ``len()`` is the sampler's ``len()``; ``TypeError`` where the sampler has none.
+
+    The sampler is iterated from the first ``next()`` of a pass. Checkpoint: a resumed pass
+    replays the sampler with the saved pass's seed (or its own ``torch.Generator``'s saved state)
+    and skips the indices already yielded; a sampler without a generator must draw the same
+    indices at every pass for this to be exact.
 
     >>> from torch.utils.data import RandomSampler
     >>> from datapipes.iter import IterableWrapper, Sampler
@@ -265,15 +409,55 @@ def _exact_sizes(weights: list[float], total: int) -> list[int] | None:
     return rounded
 
 
-def _split_run(pipe: SplitterIterator, it: Iterator[Any], seed: int) -> Iterator[Any]:
+class _SplitRun:
+    """The position of a ``random_split`` child's pass: its generator's state (625 ints), the
+    weights left per group and the items left (a few numbers per group). The weights list is the
+    loop's own, read when the state is taken; the count of items left is written per item (one
+    attribute store beside the ~1 µs of the draw)."""
+
+    __slots__ = ("rng", "weights", "remaining", "total", "started", "resume")
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.weights: list[float] | None = None  # None: the pass has not begun
+        self.remaining = 0
+        self.total = 0
+        self.started = False
+        self.resume: dict[str, Any] | None = None
+
+    def state(self) -> dict[str, Any]:
+        if self.weights is None:
+            if self.resume is not None:
+                return self.resume
+            return {"rng": _rng_state(self.rng), "weights": None, "remaining": 0, "total": 0}
+        return {"rng": _rng_state(self.rng), "weights": list(self.weights), "remaining": self.remaining,
+                "total": self.total}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError(_STARTED)
+        self.resume = state
+
+
+def _split_run(pipe: SplitterIterator, it: Iterator[Any], run: _SplitRun) -> Iterator[Any]:
     split = pipe._split
-    rand = random.Random(seed).random
+    rng = run.rng
+    rand = rng.random
     target = pipe._index
+    run.started = True
     try:
-        total = pipe._total()
-        weights = _normalize(split.weights, total)
+        resume = run.resume
+        if resume is not None and resume["weights"] is not None:  # a resumed pass: go on with the split
+            _set_rng_state(rng, resume["rng"])
+            total, weights, remaining = int(resume["total"]), list(resume["weights"]), int(resume["remaining"])
+        else:
+            if resume is not None:
+                _set_rng_state(rng, resume["rng"])
+            total = pipe._total()
+            weights = _normalize(split.weights, total)
+            remaining = total
+        run.total, run.weights, run.remaining = total, weights, remaining
         last = len(weights) - 1
-        remaining = total
         for item in it:
             if remaining <= 0:
                 raise ValueError(f"{_child_label(pipe)}: the source yielded more than total_length={total} items")
@@ -283,9 +467,11 @@ def _split_run(pipe: SplitterIterator, it: Iterator[Any], seed: int) -> Iterator
             k = bisect(cum, rand() * (cum[-1] + 0.0), 0, last)
             weights[k] -= 1
             remaining -= 1
+            run.remaining = remaining
             if weights[k] < 0:
                 weights[k] = 0
                 weights = _normalize(weights, remaining) if remaining > 0 else [0.0] * len(weights)
+                run.weights = weights
             if k == target:
                 yield item
     except BaseException:
@@ -420,7 +606,10 @@ class SplitterIterator(IterDataPipe[T]):
     def __iter__(self) -> Iterator[T]:
         # The split's seed is plain data shared by the children (not a pass seed): read when the
         # pass starts, so an override_seed() reaches the passes started after it.
-        return _split_run(self, iter(self.source_datapipe), self._split.seed)
+        run = _SplitRun(self._split.seed)
+        it = _split_run(self, iter(self.source_datapipe), run)
+        _pass.track(self, run)
+        return it
 
     def __len__(self) -> int:
         total = self._total()

@@ -27,7 +27,7 @@ from typing import Any, Iterator, TypeVar
 from .. import _pass
 from .._engine import close_iterator as _close
 from .._worker import capture_rank, is_sharding_stage, placement
-from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, sources_of
+from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, sources_of, stage_label
 
 __all__ = ["ShardingFilter", "is_sharding_stage"]
 
@@ -67,9 +67,48 @@ def _check_instances(num_of_instances: Any, instance_id: Any, where: str) -> Non
         )
 
 
-def _every_nth(it: Iterator[Any], start: int, step: int) -> Iterator[Any]:
+_END = object()  # private end marker (None is a valid item)
+
+
+class _ShardRun:
+    """The position of a ``sharding_filter`` pass beside its source's: whether it has yielded yet,
+    which decides how many source items come before the next kept one (``instance_id`` before the
+    first, ``num_of_instances - 1`` after each), and the shard, which a resumed pass must read too.
+    Set once per pass, not per item. State: a flag and two ints."""
+
+    __slots__ = ("label", "shard", "yielded", "started")
+
+    def __init__(self, label: str, shard: tuple[int, int]) -> None:
+        self.label = label
+        self.shard = shard
+        self.yielded = False
+        self.started = False
+
+    def state(self) -> dict[str, Any]:
+        return {"shard": list(self.shard), "yielded": self.yielded}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError("load_state_dict: this pass has already started; call it before the first next()")
+        saved = tuple(state["shard"])
+        if saved != self.shard:
+            raise ValueError(
+                f"load_state_dict: {self.label} was saved reading shard {saved[1]} of {saved[0]}, this pass reads "
+                f"shard {self.shard[1]} of {self.shard[0]}: a shard's position does not carry over to another's"
+            )
+        self.yielded = bool(state["yielded"])
+
+
+def _every_nth(it: Iterator[Any], start: int, step: int, run: _ShardRun) -> Iterator[Any]:
+    run.started = True
     try:
-        yield from islice(it, start, None, step)
+        if not run.yielded:
+            first = next(islice(it, start, None), _END)
+            if first is _END:
+                return
+            run.yielded = True  # before the yield: from here on, step - 1 items come before each kept one
+            yield first
+        yield from islice(it, step - 1, None, step)
     finally:
         _close(it)
 
@@ -111,6 +150,9 @@ class ShardingFilter(IterDataPipe[T]):
 
     ``len()`` is the shard's length, from the source's length and the shard at call time:
     ``n // num_of_instances`` plus one for the first ``n % num_of_instances`` instances.
+
+    Checkpoint: a state records the shard; loading it into a pass that reads another shard raises
+    ``ValueError``.
 
     >>> from datapipes.iter import IterableWrapper
     >>> pipe = IterableWrapper(range(10)).sharding_filter()
@@ -208,9 +250,11 @@ class ShardingFilter(IterDataPipe[T]):
     def __iter__(self) -> Iterator[T]:
         num, instance = _pass.current().shard_for(self)  # type: ignore[union-attr]  # built in a pass
         it = iter(self.source_datapipe)
+        run = _ShardRun(stage_label(self), (num, instance))
+        _pass.track(self, run)
         if num == 1:
-            return it
-        return _every_nth(it, instance, num)
+            return it  # every item passes: nothing to skip, the run only records the shard
+        return _every_nth(it, instance, num, run)
 
     def __len__(self) -> int:
         n = len(self.source_datapipe)  # type: ignore[arg-type]

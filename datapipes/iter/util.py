@@ -12,13 +12,15 @@ import copy
 import inspect
 import itertools
 import sys
+from collections import deque
 from collections.abc import AsyncIterator as _AsyncIteratorABC
 from collections.abc import Iterator as _IteratorABC
+from operator import itemgetter, length_hint
 from typing import Any, AsyncIterable, Callable, Generator, Iterable, Iterator, TypeVar, cast
 
 from .. import _pass
 from .._engine import abandon, close_iterator, iterate_async
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe
+from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
 
 __all__ = ["IterableWrapper", "Header", "Cycler", "Enumerator", "InMemoryCacheHolder"]
 
@@ -41,15 +43,23 @@ class _Deferred(itertools.chain):  # type: ignore[type-arg]
             close_iterator(self._opened[0])
 
 
-def _opening(open_: Callable[[], Iterator[Any]], opened: list[Iterator[Any]]) -> Generator[Iterator[Any], None, None]:
+def _opening(open_: Callable[[], Iterator[Any]], opened: list[Iterator[Any]], run: _SourceRun | None) -> Generator[Iterator[Any], None, None]:
     it = open_()
     opened.append(it)
-    yield it
+    if run is None:
+        yield it
+        return
+    try:
+        yield run.open(it)
+    finally:  # the source ended, or the pass was closed or dropped: the run lets go of the iterator
+        run.release()
 
 
-def _deferred(open_: Callable[[], Iterator[Any]]) -> _Deferred:
+def _deferred(open_: Callable[[], Iterator[Any]], run: _SourceRun | None = None) -> _Deferred:
+    """``open_()`` at the first ``next()``; with a ``run``, the pass reads ``run.open(it)`` (the
+    iterator positioned and counted) while :meth:`_Deferred.close` closes what ``open_`` opened."""
     opened: list[Iterator[Any]] = []
-    opener = _opening(open_, opened)
+    opener = _opening(open_, opened, run)
     it = cast(_Deferred, _Deferred.from_iterable(opener))  # from_iterable makes a _Deferred
     it._opener, it._opened = opener, opened
     return it
@@ -63,6 +73,185 @@ def _runs_code_when_iterated(iterable: Any) -> bool:
         return False
     method = getattr(type(iterable), "__iter__", None)
     return inspect.isfunction(method) and not inspect.isgeneratorfunction(method)
+
+
+# -- the position of a pass over a source (checkpoint and resume) -----------------------------------
+
+_STARTED = "load_state_dict: this pass has already started; call it before the first next()"
+
+_second = itemgetter(1)
+
+
+class _Probe:
+    def __getitem__(self, i: int) -> Any:
+        raise IndexError(i)
+
+
+def _moves_by_offset(it: Any) -> bool:
+    it.__setstate__(1)
+    it.__setstate__(1)
+    return length_hint(it) == 2  # of 4 items: an absolute index leaves 3, an offset 2
+
+
+#: iterators read by how many items they have left (``__length_hint__``, exact for these) and moved
+#: to an index by ``__setstate__``: those of list, tuple, range, str, bytes, bytearray
+_SEQUENCES: tuple[Any, ...] = ([], (), range(0), range(1 << 64), "", "\u20ac", b"", bytearray())
+_INDEXED = frozenset(type(iter(x)) for x in _SEQUENCES)
+#: those of them whose ``__setstate__`` moves by an offset from where they stand (range's, Python 3.12+)
+_RELATIVE = frozenset(type(it) for it in (iter(range(4)), iter(range(1 << 64, (1 << 64) + 4))) if _moves_by_offset(it))
+#: iterators read the same way, moved by skipping (they have no ``__setstate__``): dict, set, deque
+_COLLECTIONS: tuple[Any, ...] = ({}, {}.values(), {}.items(), set(), deque())
+_HINTED = frozenset(type(iter(x)) for x in _COLLECTIONS)
+#: the iterator of an object with ``__getitem__`` only (a NumPy array's): read and moved by index where
+#: the object has a ``len()`` too
+_SEQUENCE = type(iter(_Probe()))
+
+
+def _indexed(it: Iterator[Any], sized: bool) -> bool:
+    """Whether :class:`_SourceRun` reads and moves ``it`` by index."""
+    kind = type(it)
+    return kind in _INDEXED or kind in _HINTED or (kind is _SEQUENCE and sized)
+
+
+def _skip(it: Iterator[Any], n: int) -> None:
+    """Read and drop the next ``n`` items of ``it`` (in C)."""
+    if n > 0:
+        next(itertools.islice(it, n, n), None)
+
+
+def _seek(it: Iterator[Any], at: int, index: int) -> None:
+    """Move ``it``, an iterator of :data:`_INDEXED`, :data:`_HINTED` or :data:`_SEQUENCE` standing at
+    ``at``, to ``index``."""
+    kind = type(it)
+    if (kind in _INDEXED or kind is _SEQUENCE) and kind not in _RELATIVE:
+        it.__setstate__(index)  # type: ignore[attr-defined]
+    elif index < at:
+        raise RuntimeError(f"load_state_dict: a {kind.__name__} cannot move back from {at} to {index}; "
+                           "load a state into a new pass")
+    elif kind in _RELATIVE:
+        it.__setstate__(index - at)  # type: ignore[attr-defined]
+    else:
+        _skip(it, index - at)
+
+
+def _protocol(it: Any) -> bool:
+    """Whether ``it`` keeps a state of its own (the two methods of docs/howto/checkpoint.rst)."""
+    return hasattr(it, "state_dict") and hasattr(it, "load_state_dict")
+
+
+class _SourceRun:
+    """The position of one pass over a re-iterable source: how many items it has yielded.
+
+    Read when the state is taken, at no per-item cost, from the iterator itself where it can tell
+    (the sequences of :data:`_INDEXED`, :data:`_HINTED` and :data:`_SEQUENCE`: from how many items
+    it has left; an iterator with ``state_dict``/``load_state_dict``: its own state); any other
+    iterator is read through a counting ``enumerate`` (one C call per item, beside the Python code
+    such an iterator runs). A resumed pass moves a sequence's iterator to the index
+    (``__setstate__``: nothing is read again); any other source is *replayed*: a new iteration
+    skips, in C, the items already yielded, which is exact for a source that yields the same items
+    at every pass (what a re-iterable is). State: one int, or the protocol iterator's own state.
+    """
+
+    __slots__ = ("it", "mode", "total", "at", "counter", "saved", "sized", "eager", "final")
+
+    def __init__(self, sized: bool) -> None:
+        self.it: Any = None  # the iterator opened (None: not yet)
+        self.mode = ""  # "index", "count", "protocol" once opened
+        self.total = 0  # "index": the items the iterator had when opened
+        self.at = 0  # "index": where restore() moved it
+        self.counter: Any = None  # "count": the enumerate counting the items read
+        self.saved: dict[str, Any] | None = None  # what restore() got, applied when the source opens
+        self.sized = sized  # whether the source has a len() (for _SEQUENCE)
+        self.eager = False  # opened at iter() (a sequence's iterator), not at the first next()
+        self.final: dict[str, Any] | None = None  # the state once the pass let go of the source
+
+    def position(self) -> int:
+        mode = self.mode
+        if mode == "index":
+            return self.total - length_hint(self.it)
+        if mode == "count":
+            return self.counter.__reduce__()[1][1]  # type: ignore[no-any-return]  # enumerate's next count
+        saved = self.saved
+        return 0 if saved is None else int(saved.get("index", 0))
+
+    def state(self) -> dict[str, Any]:
+        if self.final is not None:
+            return dict(self.final)
+        if self.mode == "protocol":
+            return {"iterator": self.it.state_dict()}
+        if not self.mode and self.saved is not None:
+            return dict(self.saved)
+        return {"index": self.position()}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.mode and not (self.eager and self.position() == self.at):
+            raise RuntimeError(_STARTED)
+        if not isinstance(state, dict) or not ("index" in state or "iterator" in state):
+            raise ValueError(f"load_state_dict: not the state of a source: {str(state)[:200]}")
+        if self.eager and "index" not in state:
+            raise ValueError(f"load_state_dict: the state holds an iterator's own state, but this source is a "
+                             f"sequence, read by index: {str(state)[:200]}")
+        self.saved = state
+        if self.eager:  # the iterator was opened at iter(): move it now
+            index = int(state.get("index", 0))
+            _seek(self.it, self.at, index)
+            self.at = index
+
+    def open(self, it: Iterator[Any]) -> Iterator[Any]:
+        """The iterator a pass reads, positioned where a restored state says, from ``it``, the
+        source's own iterator, just opened."""
+        self.it = it
+        saved = self.saved or {}
+        kind = type(it)
+        if _indexed(it, self.sized):
+            self.total = length_hint(it)
+            self.mode = "index"
+            index = int(saved.get("index", 0))
+            if index:
+                _seek(it, 0, index)
+            self.at = index
+            return it
+        if _protocol(it):
+            self.mode = "protocol"
+            if "iterator" in saved:
+                it.load_state_dict(saved["iterator"])  # type: ignore[attr-defined]
+            else:
+                _skip(it, int(saved.get("index", 0)))
+            return it
+        if "iterator" in saved:
+            raise ValueError(f"load_state_dict: the state holds an iterator's own state, but this source's "
+                             f"iterator, a {kind.__name__}, has no load_state_dict()")
+        index = int(saved.get("index", 0))
+        _skip(it, index)  # replayed: the items yielded before the state was saved
+        self.mode = "count"
+        self.counter = enumerate(it, index)
+        return map(_second, self.counter)
+
+    def release(self) -> None:
+        """Keep the state and let go of the source's iterator (the pass's own finaliser closes it)."""
+        if self.mode:
+            self.final = self.state()
+            self.it = self.counter = None
+
+    def open_now(self, it: Iterator[Any]) -> Iterator[Any]:
+        """:meth:`open` at ``iter()``, for an iterator of a sequence: the pass reads it as it is."""
+        self.eager = True
+        return self.open(it)
+
+
+class _Unresumable:
+    """The run of a pass whose position cannot be saved: ``state()`` says why, naming the stage."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def state(self) -> Any:
+        raise TypeError(self.why)
+
+    def restore(self, state: Any) -> None:
+        raise TypeError(self.why)
 
 
 class IterableWrapper(IterDataPipe[T]):
@@ -88,6 +277,13 @@ class IterableWrapper(IterDataPipe[T]):
         TypeError: ``iterable`` is not iterable.
 
     ``len()`` is ``len(iterable)`` at call time; ``TypeError`` where the iterable has no length.
+
+    Checkpoint (``it.state_dict()``): the position is the number of items yielded. A list, tuple,
+    range, str, bytes, dict, set, deque or sized ``__getitem__`` object is read and resumed by index
+    (nothing is read again); an iterator with ``state_dict``/``load_state_dict`` saves its own
+    state; any other re-iterable is replayed (the resumed pass skips the items already yielded).
+    A one-shot iterator or an async iterable cannot be resumed: ``state_dict()`` raises
+    ``TypeError`` saying so.
 
     >>> from datapipes.iter import IterableWrapper
     >>> list(IterableWrapper(range(3)))
@@ -118,18 +314,33 @@ class IterableWrapper(IterDataPipe[T]):
                     "wrap a list or a re-iterable object to iterate again"
                 )
             self._started = True
+            if not _protocol(self.iterable):  # one with state_dict()/load_state_dict() is its own run (_pass._tracked)
+                _pass.track(self, _Unresumable(
+                    f"{stage_label(self)} cannot save its position: it wraps a one-shot {type(self.iterable).__name__}, "
+                    "which a new pass cannot read again; wrap a list, or an object whose __iter__ builds the iterator, "
+                    "to resume"))
             if self._async:
                 return iterate_async(self.iterable)  # type: ignore[arg-type]
             return iter(self.iterable)
         if self._async:
+            _pass.track(self, _Unresumable(
+                f"{stage_label(self)} cannot save its position: it wraps an async iterable "
+                f"({type(self.iterable).__name__}), read ahead on the event-loop thread, whose passes keep no "
+                "position; wrap a synchronous re-iterable to resume"))
             return iterate_async(self.iterable)  # type: ignore[arg-type]
         # Nothing is copied, read or opened before the first next().
         iterable = self.iterable
+        run = _SourceRun(hasattr(type(iterable), "__len__"))
         if self.deepcopy:
-            return _deferred(lambda: iter(copy.deepcopy(iterable)))
-        if self._defer:
-            return _deferred(lambda: iter(iterable))
-        return iter(iterable)
+            it: Iterator[T] = _deferred(lambda: iter(copy.deepcopy(iterable)), run)
+        elif self._defer:
+            it = _deferred(lambda: iter(iterable), run)
+        else:
+            own = iter(iterable)
+            # A sequence's own iterator is the pass, at no cost per item; any other is counted.
+            it = run.open_now(own) if _indexed(own, run.sized) else _deferred(lambda: own, run)
+        _pass.track(self, run)
+        return it
 
     def __len__(self) -> int:
         try:
@@ -153,10 +364,42 @@ _END = object()  # private end-of-pass marker (None is a valid item)
 # -- Header ----------------------------------------------------------------------------------------
 
 
-def _header_run(it: Iterator[Any], limit: int | None) -> Iterator[Any]:
+class _HeaderRun:
+    """The position of a ``header`` pass: how many items it has taken, read from the range iterator
+    that counts them. The ``zip`` costs ~10 ns per item over the ``islice`` it replaces, which
+    hides its count (its ``__reduce__`` is deprecated since Python 3.12). State: one int."""
+
+    __slots__ = ("left", "limit", "started")
+
+    def __init__(self, limit: int) -> None:
+        self.left = iter(range(limit))  # one number per item still to take
+        self.limit = limit
+        self.started = False
+
+    def state(self) -> dict[str, Any]:
+        # One over once the source has ended (zip drew a number first): harmless, the source is at its end.
+        return {"taken": self.limit - length_hint(self.left)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError(_STARTED)
+        self.left = iter(range(min(int(state["taken"]), self.limit), self.limit))
+
+
+def _header_run(it: Iterator[Any], run: _HeaderRun) -> Iterator[Any]:
+    run.started = True
     try:
-        # islice pulls exactly `limit` items: the source is not read past the limit.
-        yield from itertools.islice(it, limit)
+        # zip draws from the range first: the source is not read past the limit.
+        for _, x in zip(run.left, it):
+            yield x
+    except BaseException:
+        abandon(it)
+        raise
+
+
+def _header_all(it: Iterator[Any]) -> Iterator[Any]:
+    try:
+        yield from it
     except BaseException:
         abandon(it)
         raise
@@ -194,9 +437,15 @@ class Header(IterDataPipe[T]):
         require_int(limit, "Header", "limit", minimum=0, optional=True)
         self.source_datapipe = source_datapipe
         self.limit = limit
+        self._stateless = limit is None  # no limit: the items pass through, its position is its source's
 
     def __iter__(self) -> Iterator[T]:
-        return _header_run(iter(self.source_datapipe), self.limit)
+        it = iter(self.source_datapipe)
+        if self.limit is None:
+            return _header_all(it)
+        run = _HeaderRun(self.limit)
+        _pass.track(self, run)
+        return _header_run(it, run)
 
     def __len__(self) -> int:
         if self.limit == 0:
@@ -213,15 +462,41 @@ class Header(IterDataPipe[T]):
 # -- Cycler ----------------------------------------------------------------------------------------
 
 
-def _cycle_run(source: IterDataPipe[Any], it: Iterator[Any], count: int | None, pass_: _pass.Pass | None) -> Iterator[Any]:
+class _CycleRun:
+    """The position of a ``cycle`` pass: the round it reads, 1 for the first; where it stands in that
+    round is its source's state (the source's run of the latest round, see :meth:`_pass.Pass.track`).
+    Updated once per round. State: one int."""
+
+    __slots__ = ("round", "started", "resumed")
+
+    def __init__(self) -> None:
+        self.round = 1
+        self.started = False
+        self.resumed = False
+
+    def state(self) -> dict[str, Any]:
+        return {"round": self.round}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError(_STARTED)
+        self.round = int(state["round"])
+        self.resumed = True
+
+
+def _cycle_run(source: IterDataPipe[Any], it: Iterator[Any], count: int | None, pass_: _pass.Pass | None,
+               run: _CycleRun) -> Iterator[Any]:
     """Round 1 reads ``it`` (created by ``__iter__``); each later round a new pass of ``source``,
-    created in ``pass_``, the pass this stage belongs to."""
-    rounds = itertools.repeat(None) if count is None else itertools.repeat(None, count - 1)
+    created in ``pass_``, the pass this stage belongs to. A resumed pass reads the saved round from
+    ``it``, its source restored to where that round stood."""
+    run.started = True
+    rounds = itertools.repeat(None) if count is None else itertools.repeat(None, count - run.round)
+    resumed = run.resumed  # its first round may stand at its end: that is not an empty source
     while True:
         try:
             first = next(it, _END)
             if first is _END:
-                if count is None:
+                if count is None and not resumed:
                     return  # an empty source cycled forever is empty, not a busy loop
             else:
                 yield first
@@ -229,8 +504,10 @@ def _cycle_run(source: IterDataPipe[Any], it: Iterator[Any], count: int | None, 
         except BaseException:
             abandon(it)
             raise
+        resumed = False
         if next(rounds, _END) is _END:
             return
+        run.round += 1  # before the new round's iterator replaces the source's run
         if pass_ is None:  # iterated outside any pass machinery
             it = iter(source)
         else:
@@ -268,12 +545,17 @@ class Cycler(IterDataPipe[T]):
         require_int(count, "Cycler", "count", minimum=0, optional=True)
         self.source_datapipe = source_datapipe
         self.count = count
+        if count == 0:  # no round: the source is never built, nothing is yielded, there is no position
+            self._builds_sources_later = self._stateless = True
 
     def __iter__(self) -> Iterator[T]:
         if self.count == 0:
             return iter(())  # no round: the source is not iterated at all
         # The first round's iterator now, as part of the pass; later rounds' in the same pass.
-        return _cycle_run(self.source_datapipe, iter(self.source_datapipe), self.count, _pass.current())
+        run = _CycleRun()
+        it = _cycle_run(self.source_datapipe, iter(self.source_datapipe), self.count, _pass.current(), run)
+        _pass.track(self, run)
+        return it
 
     def __len__(self) -> int:
         if self.count is None:
@@ -286,12 +568,38 @@ class Cycler(IterDataPipe[T]):
 # -- Enumerator ------------------------------------------------------------------------------------
 
 
-def _enumerate_run(it: Iterator[Any], starting_index: int) -> Iterator[tuple[int, Any]]:
+class _EnumerateRun:
+    """The position of an ``enumerate`` pass: the next index, read from the ``enumerate`` object
+    itself (no per-item cost). State: one int."""
+
+    __slots__ = ("counter", "start", "started")
+
+    def __init__(self, start: int) -> None:
+        self.counter: Any = None
+        self.start = start
+        self.started = False
+
+    def state(self) -> dict[str, Any]:
+        counter = self.counter
+        return {"index": self.start if counter is None else counter.__reduce__()[1][1]}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError(_STARTED)
+        self.start = int(state["index"])
+
+
+def _enumerate_run(it: Iterator[Any], run: _EnumerateRun) -> Iterator[tuple[int, Any]]:
+    run.started = True
+    run.counter = counter = enumerate(it, run.start)
     try:
-        yield from enumerate(it, starting_index)
+        yield from counter
     except BaseException:
         abandon(it)
         raise
+    finally:  # ended, closed or dropped: the run keeps the count and lets go of the source
+        run.start = int(counter.__reduce__()[1][1])
+        run.counter = None
 
 
 @functional_datapipe("enumerate")
@@ -319,7 +627,10 @@ class Enumerator(IterDataPipe[tuple[int, T]]):
         self.starting_index = starting_index
 
     def __iter__(self) -> Iterator[tuple[int, T]]:
-        return _enumerate_run(iter(self.source_datapipe), self.starting_index)
+        run = _EnumerateRun(self.starting_index)
+        it = _enumerate_run(iter(self.source_datapipe), run)
+        _pass.track(self, run)
+        return it
 
     def __len__(self) -> int:
         return len(self.source_datapipe)  # type: ignore[arg-type]
@@ -345,39 +656,141 @@ def _nbytes(x: Any) -> int:
     return sys.getsizeof(x)
 
 
-def _cache_fill(pipe: InMemoryCacheHolder, it: Iterator[Any]) -> Iterator[Any]:
-    items: list[Any] = []
-    append = items.append
+class _CacheRun:
+    """The position of an ``in_memory_cache`` pass: how many items it has yielded, read at no
+    per-item cost from the cache's list iterator (a cached pass) or from the items a filling pass
+    keeps; a pass streaming without filling counts them with ``enumerate``. State: an int and two
+    flags (whether the pass read the cache; whether its source's saved states are stale, those of an
+    earlier round of the same pass, as in a ``cycle``).
+
+    A resumed pass reads the cache where this process has it (moved to the index), else the source:
+    a pass saved while filling goes on streaming from its restored source without filling (its
+    first items were yielded before: the next complete pass fills the cache); a pass saved while
+    reading the cache replays the source from its start, keeping the items already yielded in the
+    cache without yielding them again, and fills it. Reading the cache is exact; replaying the
+    source is exact for a source that yields the same items at every pass (seeded, or not random).
+    """
+
+    __slots__ = ("it", "total", "at", "items", "counter", "stale", "started", "resume", "final")
+
+    def __init__(self) -> None:
+        self.it: Iterator[Any] | None = None  # a cached pass: the cache's iterator
+        self.total = 0  # ... the cache's length
+        self.at = 0  # ... where restore() moved it
+        self.items: list[Any] | None = None  # a filling pass: the items kept so far
+        self.counter: Any = None  # a pass streaming without filling: the enumerate counting its items
+        self.stale = False
+        self.started = False
+        self.resume: dict[str, Any] | None = None
+        self.final: dict[str, Any] | None = None  # the state once the filling pass ended, or was closed
+
+    def position(self) -> int:
+        if self.it is not None:
+            return self.total - length_hint(self.it)
+        if self.counter is not None:
+            return self.counter.__reduce__()[1][1]  # type: ignore[no-any-return]
+        if self.items is not None:
+            return len(self.items)
+        return 0
+
+    def state(self) -> dict[str, Any]:
+        if self.final is not None:
+            return dict(self.final)
+        if not self.started and self.it is None and self.resume is not None:
+            return dict(self.resume)
+        return {"cached": self.it is not None, "index": self.position(), "stale": self.stale}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started or (self.it is not None and self.position() != self.at):
+            raise RuntimeError(_STARTED)
+        index = int(state["index"])
+        if self.it is not None:  # this process has the cache: read it from the index
+            _seek(self.it, self.at, index)
+            self.at = index
+        else:
+            self.resume = {"cached": bool(state["cached"]), "index": index, "stale": bool(state["stale"])}
+
+    def release(self) -> None:
+        """Keep the state and let go of the items and the source (the filling pass ended or was closed)."""
+        self.final = self.state()
+        self.items = self.counter = None
+
+
+def _fill_start(pipe: InMemoryCacheHolder, it: Iterator[Any], run: _CacheRun,
+                pass_: _pass.Pass | None) -> tuple[Iterator[Any], list[Any] | None]:
+    """The source a filling pass reads and the items it has kept (``None``: it streams, counted)."""
+    resume = run.resume
+    if resume is None:
+        run.items = []
+        return it, run.items
+    index = resume["index"]
+    if not resume["cached"]:
+        # Saved while filling: the source was restored; the first items, yielded before, are gone.
+        run.counter = enumerate(it, index)
+        return it, None
+    if resume["stale"]:  # the source's restored states are of an earlier round: read it afresh
+        close_iterator(it)
+        if pass_ is None:
+            it = iter(pipe.source_dp)
+        else:
+            with pass_.building():
+                it = iter(pipe.source_dp)
+    run.items = list(itertools.islice(it, index))  # replayed into the cache, not yielded again
+    return it, run.items
+
+
+def _cache_fill(pipe: InMemoryCacheHolder, it: Iterator[Any], run: _CacheRun, pass_: _pass.Pass | None) -> Iterator[Any]:
+    run.started = True
     try:
+        it, items = _fill_start(pipe, it, run, pass_)
+        if items is None:
+            yield from map(_second, run.counter)
+            return
+        append = items.append
         for x in it:
             append(x)
             yield x
     except BaseException:
         abandon(it)
         raise
+    finally:
+        run.release()
     # Reached only when the source ended: a pass that was closed early or failed caches nothing.
     pipe._cache = items
 
 
-def _cache_fill_bounded(pipe: InMemoryCacheHolder, it: Iterator[Any]) -> Iterator[Any]:
+def _cache_fill_bounded(pipe: InMemoryCacheHolder, it: Iterator[Any], run: _CacheRun,
+                        pass_: _pass.Pass | None) -> Iterator[Any]:
     budget = pipe.size * 1024 * 1024  # type: ignore[operator]
-    items: list[Any] = []
-    used = 0
+    run.started = True
     try:
-        for x in it:
-            used += _nbytes(x)
-            if used > budget:
-                # Too big to cache: free what was kept and stream the rest of this pass.
-                items.clear()
+        it, items = _fill_start(pipe, it, run, pass_)
+        if items is not None:
+            used = sum(map(_nbytes, items))  # the items a resumed pass replayed
+            if used <= budget:
+                for x in it:
+                    used += _nbytes(x)
+                    if used > budget:
+                        break
+                    items.append(x)
+                    yield x
+                else:
+                    pipe._cache = items
+                    return
+            else:
+                x = _END
+            # Too big to cache: free what was kept and stream the rest of this pass, counted.
+            run.counter = enumerate(it, len(items) + (x is not _END))
+            run.items = None
+            items.clear()
+            if x is not _END:
                 yield x
-                yield from it
-                return
-            items.append(x)
-            yield x
+        yield from map(_second, run.counter)
     except BaseException:
         abandon(it)
         raise
-    pipe._cache = items
+    finally:
+        run.release()
 
 
 @functional_datapipe("in_memory_cache")
@@ -405,6 +818,11 @@ class InMemoryCacheHolder(IterDataPipe[T]):
 
     ``len()`` is the number of cached items once cached, the source's length before.
 
+    Checkpoint: a pass resumed where the cache is filled reads it from the saved index; else it
+    reads the source: a pass saved while filling streams the rest without filling the cache, one
+    saved while reading the cache replays the source (exact where the source repeats its items)
+    and fills it.
+
     >>> from datapipes.iter import IterableWrapper
     >>> pipe = IterableWrapper(range(4)).map(lambda x: x * x).in_memory_cache()
     >>> list(pipe), list(pipe)
@@ -425,16 +843,24 @@ class InMemoryCacheHolder(IterDataPipe[T]):
                 raise ValueError(f"InMemoryCacheHolder: size must be a finite number of megabytes > 0, got {size!r}")
         self.source_dp = source_dp
         self.size = size
-        self._fill: Callable[[InMemoryCacheHolder[T], Iterator[T]], Iterator[T]] = (
+        self._fill: Callable[[InMemoryCacheHolder[T], Iterator[T], _CacheRun, _pass.Pass | None], Iterator[T]] = (
             _cache_fill if size is None else _cache_fill_bounded
         )
         self._cache = None
 
     def __iter__(self) -> Iterator[T]:
         cache = self._cache
+        pass_ = _pass.current()
+        run = _CacheRun()
         if cache is not None:
-            return iter(cache)  # the source is not read again
-        return self._fill(self, iter(self.source_dp))
+            it = run.it = iter(cache)  # the source is not read again
+            run.total = len(cache)
+            # A source built earlier in this pass (an earlier round of a cycle) left stale states.
+            run.stale = pass_ is not None and id(self.source_dp) in pass_.built
+        else:
+            it = self._fill(self, iter(self.source_dp), run, pass_)
+        _pass.track(self, run)
+        return it
 
     def __len__(self) -> int:
         cache = self._cache
