@@ -8,14 +8,24 @@ about 30 ns for a Python loop appending item by item.
 Every ``__iter__`` creates its source's iterator (and reads its pass seed) at once, as part of the pass
 being built (:mod:`datapipes._pass`), and hands it to the generator that does the work; a generator
 left by an exception (or closed early) closes that iterator, so the upstream is released at once.
+
+Checkpoint and resume (DESIGN section 6): ``Batcher`` keeps nothing (at a batch boundary it has
+consumed exactly the batched items). ``Unbatcher`` and ``Grouper`` write nothing per item: their runs
+read the position from the suspended generator when a state is taken (its locals, with
+:func:`inspect.getgeneratorlocals`, and the list iterator it yields from, ``gi_yieldfrom``, whose
+``__reduce__`` gives its index). ``BucketBatcher`` records its buffers once per pool, bucket or
+buffer (the lists are mutated in place), and its RNG state.
 """
 
 from __future__ import annotations
 
+import inspect
 import random
+import weakref
 from itertools import islice
 from typing import Any, Callable, Hashable, Iterable, Iterator, TypeVar
 
+from .. import _pass
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
@@ -37,6 +47,57 @@ def _require_flag(value: Any, stage: str, name: str) -> bool:
 
 def _count_batches(n: int, batch_size: int, drop_last: bool) -> int:
     return n // batch_size if drop_last else -(-n // batch_size)
+
+
+# -- checkpoint and resume -------------------------------------------------------------------------
+
+_STARTED = "load_state_dict: this pass has already started; call it before the first next()"
+
+
+def _remaining(it: Iterator[Any]) -> list[Any]:
+    """The items a list or tuple iterator has not yielded yet, as a new list (read from its
+    ``__reduce__``: ``(iter, (sequence,), index)``, or ``(iter, ((),))`` once exhausted)."""
+    reduced: Any = it.__reduce__()
+    return list(reduced[1][0][reduced[2]:]) if len(reduced) > 2 else []
+
+
+class _FrameRun:
+    """The run of a pass whose position lives in its generator, read when a state is taken: the
+    generator is then suspended at a ``yield`` (between two items), and ``read(locals, yielding_from)``
+    turns its locals and the iterator it yields from into the state. The loop writes nothing per item.
+
+    A loaded state waits in ``resume`` until the generator starts and reads it; a generator that
+    has ended (exhausted, failed or closed) yields nothing more, and its state says so.
+    """
+
+    __slots__ = ("gen", "read", "resume", "started")
+
+    def __init__(self, read: Callable[[dict[str, Any], Any], dict[str, Any]]) -> None:
+        self.gen: Callable[[], Any] = lambda: None  # a weak reference to the generator, which refers to this run
+        self.read = read
+        self.resume: dict[str, Any] | None = None
+        self.started = False
+
+    def state(self) -> dict[str, Any]:
+        if not self.started:
+            return {"next": 0} if self.resume is None else self.resume
+        gen = self.gen()
+        frame = None if gen is None else gen.gi_frame
+        if frame is None:
+            return {"ended": True}
+        return self.read(inspect.getgeneratorlocals(gen), gen.gi_yieldfrom)
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError(_STARTED)
+        self.resume = state
+
+
+def _tracked(pipe: Any, gen: Iterator[Any], run: _FrameRun) -> Iterator[Any]:
+    """``gen``, the generator of ``pipe``'s pass, with ``run`` recorded in the pass."""
+    run.gen = weakref.ref(gen)
+    _pass.track(pipe, run)
+    return gen
 
 
 # -- Batcher ---------------------------------------------------------------------------------------
@@ -137,6 +198,7 @@ class Batcher(IterDataPipe[Any]):
 
     _repr_fields = ("batch_size",)
     _batch_what = "batch"  # what the note on a wrapper_class error calls the failing batch
+    _stateless = True  # at a batch boundary it has consumed exactly the batched items: its source's position
 
     def __init__(
         self,
@@ -182,12 +244,29 @@ def _unbatch_none(pipe: Unbatcher, it: Iterator[Any]) -> Iterator[Any]:
     return it  # items pass as they are: the source's own iterator, no generator in between
 
 
-def _unbatch_one(pipe: Unbatcher, it: Iterator[Any]) -> Iterator[Any]:
+# The unbatching loops keep ``n``, the position of the source item whose elements they yield, and
+# yield them from a list iterator (the batch itself, or its elements gathered into a list), whose
+# index tells the rest: see _unbatch_state. A resumed pass yields that rest first.
+
+
+def _unbatch_one(pipe: Unbatcher, it: Iterator[Any], run: _FrameRun) -> Iterator[Any]:
+    run.started = True
     n = 0
     try:
+        resume = run.resume
+        if resume is not None:
+            if "ended" in resume:
+                return
+            n = resume["next"]
+            if resume.get("rest"):
+                n -= 1
+                yield from list(resume["rest"])
+                n += 1
         for batch in it:
-            if not isinstance(batch, _BATCH):
-                raise _not_a_batch(pipe, batch, (n,))
+            if type(batch) is not list and type(batch) is not tuple:
+                if not isinstance(batch, _BATCH):
+                    raise _not_a_batch(pipe, batch, (n,))
+                batch = list(batch)  # a subclass's own __iter__ (torch's DataChunk), once: its rest stays readable
             yield from batch
             n += 1
     except BaseException:
@@ -195,46 +274,97 @@ def _unbatch_one(pipe: Unbatcher, it: Iterator[Any]) -> Iterator[Any]:
         raise
 
 
-def _dive(pipe: Unbatcher, batch: Any, level: int, path: tuple[int, ...]) -> Iterator[Any]:
+def _dive(batch: Any, level: int, path: tuple[int, ...], out: list[Any]) -> tuple[tuple[int, ...], Any] | None:
+    """Append the elements ``level`` levels down ``batch`` to ``out``; at the first item that should
+    be a batch and is not, stop and return its path and value (the error to raise once the elements
+    before it are yielded)."""
     if not isinstance(batch, _BATCH):
-        raise _not_a_batch(pipe, batch, path)
+        return path, batch
     if level == 1:
-        yield from batch
-        return
+        out.extend(batch)
+        return None
     for j, inner in enumerate(batch):
-        yield from _dive(pipe, inner, level - 1, (*path, j))
+        bad = _dive(inner, level - 1, (*path, j), out)
+        if bad is not None:
+            return bad
+    return None
 
 
-def _unbatch_deep(pipe: Unbatcher, it: Iterator[Any]) -> Iterator[Any]:
+def _unbatch_deep(pipe: Unbatcher, it: Iterator[Any], run: _FrameRun) -> Iterator[Any]:
     level = pipe.unbatch_level
+    run.started = True
     n = 0
+    bad: tuple[tuple[int, ...], Any] | None = None
     try:
+        resume = run.resume
+        if resume is not None:
+            if "ended" in resume:
+                return
+            n = resume["next"]
+            if resume.get("rest") or "bad" in resume:
+                n -= 1
+                if "bad" in resume:
+                    path, value = resume["bad"]
+                    bad = (tuple(path), value)
+                yield from list(resume["rest"])
+                if bad is not None:
+                    raise _not_a_batch(pipe, bad[1], bad[0])
+                n += 1
         for batch in it:
-            yield from _dive(pipe, batch, level, (n,))
+            elements: list[Any] = []
+            bad = _dive(batch, level, (n,), elements)
+            yield from elements
+            if bad is not None:
+                raise _not_a_batch(pipe, bad[1], bad[0])
             n += 1
     except BaseException:
         abandon(it)
         raise
 
 
-def _flatten(batch: Any) -> Iterator[Any]:
+def _flatten(batch: Any, out: list[Any]) -> None:
     for x in batch:
         if isinstance(x, _BATCH):
-            yield from _flatten(x)
+            _flatten(x, out)
         else:
-            yield x
+            out.append(x)
 
 
-def _unbatch_all(pipe: Unbatcher, it: Iterator[Any]) -> Iterator[Any]:
+def _unbatch_all(pipe: Unbatcher, it: Iterator[Any], run: _FrameRun) -> Iterator[Any]:
+    run.started = True
+    n = 0
     try:
+        resume = run.resume
+        if resume is not None:
+            if "ended" in resume:
+                return
+            n = resume["next"]
+            if resume.get("rest"):
+                n -= 1
+                yield from list(resume["rest"])
+                n += 1
         for x in it:
             if isinstance(x, _BATCH):
-                yield from _flatten(x)
+                elements: list[Any] = []
+                _flatten(x, elements)
+                yield from elements
             else:
                 yield x
+            n += 1
     except BaseException:
         abandon(it)
         raise
+
+
+def _unbatch_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+    """An unbatching pass's state: the position of the source's next item, the elements of the
+    current one not yet yielded, and the error found in it that is still to be raised."""
+    rest = [] if yielding_from is None else _remaining(yielding_from)
+    state: dict[str, Any] = {"next": local["n"] + 1, "rest": rest}
+    bad = local.get("bad")
+    if bad is not None:
+        state["bad"] = [list(bad[0]), bad[1]]
+    return state
 
 
 @functional_datapipe("unbatch")
@@ -259,6 +389,12 @@ class Unbatcher(IterDataPipe[Any]):
     ``len()`` is the source's length with ``unbatch_level=0``; otherwise it raises ``TypeError``
     (the batch sizes are known only after iterating).
 
+    Deeper than one level, the elements of each source item are gathered into a list before the
+    first is yielded (an item that should be a batch and is not is still raised in its place, after
+    the elements before it). A list or tuple subclass with an ``__iter__`` of its own (torch's
+    ``DataChunk``) is iterated once into a list. A pass's state holds the position of the source's
+    next item and the elements of the current one not yet yielded (at most one item's elements).
+
     >>> from datapipes.iter import IterableWrapper
     >>> list(IterableWrapper([[0, 1], [2]]).unbatch())
     [0, 1, 2]
@@ -275,11 +411,18 @@ class Unbatcher(IterDataPipe[Any]):
         require_int(unbatch_level, "Unbatcher", "unbatch_level", minimum=-1)
         self.datapipe = datapipe
         self.unbatch_level = unbatch_level
-        runs = {-1: _unbatch_all, 0: _unbatch_none, 1: _unbatch_one}
-        self._run: Callable[[Unbatcher, Iterator[Any]], Iterator[Any]] = runs.get(unbatch_level, _unbatch_deep)
+        runs = {-1: _unbatch_all, 1: _unbatch_one}
+        self._run: Callable[[Unbatcher, Iterator[Any], _FrameRun], Iterator[Any]]
+        self._run = runs.get(unbatch_level, _unbatch_deep)
+        # unbatch_level=0 passes the source's iterator itself: its position is the source's.
+        self._stateless = unbatch_level == 0
 
     def __iter__(self) -> Iterator[Any]:
-        return self._run(self, iter(self.datapipe))
+        it = iter(self.datapipe)
+        if self.unbatch_level == 0:
+            return _unbatch_none(self, it)
+        run = _FrameRun(_unbatch_state)
+        return _tracked(self, self._run(self, it, run), run)
 
     def __len__(self) -> int:
         if self.unbatch_level == 0:
@@ -290,62 +433,184 @@ class Unbatcher(IterDataPipe[Any]):
 # -- BucketBatcher ---------------------------------------------------------------------------------
 
 
-def _pool_shuffle(it: Iterator[Any], size: int, rng: random.Random) -> Iterator[Any]:
-    """Shuffle each run of ``size`` consecutive items (the last run may be shorter)."""
-    shuffle = rng.shuffle
-    while chunk := list(islice(it, size)):
-        shuffle(chunk)
-        yield from chunk
+class _Buffer:
+    """A streaming buffer shuffle's position: the buffer (a list it mutates in place), then, once its
+    source is exhausted, the iterator over the shuffled buffer it yields from."""
 
+    __slots__ = ("buffer", "drain")
 
-def _buffer_shuffle(it: Iterator[Any], size: int, rng: random.Random) -> Iterator[Any]:
-    """Shuffle through a buffer of ``size`` items: each new item replaces a random one, yielded."""
-    buffer: list[Any] = []
-    randrange = rng.randrange
-    for x in it:
-        if len(buffer) == size:
-            i = randrange(size)
-            yield buffer[i]
-            buffer[i] = x
+    def __init__(self) -> None:
+        self.buffer: list[Any] = []
+        self.drain: Iterator[Any] | None = None
+
+    def state(self, copy: Callable[[Any], Any]) -> dict[str, Any]:
+        if self.drain is not None:
+            return {"drain": [copy(x) for x in _remaining(self.drain)]}
+        return {"buffer": [copy(x) for x in self.buffer]}
+
+    def restore(self, state: dict[str, Any], copy: Callable[[Any], Any]) -> None:
+        if "drain" in state:
+            self.drain = iter([copy(x) for x in state["drain"]])
         else:
-            buffer.append(x)
-    rng.shuffle(buffer)
-    yield from buffer
+            self.buffer = [copy(x) for x in state["buffer"]]
+
+
+def _buffer_shuffle(it: Iterator[Any], size: int, rng: random.Random, at: _Buffer) -> Iterator[Any]:
+    """Shuffle through a buffer of ``size`` items: each new item replaces a random one, yielded.
+    The buffer is updated before each ``yield``, so ``at`` reads a position between two items."""
+    if at.drain is None:
+        buffer = at.buffer
+        randrange = rng.randrange
+        for x in it:
+            if len(buffer) == size:
+                i = randrange(size)
+                y = buffer[i]
+                buffer[i] = x
+                yield y
+            else:
+                buffer.append(x)
+        rng.shuffle(buffer)
+        at.drain = iter(buffer)
+    yield from at.drain
+
+
+def _sort_bucket(
+    pipe: BucketBatcher, sorter: Callable[[list[Any]], Iterable[Any]], bucket: list[Any], b: int
+) -> list[Any]:
+    try:
+        result = sorter(bucket)
+        if result is None:
+            raise TypeError(
+                f"{stage_label(pipe)}: sort_key returned None; it must return the sorted bucket "
+                "(e.g. sorted(bucket), not bucket.sort())"
+            )
+        return list(result)
+    except Exception as e:
+        add_stage_note(e, stage_label(pipe), b, "bucket")
+        raise
 
 
 def _sorted_buckets(
-    pipe: BucketBatcher, sorter: Callable[[list[Any]], Iterable[Any]], it: Iterator[Any], size: int
+    pipe: BucketBatcher, sorter: Callable[[list[Any]], Iterable[Any]], it: Iterator[Any], size: int, run: _BucketRun
 ) -> Iterator[Any]:
-    b = 0
+    """The items of each bucket of ``size`` items, sorted; ``run.rest`` is the current bucket's
+    iterator and ``run.buckets`` counts the buckets sorted (both written once per bucket)."""
+    if run.rest is not None:
+        yield from run.rest
     while bucket := list(islice(it, size)):
-        try:
-            result = sorter(bucket)
-            if result is None:
-                raise TypeError(
-                    f"{stage_label(pipe)}: sort_key returned None; it must return the sorted bucket "
-                    "(e.g. sorted(bucket), not bucket.sort())"
-                )
-            result = list(result)
-        except Exception as e:
-            add_stage_note(e, stage_label(pipe), b, "bucket")
-            raise
-        yield from result
-        b += 1
+        result = _sort_bucket(pipe, sorter, bucket, run.buckets)
+        run.buckets += 1
+        run.rest = rest = iter(result)
+        yield from rest
 
 
-def _bucket_run(pipe: BucketBatcher, source: Iterator[Any], seed: int) -> Iterator[list[Any]]:
-    rng = random.Random(seed)
-    shuffle = _pool_shuffle if pipe.use_in_batch_shuffle else _buffer_shuffle
+def _rng_state(rng: random.Random) -> list[Any]:
+    version, internal, gauss = rng.getstate()
+    return [version, list(internal), gauss]
+
+
+class _BucketRun:
+    """The position of a bucket-batching pass, between two batches: the RNG state, then
+
+    - pooled (``use_in_batch_shuffle=True``): every stage of a pool runs when its first batch is
+      asked for, so the position is the batches of the current pool not yet yielded (``rest``, at
+      most ``batch_size * batch_num * bucket_num`` items) and the number of buckets sorted;
+    - streaming: the item shuffle's buffer (at most ``batch_size * batch_num * bucket_num`` items),
+      the rest of the current sorted bucket (``rest``, at most ``batch_size * batch_num`` items), the
+      number of buckets sorted and the batch shuffle's buffer (at most ``batch_num * bucket_num``
+      batches).
+
+    Written once per pool, bucket or buffer; the buffers are the lists the loops mutate.
+    """
+
+    __slots__ = ("rng", "pooled", "rest", "buckets", "items", "batches", "started")
+
+    def __init__(self, seed: int, pooled: bool) -> None:
+        self.rng = random.Random(seed)
+        self.pooled = pooled
+        self.rest: Iterator[Any] | None = None  # pooled: the batches of the pool; streaming: the bucket's items
+        self.buckets = 0
+        self.items = _Buffer()
+        self.batches = _Buffer()
+        self.started = False
+
+    def state(self) -> dict[str, Any]:
+        rest = [] if self.rest is None else _remaining(self.rest)
+        state: dict[str, Any] = {"rng": _rng_state(self.rng), "buckets": self.buckets}
+        if self.pooled:
+            state["rest"] = [list(batch) for batch in rest]  # a consumer may change a batch once yielded
+        else:
+            state.update(items=self.items.state(_same), rest=rest, batches=self.batches.state(list))
+        return state
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError(_STARTED)
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        self.buckets = state["buckets"]
+        if self.pooled:
+            self.rest = iter([list(batch) for batch in state["rest"]])
+        else:
+            self.rest = iter(list(state["rest"]))
+            self.items.restore(state["items"], _same)
+            self.batches.restore(state["batches"], list)
+
+
+def _same(x: Any) -> Any:
+    return x
+
+
+def _bucket_pools(pipe: BucketBatcher, source: Iterator[Any], run: _BucketRun) -> Iterator[list[Any]]:
+    """``use_in_batch_shuffle=True``: one pool at a time, every step of it before its first batch."""
+    run.started = True
+    rng = run.rng
+    size = pipe.batch_size
+    bucket_size = size * pipe.batch_num
+    pool_size = bucket_size * pipe.bucket_num
+    sorter = pipe._sorter
+    shuffle_items = sorter is None or pipe.bucket_num > 1
+    drop_last = pipe.drop_last
+    try:
+        if run.rest is not None:
+            yield from run.rest
+        while pool := list(islice(source, pool_size)):
+            if shuffle_items:
+                rng.shuffle(pool)
+            if sorter is not None:
+                b = run.buckets
+                buckets: list[Any] = []
+                for i in range(0, len(pool), bucket_size):
+                    buckets += _sort_bucket(pipe, sorter, pool[i:i + bucket_size], b)
+                    b += 1
+                run.buckets = b
+                pool = buckets
+            batches = [pool[i:i + size] for i in range(0, len(pool), size)]
+            if drop_last and len(batches[-1]) < size:
+                batches.pop()
+            if sorter is not None:
+                rng.shuffle(batches)
+            run.rest = rest = iter(batches)
+            yield from rest
+    except BaseException:
+        abandon(source)  # this frame names it: release the upstream now, not at collection
+        raise
+
+
+def _bucket_stream(pipe: BucketBatcher, source: Iterator[Any], run: _BucketRun) -> Iterator[list[Any]]:
+    """``use_in_batch_shuffle=False``: streaming buffer shuffles of items and of batches."""
+    run.started = True
+    rng = run.rng
     bucket_size = pipe.batch_size * pipe.batch_num
     sorter = pipe._sorter
-    items = source
+    items: Iterator[Any] = source
     if sorter is None or pipe.bucket_num > 1:
-        items = shuffle(items, bucket_size * pipe.bucket_num, rng)
+        items = _buffer_shuffle(items, bucket_size * pipe.bucket_num, rng, run.items)
     if sorter is not None:
-        items = _sorted_buckets(pipe, sorter, items, bucket_size)
+        items = _sorted_buckets(pipe, sorter, items, bucket_size, run)
     batches = (_full_batches if pipe.drop_last else _batches)(items, pipe.batch_size)
     if sorter is not None:
-        batches = shuffle(batches, pipe.batch_num * pipe.bucket_num, rng)
+        batches = _buffer_shuffle(batches, pipe.batch_num * pipe.bucket_num, rng, run.batches)
     try:
         yield from batches
     except BaseException:
@@ -383,7 +648,9 @@ class BucketBatcher(IterDataPipe[list[T]]):
     Unlike torchdata, step 4 mixes the batches of a whole pool in both modes.
 
     This is a random stage: the order comes from :meth:`set_seed` / :meth:`set_epoch`, or from
-    torch's global generator when unseeded.
+    torch's global generator when unseeded. A pass's state holds its RNG state and what it holds
+    between two batches: the current pool's batches not yet yielded (at most ``pool_size`` items);
+    streaming, the item buffer, the rest of the current bucket and the batch buffer.
 
     Args:
         datapipe: the source pipe.
@@ -453,8 +720,10 @@ class BucketBatcher(IterDataPipe[list[T]]):
 
     def __iter__(self) -> Iterator[list[T]]:
         # The seed first, then the source: unseeded passes draw from torch's generator in this order.
-        seed = self._pass_seed()
-        return _bucket_run(self, iter(self.datapipe), seed)
+        run = _BucketRun(self._pass_seed(), self.use_in_batch_shuffle)
+        source = iter(self.datapipe)
+        _pass.track(self, run)
+        return (_bucket_pools if self.use_in_batch_shuffle else _bucket_stream)(self, source, run)
 
     def __len__(self) -> int:
         return _count_batches(len(self.datapipe), self.batch_size, self.drop_last)  # type: ignore[arg-type]
@@ -472,7 +741,7 @@ def _unhashable_note(e: TypeError, pipe: Grouper, n: int, key: Any) -> None:
         )
 
 
-def _group_run(pipe: Grouper, it: Iterator[Any]) -> Iterator[Any]:
+def _group_run(pipe: Grouper, it: Iterator[Any], run: _FrameRun) -> Iterator[Any]:
     fn = pipe.group_key_fn
     keep_key = pipe.keep_key
     # 0 never equals a group's length after an append; -1 never equals the buffer's fill.
@@ -480,11 +749,22 @@ def _group_run(pipe: Grouper, it: Iterator[Any]) -> Iterator[Any]:
     buffer_size = -1 if pipe.buffer_size is None else pipe.buffer_size
     guaranteed = pipe._guaranteed
     drop_remaining = pipe.drop_remaining
+    run.started = True
+    # The position, read by _group_state: ``groups``, ``n`` (the items read) and, once the source is
+    # exhausted, ``drain`` (the groups left, yielded in the order they were started).
     groups: dict[Any, list[Any]] = {}
-    held = 0
     n = 0
+    drain: Iterator[tuple[Any, list[Any]]] | None = None
+    resume = run.resume
+    if resume is not None:
+        if "ended" in resume:
+            return
+        n = resume["next"]
+        groups = {key: list(group) for key, group in resume.get("groups", ())}
+    held = sum(map(len, groups.values()))
+    source: Iterable[Any] = it if resume is None or "draining" not in resume else ()  # draining: it is exhausted
     try:
-        for x in it:
+        for x in source:
             try:
                 key = fn(x)
             except Exception as e:
@@ -518,11 +798,21 @@ def _group_run(pipe: Grouper, it: Iterator[Any]) -> Iterator[Any]:
                         f"guaranteed_group_size={guaranteed}; raise buffer_size, lower guaranteed_group_size, "
                         "or pass drop_remaining=True to drop such groups"
                     )
-        for key, group in list(groups.items()):
+        drain = iter(list(groups.items()))
+        for key, group in drain:
             yield (key, group) if keep_key else group
     except BaseException:
         abandon(it)
         raise
+
+
+def _group_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+    """A grouping pass's state: the items read, and the groups held (each a copy), in the order they
+    were started; once the source is exhausted, the groups not yet yielded."""
+    drain = local["drain"]
+    if drain is not None:
+        return {"next": local["n"], "groups": [[k, list(g)] for k, g in _remaining(drain)], "draining": True}
+    return {"next": local["n"], "groups": [[k, list(g)] for k, g in local["groups"].items()]}
 
 
 @functional_datapipe("groupby")
@@ -562,6 +852,8 @@ class Grouper(IterDataPipe[Any]):
 
     Unlike torch DataPipes, with ``keep_key`` a group taken out of a full buffer is paired with its
     own key (torch pairs it with the key of the item just read).
+
+    A pass's state holds the groups held, keys and items (at most ``buffer_size`` items).
 
     >>> from datapipes.iter import IterableWrapper
     >>> files = IterableWrapper(["a.png", "b.png", "a.json", "b.json", "a.jpg", "c.json"])
@@ -612,7 +904,8 @@ class Grouper(IterDataPipe[Any]):
         self._guaranteed = group_size if guaranteed_group_size is None else guaranteed_group_size
 
     def __iter__(self) -> Iterator[Any]:
-        return _group_run(self, iter(self.datapipe))
+        run = _FrameRun(_group_state)
+        return _tracked(self, _group_run(self, iter(self.datapipe), run), run)
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of groups is known only after iterating")
