@@ -37,6 +37,14 @@ pipe) still share one pass after unpickling; a child pickled alone gets its own 
 (Children that reach the pickler through different intermediate pipes, e.g. ``a.zip(b.map(f))``,
 are split apart by the generic pipe pickling, which pickles each pipe separately; each part then
 reads its own pass and the results stay correct.)
+Checkpoint and resume (``it.state_dict()``, :mod:`datapipes._pass`): ``zip`` keeps nothing (every
+input stands one item per tuple on); ``concat`` saves which input it reads (a resumed pass builds
+that input at once and never reads the ones before it); ``mux`` saves the items of the current round
+not yet yielded; a fork or demux child saves the state of the shared pass (the items buffered for the
+children and where each child stands, one object for all the children, so a pickle holds it once),
+and the resumed pass's first child to read starts the shared pass from it. A shared pass that another
+pipe pass started or reads cannot be saved from this one: ``state_dict()`` raises ``TypeError``.
+
 No threads are created here. Two children consumed alternately from one thread is the designed
 use; consuming them from different threads is safe too: a child reads what is already buffered
 without a lock, and reading the source (which also trims the buffer) happens under one lock, once
@@ -56,7 +64,7 @@ import threading
 import warnings
 import weakref
 from collections import deque
-from typing import Any, Callable, Iterator, Literal, TypeVar
+from typing import Any, Callable, Iterator, Literal, NoReturn, TypeVar
 
 import cloudpickle
 
@@ -96,17 +104,69 @@ def _input_lengths(pipe: Any) -> list[int]:
     return lengths
 
 
-def _concat(it: Iterator[Any], rest: tuple[Any, ...], pass_: _pass.Pass | None) -> Iterator[Any]:
-    """``it`` (the first input's iterator), then each of ``rest``, whose iterator is created in
-    ``pass_`` (the pass that built this stage) only when the previous input ends."""
+_STARTED = "load_state_dict: this pass has already started; call it before the first next()"
+
+
+def _build(dp: Any, pass_: _pass.Pass | None) -> Iterator[Any]:
+    """``iter(dp)`` in ``pass_`` (the pass that built the stage asking), or plain outside any pass."""
+    if pass_ is None:  # iterated outside any pass machinery
+        return iter(dp)
+    with pass_.building():
+        return iter(dp)
+
+
+class _ConcatRun:
+    """Which input a concat pass reads, for checkpoint and resume. State: one int.
+
+    The generator moves ``index`` on when an input ends (once per input, nothing per item); the
+    input's own stages hold its position. :meth:`restore` builds the saved input's iterator at once,
+    so the states of its stages, restored after this one (graph order), reach it; the inputs before
+    it are built and dropped unread (their stages' states then land in runs of this pass, never
+    pending for a later input that shares a stage).
+    """
+
+    __slots__ = ("datapipes", "pass_", "it", "index", "started")
+
+    def __init__(self, datapipes: tuple[Any, ...], pass_: _pass.Pass | None, it: Iterator[Any]) -> None:
+        self.datapipes = datapipes
+        self.pass_ = _weak(pass_)  # the pass holds this run: no cycle back to it
+        self.it: Iterator[Any] | None = it  # the current input's iterator, until the pass starts
+        self.index = 0
+        self.started = False
+
+    def state(self) -> dict[str, Any]:
+        return {"input": self.index}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError(_STARTED)
+        index = state["input"]
+        if type(index) is not int or not 0 <= index < len(self.datapipes):
+            raise ValueError(
+                f"load_state_dict: Concater has {len(self.datapipes)} inputs, the state names input {index!r}"
+            )
+        if index == self.index:
+            return
+        _close_iterator(self.it)
+        pass_ = None if self.pass_ is None else self.pass_()
+        for j in range(min(index, 1), index + 1):
+            it = _build(self.datapipes[j], pass_)
+            if j < index:
+                _close_iterator(it)
+        self.it, self.index = it, index
+
+
+def _concat(run: _ConcatRun, pass_: _pass.Pass | None) -> Iterator[Any]:
+    """The current input's items, then each later input's, whose iterator is created in ``pass_``
+    (the pass that built this stage) only when the previous input ends."""
+    run.started = True
+    it, run.it = run.it, None  # the frame holds it from now on: a closed pass drops it
+    datapipes = run.datapipes
     try:
-        yield from it
-        for dp in rest:
-            if pass_ is None:  # iterated outside any pass machinery
-                it = iter(dp)
-            else:
-                with pass_.building():
-                    it = iter(dp)
+        yield from it  # type: ignore[misc]
+        for j in range(run.index + 1, len(datapipes)):
+            it = _build(datapipes[j], pass_)
+            run.index = j  # before its first item
             yield from it
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
@@ -122,14 +182,94 @@ def _zip(its: list[Iterator[Any]]) -> Iterator[tuple[Any, ...]]:
         raise
 
 
-def _mux(its: list[Iterator[Any]]) -> Iterator[Any]:
+def _rest(it: Iterator[Any]) -> list[Any]:
+    """The items a tuple or list iterator has left, read without advancing it (its ``__reduce__``
+    gives the sequence and the index; an exhausted one gives an empty sequence)."""
+    reduced: Any = it.__reduce__()
+    seq = reduced[1][0]
+    return list(seq[reduced[2]:] if len(reduced) > 2 else seq)
+
+
+def _chain_active(chain: Any) -> Iterator[Any] | None:
+    """The iterator ``chain`` is reading now (``None`` between two, or at the end), from its
+    ``__reduce__``: itertools' pickling, deprecated in Python 3.12 and gone in 3.14."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        reduced = chain.__reduce__()
+    return reduced[2][1] if len(reduced) > 2 and len(reduced[2]) > 1 else None
+
+
+def _chain_reduces() -> bool:
+    try:
+        probe = itertools.chain.from_iterable([(1, 2)])
+        next(probe)
+        return _rest(_chain_active(probe)) == [2]  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - Python 3.14+: itertools objects no longer reduce
+        return False
+
+
+class _MuxRun:
+    """Where a mux pass is in its round, for checkpoint and resume. State: the items of the current
+    round pulled from the inputs (a round pulls one from each at once) and not yet yielded, at most
+    ``len(datapipes) - 1`` items; the inputs' own stages hold their positions (each at the end of
+    the round). Read lazily: from the ``chain`` that yields the rounds' items (nothing per item),
+    or, where itertools objects no longer reduce, from the current round's iterator (one store per
+    round)."""
+
+    __slots__ = ("chain", "round", "saved", "started")
+
+    def __init__(self) -> None:
+        self.chain: Any = None
+        self.round: Iterator[Any] | None = None
+        self.saved: list[Any] = []  # the round a resumed pass yields first
+        self.started = False
+
+    def state(self) -> dict[str, Any]:
+        if self.chain is not None:
+            active = _chain_active(self.chain)
+            return {"round": [] if active is None else _rest(active)}
+        if self.round is not None:
+            return {"round": _rest(self.round)}
+        return {"round": list(self.saved)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError(_STARTED)
+        self.saved = list(state["round"])
+
+
+def _rounds(its: list[Iterator[Any]], run: _MuxRun) -> Iterator[tuple[Any, ...]]:
+    run.started = True
+    rounds: Iterator[tuple[Any, ...]] = zip(*its)
+    if run.saved:  # a resumed pass first yields the rest of the saved round
+        rounds = itertools.chain([tuple(run.saved)], rounds)
+    return rounds
+
+
+def _mux(its: list[Iterator[Any]], run: _MuxRun) -> Iterator[Any]:
     # zip stops at the first exhausted input and drops the round it was building: torch semantics.
     try:
-        yield from itertools.chain.from_iterable(zip(*its))
+        run.chain = items = itertools.chain.from_iterable(_rounds(its, run))
+        yield from items
     except BaseException:
         for it in its:
             abandon(it)
         raise
+
+
+def _mux_stored(its: list[Iterator[Any]], run: _MuxRun) -> Iterator[Any]:
+    """:func:`_mux` where itertools objects no longer reduce: the run holds the round's iterator."""
+    try:
+        for run.round in map(iter, _rounds(its, run)):  # one store per round, before its first item
+            yield from run.round
+    except BaseException:
+        for it in its:
+            abandon(it)
+        raise
+
+
+#: how a mux pass reads its position, chosen once for this Python
+_MUX = _mux if _chain_reduces() else _mux_stored
 
 
 @functional_datapipe("concat")
@@ -165,7 +305,10 @@ class Concater(IterDataPipe[T]):
         self._run = _concat
 
     def __iter__(self) -> Iterator[T]:
-        return self._run(iter(self.datapipes[0]), self.datapipes[1:], _pass.current())
+        pass_ = _pass.current()
+        run = _ConcatRun(self.datapipes, pass_, iter(self.datapipes[0]))
+        _pass.track(self, run)
+        return self._run(run, pass_)
 
     def __len__(self) -> int:
         return sum(_input_lengths(self))
@@ -193,6 +336,9 @@ class Zipper(IterDataPipe[tuple[Any, ...]]):
 
     See also: :class:`Multiplexer`, :class:`Concater`.
     """
+
+    #: at a boundary between two tuples every input has yielded exactly one item per tuple
+    _stateless = True
 
     def __init__(self, *datapipes: IterDataPipe[Any]) -> None:
         _check_inputs("Zipper", datapipes)
@@ -237,10 +383,13 @@ class Multiplexer(IterDataPipe[T]):
     def __init__(self, *datapipes: IterDataPipe[T]) -> None:
         _check_inputs("Multiplexer", datapipes)
         self.datapipes = datapipes
-        self._run = _mux
+        self._run = _MUX
 
     def __iter__(self) -> Iterator[T]:
-        return self._run([iter(dp) for dp in self.datapipes])
+        its = [iter(dp) for dp in self.datapipes]
+        run = _MuxRun()
+        _pass.track(self, run)
+        return self._run(its, run)
 
     def __len__(self) -> int:
         return min(_input_lengths(self)) * len(self.datapipes)
@@ -290,6 +439,10 @@ def _check_buffer_size(stage: str, buffer_size: Any) -> None:
             f"{stage}: buffer_size=-1 keeps an unbounded buffer: a child that runs far ahead of the "
             "others makes memory grow without limit"
         )
+
+
+def _weak(pass_: _pass.Pass | None) -> Any:
+    return None if pass_ is None else weakref.ref(pass_)
 
 
 def _rebuild_hub(payload: bytes) -> Any:
@@ -348,6 +501,18 @@ class _Hub(ABC):
         """Pass ``p`` is over: close its source iterator and make every further read raise ``error``."""
         ...
 
+    @abstractmethod
+    def _position(self, p: Any) -> tuple[Any, dict[str, Any]]:
+        """``(key, state)``: what pass ``p`` holds for its children, as plain data (``None`` for a
+        slot that left), and a cheap key that determines it (so equal keys share one state)."""
+        ...
+
+    @abstractmethod
+    def _resumed_pass(self, it: Iterator[Any], state: dict[str, Any]) -> Any:
+        """A new pass over ``it`` (the source, restored to where the saved pass stood) holding what
+        ``state`` (from :meth:`_position`) says."""
+        ...
+
     def _runtime(self) -> None:
         self._lock = threading.RLock()
         self._pass = None
@@ -355,6 +520,10 @@ class _Hub(ABC):
         # never read again, so it must not hold items back (a discarded child, or a sibling that
         # was pickled apart from this one)
         self._alive: list[weakref.WeakSet[Any]] = [weakref.WeakSet() for _ in range(self.num_instances)]
+        # checkpoint and resume: the shared pass each pipe pass built (the latest), and the saved
+        # shared pass a resumed pipe pass starts with at its first join
+        self._built: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        self._plans: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 
     def register(self, child: Any, i: int) -> None:
         self._alive[i].add(child)
@@ -381,17 +550,15 @@ class _Hub(ABC):
     def join(self, i: int, pass_: _pass.Pass | None) -> Any:
         """The pass child ``i`` reads from: the current one, or a new one if ``i`` already read it.
         A new one's source iterator is created in ``pass_``, the pass that built child ``i``'s
-        iterator."""
+        iterator; a pipe pass resumed from a state (:meth:`plan`) starts with the saved shared pass."""
         with self._lock:
             p = self._pass
-            if p is not None and not p.joined[i]:
+            plan = self._plans.pop(pass_, None) if pass_ is not None and self._plans else None
+            if plan is None and p is not None and not p.joined[i]:
                 p.joined[i] = True
+                p.joiners[i] = _weak(pass_)
                 return p
-            if pass_ is None:  # iterated outside any pass machinery
-                it = iter(self.datapipe)
-            else:
-                with pass_.building():
-                    it = iter(self.datapipe)
+            it = _build(self.datapipe, pass_)
             if p is not None:
                 busy = [j for j in range(self.num_instances) if j != i and self._busy(p, j)]
                 if busy:
@@ -410,9 +577,54 @@ class _Hub(ABC):
                         "the new pass"
                     ),
                 )
-            p = self._pass = self._new_pass(it)
+            p = self._pass = self._new_pass(it) if plan is None else self._resumed_pass(it, plan)
+            if pass_ is not None:
+                self._built[pass_] = p
             p.joined[i] = True
+            p.joiners[i] = _weak(pass_)
             return p
+
+    def snapshot(self, i: int, pass_: _pass.Pass, joined: Any) -> dict[str, Any] | None:
+        """The state of the shared pass that pipe pass ``pass_`` reads (``None``: it has not started
+        one), for child ``i`` (``joined``: the shared pass it joined, if any). Raises ``TypeError``
+        where that would not resume exactly: the shared pass was started by another pipe pass, a
+        child still in it is read by another pipe pass, it was invalidated, or its source failed."""
+        with self._lock:
+            p = self._built.get(pass_)
+            if p is None:
+                if joined is None:
+                    return None
+                self._unsaveable(f"child {i} reads a shared pass that another pass started")
+            if joined is not None and joined is not p:
+                self._unsaveable(f"child {i} reads a shared pass that was invalidated by a newer one")
+            if not all(p.done):
+                if p is not self._pass:
+                    self._unsaveable("its shared pass was invalidated by a newer one")
+                if isinstance(p.it, _Raising):
+                    self._unsaveable("its shared pass failed")
+                other = [j for j in range(self.num_instances)
+                         if p.joined[j] and not p.done[j]
+                         and (p.joiners[j] is None or p.joiners[j]() is not pass_)]
+                if other:
+                    self._unsaveable(f"child(ren) {other} in the middle of its shared pass are read by another pass")
+            self._release_gone(p)  # a slot that can never read needs nothing saved
+            key, state = self._position(p)
+            if p.saved is None or p.saved[0] != key:
+                p.saved = (key, state)  # every child saves this same object: pickle writes it once
+            return p.saved[1]
+
+    def _unsaveable(self, why: str) -> NoReturn:
+        raise TypeError(f"{self.label} cannot save its position: {why}")
+
+    def plan(self, pass_: _pass.Pass, state: dict[str, Any]) -> None:
+        """Resume pipe pass ``pass_`` from ``state`` (:meth:`snapshot`): its first child to read
+        starts the shared pass from it."""
+        slots = state.get("pos", state.get("queues"))
+        if not isinstance(slots, list) or len(slots) != self.num_instances:
+            raise ValueError(f"load_state_dict: {self.label} has {self.num_instances} children, the state does not")
+        with self._lock:
+            if pass_ not in self._built:  # a child built after the shared pass started: planned already
+                self._plans[pass_] = state
 
     def leave(self, p: Any, i: int) -> None:
         """Child ``i``'s iterator over pass ``p`` ended; end the pass when every child has left."""
@@ -425,6 +637,52 @@ class _Hub(ABC):
             if all(p.done):
                 self._pass = None
                 self._retire(p, RuntimeError(f"{self.label}: this pass is over"))
+
+
+class _ChildRun:
+    """Where one fork/demux child stands, for checkpoint and resume.
+
+    Its state is the state of the shared pass it reads (the same object for every child of the pass,
+    so a pickle holds it once): what the shared pass holds for the children (fork: the items read
+    from the source that some child has not read yet, at most ``buffer_size`` plus a few; demux:
+    each child's queue, at most ``buffer_size`` items in all) and where each child is; the source's
+    own stages hold its position. A resumed pipe pass starts the shared pass from it at its first
+    read; a child that had left it ends at once. The child's loop keeps the positions it always
+    kept: nothing is added per item.
+    """
+
+    __slots__ = ("hub", "i", "pass_", "p", "finished", "started")
+
+    def __init__(self, hub: _Hub, i: int, pass_: _pass.Pass) -> None:
+        self.hub = hub
+        self.i = i
+        self.pass_ = weakref.ref(pass_)
+        self.p: Any = None  # the shared pass this child joined
+        self.finished = False  # resumed after it had left the shared pass
+        self.started = False
+
+    def state(self) -> dict[str, Any]:
+        return {"shared": self.hub.snapshot(self.i, self.pass_(), self.p)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError(_STARTED)
+        shared = state["shared"]
+        if shared is None:
+            return
+        pass_ = self.pass_()
+        if pass_ is not None:
+            self.hub.plan(pass_, shared)
+        slots = shared.get("pos", shared.get("queues"))
+        self.finished = slots[self.i] is None
+
+
+def _ended(run: _ChildRun | None) -> bool:
+    """Called as a child's loop starts: whether it was resumed after it had left its shared pass."""
+    if run is None:
+        return False
+    run.started = True
+    return run.finished
 
 
 class _HubChild(IterDataPipe[T]):
@@ -449,7 +707,7 @@ class _HubChild(IterDataPipe[T]):
 
     @staticmethod
     @abstractmethod
-    def _loop(hub: Any) -> Callable[[Any, int, Any], Iterator[Any]]:
+    def _loop(hub: Any) -> Callable[[Any, int, Any, Any], Iterator[Any]]:
         ...
 
     @property
@@ -461,7 +719,12 @@ class _HubChild(IterDataPipe[T]):
         return self._hub.buffer_size
 
     def __iter__(self) -> Iterator[T]:
-        return self._run(self._hub, self.instance_id, _pass.current())
+        pass_ = _pass.current()
+        run = None
+        if pass_ is not None:
+            run = _ChildRun(self._hub, self.instance_id, pass_)
+            _pass.track(self, run)
+        return self._run(self._hub, self.instance_id, pass_, run)
 
     def _sources(self) -> list[Any]:
         return [self._hub.datapipe]
@@ -490,7 +753,7 @@ class _ForkPass:
     loses the item it is about to read.
     """
 
-    __slots__ = ("it", "store", "low", "next", "pos", "joined", "done", "end")
+    __slots__ = ("it", "store", "low", "next", "pos", "joined", "done", "end", "joiners", "saved")
 
     def __init__(self, it: Iterator[Any], n: int) -> None:
         self.it: Any = it
@@ -501,6 +764,8 @@ class _ForkPass:
         self.joined = [False] * n
         self.done = [False] * n
         self.end: int | None = None
+        self.joiners: list[Any] = [None] * n  # the pipe pass each child joined from (weak)
+        self.saved: Any = None  # (key, state) of the latest snapshot
 
 
 def _trim(p: _ForkPass) -> None:
@@ -539,6 +804,30 @@ class _ForkHub(_Hub):
 
     def _new_pass(self, it: Iterator[Any]) -> _ForkPass:
         return _ForkPass(it, self.num_instances)
+
+    def _position(self, p: _ForkPass) -> tuple[Any, dict[str, Any]]:
+        # the items at positions first..next-1 are fixed once read: positions and end determine it
+        first = min(min(p.pos), p.next)
+        state = {
+            "items": [p.store[k] for k in range(first, p.next)],
+            "pos": [None if p.done[j] else p.pos[j] - first for j in range(self.num_instances)],
+            "end": None if p.end is None else p.end - first,
+        }
+        return (p.next, tuple(p.pos), tuple(p.done), p.end), state
+
+    def _resumed_pass(self, it: Iterator[Any], state: dict[str, Any]) -> _ForkPass:
+        p = _ForkPass(it, self.num_instances)
+        items = state["items"]
+        p.store = dict(enumerate(items))
+        p.next = len(items)
+        for j, pos in enumerate(state["pos"]):
+            if pos is None:  # it had left: it holds nothing back, and reading it again starts a new pass
+                p.pos[j] = _FAR
+                p.done[j] = p.joined[j] = True
+            else:
+                p.pos[j] = pos
+        p.end = state["end"]
+        return p
 
     def _busy(self, p: _ForkPass, j: int) -> bool:
         return p.joined[j] and not p.done[j] and (p.end is None or p.pos[j] < p.end)
@@ -593,8 +882,12 @@ class _ForkHub(_Hub):
         )
 
 
-def _fork_child(hub: _ForkHub, i: int, pass_: _pass.Pass | None) -> Iterator[Any]:
+def _fork_child(hub: _ForkHub, i: int, pass_: _pass.Pass | None, run: _ChildRun | None) -> Iterator[Any]:
+    if _ended(run):
+        return
     p = hub.join(i, pass_)
+    if run is not None:
+        run.p = p
     get = p.store.get
     pos = p.pos
     pull = hub.pull
@@ -612,9 +905,9 @@ def _fork_child(hub: _ForkHub, i: int, pass_: _pass.Pass | None) -> Iterator[Any
         hub.leave(p, i)
 
 
-def _fork_child_copy(hub: _ForkHub, i: int, pass_: _pass.Pass | None) -> Iterator[Any]:
+def _fork_child_copy(hub: _ForkHub, i: int, pass_: _pass.Pass | None, run: _ChildRun | None) -> Iterator[Any]:
     copy_fn = hub.copy_fn
-    for item in _fork_child(hub, i, pass_):
+    for item in _fork_child(hub, i, pass_, run):
         yield copy_fn(item)
 
 
@@ -626,7 +919,7 @@ class ForkerChild(_HubChild[T]):
     """
 
     @staticmethod
-    def _loop(hub: _ForkHub) -> Callable[[Any, int, Any], Iterator[Any]]:
+    def _loop(hub: _ForkHub) -> Callable[[Any, int, Any, Any], Iterator[Any]]:
         return _fork_child if hub.copy_fn is None else _fork_child_copy
 
     def __len__(self) -> int:
@@ -704,7 +997,7 @@ class _DemuxPass:
     ``usage`` counts the appends since it was last recomputed from the queues, so it never
     under-counts; it is recomputed exactly before a ``BufferError`` is raised."""
 
-    __slots__ = ("it", "queues", "table", "usage", "count", "joined", "done", "end")
+    __slots__ = ("it", "queues", "table", "usage", "count", "joined", "done", "end", "joiners", "saved")
 
     def __init__(self, it: Iterator[Any], n: int) -> None:
         self.it: Any = it
@@ -715,6 +1008,8 @@ class _DemuxPass:
         self.joined = [False] * n
         self.done = [False] * n
         self.end = False
+        self.joiners: list[Any] = [None] * n  # the pipe pass each child joined from (weak)
+        self.saved: Any = None  # (key, state) of the latest snapshot
 
 
 class _DemuxHub(_Hub):
@@ -735,6 +1030,28 @@ class _DemuxHub(_Hub):
 
     def _new_pass(self, it: Iterator[Any]) -> _DemuxPass:
         return _DemuxPass(it, self.num_instances)
+
+    def _position(self, p: _DemuxPass) -> tuple[Any, dict[str, Any]]:
+        # queue j holds the latest len(queue j) of the items routed to j among the first count read
+        state = {
+            "queues": [None if p.done[j] else list(q) for j, q in enumerate(p.queues)],
+            "count": p.count,
+            "end": p.end,
+        }
+        return (p.count, tuple(map(len, p.queues)), tuple(p.done), p.end), state
+
+    def _resumed_pass(self, it: Iterator[Any], state: dict[str, Any]) -> _DemuxPass:
+        p = _DemuxPass(it, self.num_instances)
+        for j, items in enumerate(state["queues"]):
+            if items is None:  # it had left: items are no longer kept for it
+                p.table[j] = _DROP
+                p.done[j] = p.joined[j] = True
+            else:
+                p.queues[j].extend(items)
+        p.usage = sum(map(len, p.queues))
+        p.count = state["count"]
+        p.end = state["end"]
+        return p
 
     def _busy(self, p: _DemuxPass, j: int) -> bool:
         return p.joined[j] and not p.done[j] and not (p.end and not p.queues[j])
@@ -826,8 +1143,12 @@ class _DemuxHub(_Hub):
         )
 
 
-def _demux_child(hub: _DemuxHub, i: int, pass_: _pass.Pass | None) -> Iterator[Any]:
+def _demux_child(hub: _DemuxHub, i: int, pass_: _pass.Pass | None, run: _ChildRun | None) -> Iterator[Any]:
+    if _ended(run):
+        return
     p = hub.join(i, pass_)
+    if run is not None:
+        run.p = p
     mine = p.queues[i]
     pull = hub.pull
     try:
@@ -853,7 +1174,7 @@ class DemultiplexerChild(_HubChild[T]):
     """
 
     @staticmethod
-    def _loop(hub: _DemuxHub) -> Callable[[Any, int, Any], Iterator[Any]]:
+    def _loop(hub: _DemuxHub) -> Callable[[Any, int, Any, Any], Iterator[Any]]:
         return _demux_child
 
     def __len__(self) -> int:
