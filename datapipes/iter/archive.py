@@ -17,6 +17,11 @@ the next archive for a tar (a tar stream cannot be read past a damaged spot) or 
 does not open, with the next member for a zip member that does not read. Members already yielded
 stay yielded.
 
+**Checkpoints** (``it.state_dict()``). A loader stopped inside an archive saves its path and the
+entries read, as the readers of :mod:`datapipes.iter.parsing` do (a resumed pass reads past them in
+a tar, jumps to them in a zip); ``webdataset`` saves the sample it has begun (its in-memory files
+copied); ``decompress`` keeps no position (one reader per item).
+
 >>> import io, tarfile
 >>> from datapipes.iter import IterableWrapper
 >>> buf = io.BytesIO()
@@ -32,6 +37,7 @@ stay yielded.
 from __future__ import annotations
 
 import bz2
+import copy
 import gzip
 import io
 import lzma
@@ -39,12 +45,14 @@ import os
 import re
 import tarfile
 import zipfile
+from itertools import chain, islice
 from typing import Any, Callable, Iterator
 
+from .. import _pass
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
 from .._engine import abandon
 from ..errors import add_stage_note, policy_and_log
-from .parsing import _close, _on_fail, _pair
+from .parsing import _REWRAP, _close, _item, _next_count, _on_fail, _open_item, _pair, _read_run, _ReadRun, _reopener, _STARTED
 
 __all__ = ["Decompressor", "TarArchiveLoader", "WebDatasetGrouper", "ZipArchiveLoader"]
 
@@ -110,21 +118,27 @@ def _stream_mode(mode: Any, stage: str) -> str:
     return "r|" + ("*" if sep is None or comp is None else comp)
 
 
-def _tar(pipe: TarArchiveLoader, it: Iterator[Any]) -> Iterator[tuple[str, io.BytesIO]]:
+def _tar(pipe: TarArchiveLoader, it: Iterator[Any], run: _ReadRun) -> Iterator[tuple[str, io.BytesIO]]:
     stage = stage_label(pipe)
     on_fail = _on_fail(pipe, stage)
     mode: Any = pipe._stream_mode
-    n = -1  # the item (archive) being read: n archives are done
+    n, first = run.begin(on_fail)  # n: the item (archive) being read; first: the one a resumed pass was in
     try:
-        for item in it:
+        for item in chain(first, it) if first else it:
             n += 1
-            path, stream = _pair(item, stage, n)
+            path, stream, skip, _ = _item(item, stage, n, 0)
             tar = None
-            entry = -1  # the entry of this archive being read
+            entry = skip - 1  # the entry of this archive being read
             name = None  # the member whose data is being read
             try:
+                stream = _open_item(item, stream, run, n)
                 tar = tarfile.open(fileobj=stream, mode=mode, tarinfo=_CheckedTarInfo)
-                for entry, info in enumerate(tar):
+                entries = iter(tar)
+                if skip:  # resumed: read past the entries the saved pass had read (a tar stream cannot jump)
+                    next(islice(entries, skip - 1, None), None)
+                counted = enumerate(entries, skip)
+                run.enter(n, path, stream, counted, None, 0)
+                for entry, info in counted:
                     if info.isfile():
                         name = info.name
                         data = tar.extractfile(info).read()  # type: ignore[union-attr]
@@ -139,6 +153,7 @@ def _tar(pipe: TarArchiveLoader, it: Iterator[Any]) -> Iterator[tuple[str, io.By
                 if tar is not None:
                     tar.close()
                 _close(stream)
+                run.leave()  # done with this file: a state taken now is between files
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
@@ -210,7 +225,8 @@ class TarArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
 
     def __iter__(self) -> Iterator[tuple[str, io.BytesIO]]:
-        return _tar(self, iter(self.datapipe))
+        # The archive being read and the entries of it read (see parsing._ReadRun).
+        return _tar(self, iter(self.datapipe), _read_run(self, self.datapipe))
 
     def __len__(self) -> int:
         return _nominal_len(self)
@@ -227,23 +243,30 @@ def _open_zip(stream: Any) -> zipfile.ZipFile:
     return zipfile.ZipFile(io.BytesIO(stream.read()))
 
 
-def _zip(pipe: ZipArchiveLoader, it: Iterator[Any]) -> Iterator[tuple[str, io.BytesIO]]:
+def _zip(pipe: ZipArchiveLoader, it: Iterator[Any], run: _ReadRun) -> Iterator[tuple[str, io.BytesIO]]:
     stage = stage_label(pipe)
     on_fail = _on_fail(pipe, stage)
-    n = -1  # the item (archive) being read: n archives are done
+    n, first = run.begin(on_fail)  # n: the item (archive) being read; first: the one a resumed pass was in
     try:
-        for item in it:
+        for item in chain(first, it) if first else it:
             n += 1
-            path, stream = _pair(item, stage, n)
+            path, stream, skip, _ = _item(item, stage, n, 0)
             zf = None
             try:
                 try:
+                    stream = _open_item(item, stream, run, n)
                     zf = _open_zip(stream)
                     infos = zf.infolist()
                 except Exception as e:
                     on_fail(e, *_archive_where(path, n, False, None, 0))
                     continue
-                for entry, info in enumerate(infos):  # entry: the entry of this archive being read
+                entries = iter(infos)
+                if skip:  # resumed: jump to the entry the saved pass stood at (the directory is read)
+                    entries.__setstate__(skip)  # type: ignore[attr-defined]
+                counted = enumerate(entries, skip)
+                # zf.fp: the stream itself, or its in-memory copy where it cannot seek
+                run.enter(n, path, zf.fp, counted, None, 0)
+                for entry, info in counted:  # entry: the entry of this archive being read
                     if info.is_dir():
                         continue
                     try:
@@ -258,6 +281,7 @@ def _zip(pipe: ZipArchiveLoader, it: Iterator[Any]) -> Iterator[tuple[str, io.By
                 if zf is not None:
                     zf.close()
                 _close(stream)
+                run.leave()  # done with this file: a state taken now is between files
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
@@ -313,7 +337,8 @@ class ZipArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
 
     def __iter__(self) -> Iterator[tuple[str, io.BytesIO]]:
-        return _zip(self, iter(self.datapipe))
+        # The archive being read and the entries of it read (see parsing._ReadRun).
+        return _zip(self, iter(self.datapipe), _read_run(self, self.datapipe))
 
     def __len__(self) -> int:
         return _nominal_len(self)
@@ -332,14 +357,66 @@ def _split_key(path: str) -> tuple[str, str]:
     return p[:dot], p[dot:]
 
 
-def _webdataset(pipe: WebDatasetGrouper, it: Iterator[Any]) -> Iterator[dict[str, Any]]:
+class _GroupRun:
+    """The position of a grouper's pass: the sample being gathered (when a sample is yielded, the
+    first file of the next one has been pulled already) and the items pulled (read from the loop's
+    ``enumerate``). State: that partial sample, usually one file: an in-memory stream (an archive
+    member) is copied at its position; another stream cannot be saved (``TypeError`` naming the
+    stage); other data is saved as it is."""
+
+    __slots__ = ("stage", "sample", "counted", "resume", "started")
+
+    def __init__(self, stage: str) -> None:
+        self.stage = stage
+        self.sample: dict[str, Any] | None = None
+        self.counted: Any = None
+        self.resume: dict[str, Any] | None = None
+        self.started = False
+
+    def state(self) -> dict[str, Any]:
+        sample = self.sample
+        if sample is not None:
+            sample = {k: v if k == "__key__" else _held(v, self.stage, sample["__key__"]) for k, v in sample.items()}
+        return {"n": 0 if self.counted is None else _next_count(self.counted), "sample": sample}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError(_STARTED)
+        self.resume = state
+
+    def begin(self, it: Iterator[Any]) -> tuple[Any, dict[str, Any] | None]:
+        """Called as the pass starts: ``enumerate(it)`` from the saved count, and the saved sample."""
+        self.started = True
+        state, self.resume = self.resume, None
+        start, sample = 0, None
+        if state is not None:
+            start = int(state["n"])
+            if state["sample"] is not None:
+                sample = self.sample = dict(state["sample"])
+        self.counted = enumerate(it, start)
+        return self.counted, sample
+
+
+def _held(value: Any, stage: str, key: str) -> Any:
+    """A file of a partial sample, as a state holds it: an in-memory stream is copied (at its
+    position: the consumer reads the original later)."""
+    if getattr(value, "read", None) is None:
+        return value
+    raw = getattr(value, "file_obj", value)
+    if isinstance(raw, (io.BytesIO, io.StringIO)):
+        return copy.copy(raw)
+    raise TypeError(
+        f"{stage} cannot save its position: it holds a file of sample {key!r} as an open {type(raw).__name__}, "
+        "which a state cannot carry (archive members, read into memory, can be saved)"
+    )
+
+
+def _webdataset(pipe: WebDatasetGrouper, it: Iterator[Any], run: _GroupRun) -> Iterator[dict[str, Any]]:
     stage = stage_label(pipe)
-    sample: dict[str, Any] | None = None
-    current = ""
-    n = -1
+    counted, sample = run.begin(it)
+    current = "" if sample is None else sample["__key__"]
     try:
-        for item in it:
-            n += 1
+        for n, item in counted:
             path, data = _pair(item, stage, n)
             if not isinstance(path, str):
                 raise TypeError(f"{stage}: paths must be str, got {type(path).__name__} at item {n}")
@@ -347,15 +424,18 @@ def _webdataset(pipe: WebDatasetGrouper, it: Iterator[Any]) -> Iterator[dict[str
             if not suffix:
                 continue  # a file without a suffix has no field name: WebDataset leaves it out
             if key != current or sample is None:
-                if sample is not None:
-                    yield sample
-                sample = {"__key__": key}
+                done = sample
+                sample = run.sample = {"__key__": key, suffix: data}  # the run holds it before done is yielded
                 current = key
-            elif suffix in sample:
+                if done is not None:
+                    yield done
+                continue
+            if suffix in sample:
                 raise ValueError(
                     f"{stage}: sample {key!r} has two files with the suffix {suffix!r} (the second at item {n})"
                 )
             sample[suffix] = data
+        run.sample = None
         if sample is not None:
             yield sample
     except BaseException:
@@ -398,7 +478,9 @@ class WebDatasetGrouper(IterDataPipe[dict[str, Any]]):
         self.source_datapipe = source_datapipe
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        return _webdataset(self, iter(self.source_datapipe))
+        run = _GroupRun(stage_label(self))  # the sample being gathered (see _GroupRun)
+        _pass.track(self, run)
+        return _webdataset(self, iter(self.source_datapipe), run)
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of samples is known only after grouping")
@@ -413,6 +495,7 @@ class _Reading:
 
     _dp_source: Any = None
     _dp_note: tuple[str, int, str] | None = None
+    _dp_format: str | None = None  # the key of _OPENERS that made it
 
     def _dp_failed(self, exc: BaseException) -> None:
         if self._dp_note is not None:
@@ -573,23 +656,46 @@ def _detect(path: Any, stage: str) -> str:
     )
 
 
+def _decompressing(fmt: str, stream: Any) -> Any:
+    """A reader decompressing ``stream`` (``fmt``: a key of ``_OPENERS``); closing it closes ``stream``."""
+    try:
+        reader = _OPENERS[fmt](stream)
+    except BaseException:
+        _close(stream)
+        raise
+    reader._dp_source = stream
+    reader._dp_format = fmt  # with _dp_source: how a reader's state copies it when in memory (parsing._memory_copy)
+    return reader
+
+
+_REWRAP["decompressed"] = _decompressing
+
+
+def _decompressed(pipe: Decompressor, stage: str, path: Any, stream: Any, n: int) -> Any:
+    """The reader of item ``n``, ``(path, stream)``, with a note naming the stage and the file on
+    its errors; ``stream`` is closed if it cannot be made."""
+    try:
+        try:
+            fmt = pipe._format or _detect(path, stage)
+        except BaseException:
+            _close(stream)
+            raise
+        reader = _decompressing(fmt, stream)
+    except Exception as e:
+        add_stage_note(e, stage, n, f"file {path!r}, item")
+        raise
+    reader._dp_note = (stage, n, f"file {path!r}, item")
+    return reader
+
+
 def _decompress(pipe: Decompressor, it: Iterator[Any]) -> Iterator[tuple[Any, Any]]:
     stage = stage_label(pipe)
-    fixed = pipe._format
     n = -1
     try:
         for item in it:
             n += 1
             path, stream = _pair(item, stage, n)
-            try:
-                reader = _OPENERS[fixed or _detect(path, stage)](stream)
-            except Exception as e:
-                _close(stream)
-                add_stage_note(e, stage, n, f"file {path!r}, item")
-                raise
-            reader._dp_source = stream
-            reader._dp_note = (stage, n, f"file {path!r}, item")
-            yield path, reader
+            yield path, _decompressed(pipe, stage, path, stream, n)
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
@@ -629,6 +735,8 @@ class Decompressor(IterDataPipe[tuple[Any, Any]]):
     See also: :class:`TarArchiveLoader`, :class:`~datapipes.iter.LineReader`.
     """
 
+    _stateless = True  # one lazy reader per item (its consumer keeps its position): the position is its source's
+
     def __init__(self, source_datapipe: IterDataPipe[tuple[Any, Any]], file_type: str | None = None) -> None:
         stage = "Decompressor"
         require_pipe(source_datapipe, stage, "source_datapipe")
@@ -652,6 +760,15 @@ class Decompressor(IterDataPipe[tuple[Any, Any]]):
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
         return _decompress(self, iter(self.source_datapipe))
+
+    def _reopener(self) -> Callable[[Any, int], Any] | None:
+        """How a reader of this stage's items opens one again by its path: through the source's own
+        (an opener's), decompressed again; ``None`` where the source has none."""
+        reopen = _reopener(self.source_datapipe)
+        if reopen is None:
+            return None
+        stage = stage_label(self)
+        return lambda path, n: _decompressed(self, stage, path, reopen(path, n), n)
 
     def __len__(self) -> int:
         return len(self.source_datapipe)  # type: ignore[arg-type]

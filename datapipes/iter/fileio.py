@@ -21,6 +21,12 @@ merely dropped (``next(iter(pipe))``) does not close its streams either; they cl
 dropped. So no file is left open once nothing refers to it, and none outlives a pass that failed or
 was closed.
 
+**Checkpoints** (``it.state_dict()``). A lister saves the root it is listing and its index in that
+root's sorted listing; a resumed pass lists the root again and starts there (with
+``non_deterministic=True`` there is no order to resume in: ``state_dict()`` raises ``TypeError``).
+Openers and savers keep no position of their own (one file per item); a stream handed out is its
+consumer's, and a reader that was inside one opens it again by its path through the opener.
+
 >>> import os, tempfile
 >>> from pathlib import Path
 >>> from datapipes.iter import FileLister
@@ -42,6 +48,7 @@ import threading
 import weakref
 from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
+from .. import _pass
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
 from ..errors import add_stage_note, policy_and_log
@@ -175,7 +182,7 @@ class _OpenPass:
     ``__iter__``, so it joins the pass being built); nothing is pulled before the first ``next()``.
     """
 
-    __slots__ = ("_source", "_open", "_stage", "_failures", "_streams", "_lock", "_n", "__weakref__")
+    __slots__ = ("_source", "_open", "_stage", "_failures", "_streams", "_lock", "_n", "_ended", "__weakref__")
 
     def __init__(self, source: Iterable[Any], open_fn: Callable[[Any], Any], stage: str, failures: Any) -> None:
         self._open = open_fn
@@ -184,6 +191,7 @@ class _OpenPass:
         self._streams: weakref.WeakSet[StreamWrapper] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._n = 0
+        self._ended = False  # ran out, failed or closed (with _n: whether the pass has started)
         self._source: Iterator[Any] = iter(source)
 
     def __iter__(self) -> _OpenPass:
@@ -195,6 +203,7 @@ class _OpenPass:
                 path = next(self._source)
             except StopIteration:
                 # Ran to the end: downstream buffers may still hold the streams; leave them be.
+                self._ended = True
                 self._source = iter(())
                 self._streams = weakref.WeakSet()
                 raise
@@ -224,6 +233,7 @@ class _OpenPass:
             return path, stream
 
     def _abandon(self) -> None:
+        self._ended = True
         source = self._source
         self._source = iter(())
         abandon(source)  # a failing pass releases its upstream at once (quietly: an error is leaving)
@@ -249,12 +259,44 @@ class _OpenPass:
             self._abandon()
 
 
+class _OpenRun:
+    """The position of an opener's pass under a failure budget (``max_failures``): the failures
+    counted so far, so that a resumed pass gives up where the uninterrupted one would, and the
+    items pulled (the positions its notes name). Two ints, read when the state is taken."""
+
+    __slots__ = ("opened",)
+
+    def __init__(self, opened: _OpenPass) -> None:
+        self.opened = opened
+
+    def state(self) -> dict[str, Any]:
+        return {"n": self.opened._n, "failures": self.opened._failures.count}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        opened = self.opened
+        if opened._n or opened._ended:
+            raise RuntimeError("load_state_dict: this pass has already started; call it before the first next()")
+        opened._n = int(state["n"])
+        opened._failures.count = int(state["failures"])
+
+
 def _open_pass(pipe: Any, source: Iterable[Any], open_fn: Callable[[Any], Any]) -> _OpenPass:
     """One pass of the opener stage ``pipe`` (its ``_policy`` and ``failures`` set) over ``source``,
     whose iterator is created now: call it from the stage's ``__iter__``, as the pass is built."""
     stage = stage_label(pipe)
     failures = pipe._policy.new_pass(stage, pipe.failures) if pipe._policy.skips else None
-    return _OpenPass(source, open_fn, stage, failures)
+    opened = _OpenPass(source, open_fn, stage, failures)
+    if pipe._policy.max_failures is not None:  # otherwise stateless (see _opener_stateless)
+        _pass.track(pipe, _OpenRun(opened))
+    return opened
+
+
+def _opener_stateless(pipe: Any) -> bool:
+    """Whether an opener's position is its source's: it opens one file per path, in order, and the
+    streams it handed out are their consumers' (a reader downstream that is inside one when the
+    state is taken opens it again through :meth:`FileOpener._reopener`). Only a failure budget
+    (``max_failures``) is a state of its own (:class:`_OpenRun`)."""
+    return pipe._policy.max_failures is None
 
 
 def _opened_len(pipe: Any, source: Any) -> int:
@@ -297,47 +339,106 @@ def _raise(err: OSError) -> None:
     raise err
 
 
-def _list_root(pipe: FileLister, root: Any, match: Callable[[str], Any] | None) -> Iterator[str]:
+class _ListRun:
+    """The position of a lister's pass: the root being listed and how many of its files were
+    yielded (the pass's own, besides the position of its source of roots).
+
+    The files of a root come in lists (one per directory) and are yielded from a list iterator,
+    whose index the state reads: nothing is counted per file. State: the root (a str) and an int.
+    A resumed pass lists that root again (the listing only: no file is opened or read) and starts
+    its iterator at the count, then goes on with the source of roots.
+    """
+
+    __slots__ = ("root", "done", "it", "size", "resume", "started")
+
+    def __init__(self) -> None:
+        self.root: str | None = None  # the root being listed, as the listing joins onto it
+        self.done = 0  # files of this root in the lists before ``it``'s
+        self.it: Iterator[str] = iter(())  # the list iterator being yielded from
+        self.size = 0  # the length of its list (0 once it ran out)
+        self.resume: tuple[str, int] | None = None
+        self.started = False
+
+    def state(self) -> dict[str, Any]:
+        if self.root is None:
+            return {"root": None, "index": 0}
+        at: Any = self.it.__reduce__()  # (iter, (list,), index); the index is gone once it ran out
+        return {"root": self.root, "index": self.done + (at[2] if len(at) > 2 else self.size)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError("load_state_dict: this pass has already started; call it before the first next()")
+        root = state["root"]
+        self.resume = None if root is None else (root, int(state["index"]))
+
+
+def _listed(run: _ListRun, root: str, chunks: Iterable[list[str]], skip: int) -> Iterator[str]:
+    """The paths of ``root``'s ``chunks`` (lists of paths) after the first ``skip``, ``run`` kept
+    at their position."""
+    run.root, run.done, run.it, run.size = root, 0, iter(()), 0
+    for paths in chunks:
+        n = len(paths)
+        if skip >= n:
+            skip -= n
+            run.done += n
+            continue
+        run.it = it = iter(paths)
+        run.size = n
+        if skip:
+            it.__setstate__(skip)  # type: ignore[attr-defined]  # list_iterator: jump to the index
+            skip = 0
+        yield from it
+        run.done += n
+        run.size = 0
+    run.root = None  # done with this root: a state taken before the next one is between roots
+
+
+def _local_chunks(pipe: FileLister, root: str, match: Callable[[str], Any] | None) -> Iterator[list[str]]:
+    """The files under ``root``, a list per directory, in the listing's order."""
+    if not os.path.isdir(root):
+        if not os.path.exists(root):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), root)
+        # A root that is a file (or a FIFO, a device) is listed as itself.
+        yield [root] if match is None or match(os.path.basename(root)) else []
+        return
+    join = os.path.join
+    if not pipe.recursive:
+        with os.scandir(root) as entries:
+            names = [e.name for e in entries if not e.is_dir()]
+        if not pipe.non_deterministic:
+            names.sort()
+        yield [join(root, name) for name in names if match is None or match(name)]
+        return
+    for dirpath, dirs, files in os.walk(root, onerror=_raise):
+        if not pipe.non_deterministic:
+            files.sort()
+            dirs.sort()  # in place: os.walk descends in this order
+        yield [join(dirpath, name) for name in files if match is None or match(name)]
+
+
+def _list_root(pipe: FileLister, root: Any, match: Callable[[str], Any] | None, run: _ListRun, skip: int) -> Iterator[str]:
     stage = stage_label(pipe)
     try:
         _require_path(root, stage, "root")
         root = os.fspath(root)
         if pipe.abspath:
             root = os.path.abspath(root)
-        if not os.path.isdir(root):
-            if not os.path.exists(root):
-                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), root)
-            # A root that is a file (or a FIFO, a device) is listed as itself.
-            if match is None or match(os.path.basename(root)):
-                yield root
-            return
-        join = os.path.join
-        if not pipe.recursive:
-            with os.scandir(root) as entries:
-                names = [e.name for e in entries if not e.is_dir()]
-            if not pipe.non_deterministic:
-                names.sort()
-            for name in names:
-                if match is None or match(name):
-                    yield join(root, name)
-            return
-        for dirpath, dirs, files in os.walk(root, onerror=_raise):
-            if not pipe.non_deterministic:
-                files.sort()
-                dirs.sort()  # in place: os.walk descends in this order
-            for name in files:
-                if match is None or match(name):
-                    yield join(dirpath, name)
+        yield from _listed(run, root, _local_chunks(pipe, root, match), skip)
     except Exception as e:
         add_stage_note(e, stage)
         raise
 
 
-def _list_files(pipe: FileLister, roots: Iterator[Any]) -> Iterator[str]:
+def _list_files(pipe: FileLister, roots: Iterator[Any], run: _ListRun) -> Iterator[str]:
     match = _mask_matcher(pipe.masks)
+    run.started = True
     try:
+        if run.resume is not None:  # the root the saved pass was listing, from where it stood
+            root, skip = run.resume
+            run.resume = None
+            yield from _list_root(pipe, root, match, run, skip)
         for root in roots:
-            yield from _list_root(pipe, root, match)
+            yield from _list_root(pipe, root, match, run, 0)
     except BaseException:
         abandon(roots)  # this frame names the upstream: release it now, not at collection
         raise
@@ -438,7 +539,13 @@ class FileLister(IterDataPipe[str]):
         self._run = _list_files
 
     def __iter__(self) -> Iterator[str]:
-        return self._run(self, iter(self.datapipe))
+        run = _ListRun()
+        if not self.non_deterministic:
+            # The root being listed and the files of it yielded (see _ListRun). Not with
+            # non_deterministic=True: a new listing need not repeat the file system's order, so a
+            # pass can save no position (state_dict() raises TypeError naming this stage).
+            _pass.track(self, run)
+        return self._run(self, iter(self.datapipe), run)
 
     def __len__(self) -> int:
         if self.length == -1:
@@ -533,9 +640,16 @@ class FileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         self.encoding = encoding
         self.length = length
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
+        self._stateless = _opener_stateless(self)  # one file per path: its position is its source's
 
     def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
         return _open_pass(self, self.datapipe, _local_opener(self))
+
+    def _reopener(self) -> Callable[[Any, int], StreamWrapper]:
+        """How a reader of this stage's items opens one again by its path (``reopen(path, n)``, ``n``
+        the item's position): a pass resumed inside a file reads it from its start again."""
+        open_path = _local_opener(self)
+        return lambda path, n: StreamWrapper(open_path(path), path)
 
     def __len__(self) -> int:
         if self.length != -1:
@@ -616,6 +730,7 @@ class Saver(IterDataPipe[str]):
     """
 
     _repr_fields = ("mode",)
+    _stateless = True  # one file written per item, before the item is yielded: its position is its source's
 
     def __init__(
         self,

@@ -16,7 +16,7 @@ from PIL import Image, ImageMode
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, require_pipe, stage_label
 from ..errors import policy_and_log
-from .parsing import _close, _on_fail, _require_bool
+from .parsing import _budget_stateless, _close, _count_run, _CountRun, _on_fail, _require_bool
 
 __all__ = ["ImageDecoder"]
 
@@ -101,14 +101,12 @@ def _where(item: Any, n: int) -> tuple[str, int]:
     return "item", n
 
 
-def _images(pipe: ImageDecoder, it: Iterator[Any]) -> Iterator[Any]:
+def _images(pipe: ImageDecoder, it: Iterator[Any], run: _CountRun) -> Iterator[Any]:
     decode = _Decode(pipe)
     stage = stage_label(pipe)
     on_fail = _on_fail(pipe, stage)
-    n = -1  # the item being decoded
     try:
-        for item in it:
-            n += 1
+        for n, item in run.begin(it, on_fail):  # n: the item being decoded
             try:
                 out = _decode_one(decode, item, stage)
             except Exception as e:
@@ -223,9 +221,11 @@ class ImageDecoder(IterDataPipe[Any]):
         self.output = output
         self.layout = layout
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
+        # one image per item (or none, skipped): its position is its source's (but a failure budget's count)
+        self._stateless = _budget_stateless(self)
 
     def __iter__(self) -> Iterator[Any]:
-        return _images(self, iter(self.datapipe))
+        return _images(self, iter(self.datapipe), _count_run(self))
 
     def __len__(self) -> int:
         return len(self.datapipe)  # type: ignore[arg-type]

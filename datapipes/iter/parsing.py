@@ -17,6 +17,12 @@ With ``on_error="skip"`` the bad record is skipped and counted in ``pipe.failure
 (CSV), a bad line (lines), a bad file (JSON). An error of the stream itself (``OSError``) skips the
 rest of that file. Errors of the source pipe pass through untouched.
 
+**Checkpoints** (``it.state_dict()``). A reader stopped inside a file saves its path and the lines
+read; the resumed pass opens it again through the opener upstream (``open_files``, ...; a stream in
+memory is copied into the state instead), skips those lines without parsing them, and goes on. A
+stream that can be neither opened again nor copied (an open file from a source of your own) makes
+``state_dict()`` raise ``TypeError`` naming the reader. JSON keeps no position (one file per item).
+
 >>> import io
 >>> from datapipes.iter import IterableWrapper
 >>> files = IterableWrapper([("a.csv", io.BytesIO(b"x,y\\n1,2\\n")), ("b.csv", io.BytesIO(b"x,y\\n3,4\\n"))])
@@ -33,6 +39,7 @@ import json
 from itertools import chain, islice, repeat
 from typing import Any, Callable, Iterator, Sequence
 
+from .. import _pass
 from .._engine import abandon
 from .._engine import close_iterator as _close
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
@@ -91,7 +98,232 @@ def _on_fail(pipe: Any, stage: str) -> Callable[[Exception, str, int], None]:
         failures.what = what
         failures.skip(exc, position)
 
+    skip.failures = failures  # type: ignore[attr-defined]  # the pass's count, which a state saves
     return skip
+
+
+# -- checkpoint and resume of the readers --------------------------------------------------------------
+
+_STARTED = "load_state_dict: this pass has already started; call it before the first next()"
+
+
+def _next_count(counted: Any) -> int:
+    """The next number an ``enumerate`` gives: how many items it has taken from its iterator."""
+    return int(counted.__reduce__()[1][1])
+
+
+def _reopener(source: Any) -> Callable[[Any, int], Any] | None:
+    """How to open again, by its path, the stream of an item of ``source`` (``reopen(path, n)``):
+    an opener can (``FileOpener._reopener``, ...); ``None`` for any other source."""
+    make = getattr(source, "_reopener", None)
+    return None if make is None else make()
+
+
+def _memory_copy(stream: Any, stage: str, path: Any) -> list[Any]:
+    """A copy, as plain data, of an in-memory stream (its whole contents, whatever was read);
+    ``TypeError`` naming ``stage`` for any other stream."""
+    raw = _inner(stream)
+    if isinstance(raw, io.BytesIO):
+        return ["bytes", raw.getvalue()]
+    if isinstance(raw, io.StringIO):
+        state: Any = raw.__getstate__()  # (value, newline, position, dict)
+        return ["text", state[0], state[1]]
+    source, fmt = getattr(raw, "_dp_source", None), getattr(raw, "_dp_format", None)
+    if source is not None and fmt is not None:  # decompressing an in-memory stream (Decompressor)
+        return ["decompressed", fmt, _memory_copy(source, stage, path)]
+    raise TypeError(
+        f"{stage} cannot save its position inside {path!r}: its source cannot open that file again by its "
+        f"path (an opener can: open_files, open_files_by_fsspec, decompress after one) and its stream, a "
+        f"{type(raw).__name__}, is not in memory (io.BytesIO, io.StringIO)"
+    )
+
+
+#: how a copied stream that wraps another is made again: ``{"decompressed": fn(fmt, inner stream)}``,
+#: filled by archive.py (which imports this module)
+_REWRAP: dict[str, Callable[[Any, Any], Any]] = {}
+
+
+def _from_memory(copy: list[Any]) -> Any:
+    """The stream :func:`_memory_copy` copied, at its start."""
+    if copy[0] == "bytes":
+        return io.BytesIO(copy[1])
+    if copy[0] == "text":
+        stream = io.StringIO()
+        stream.__setstate__((copy[1], copy[2], 0, None))  # type: ignore[attr-defined]  # no newline translated again
+        return stream
+    return _REWRAP[copy[0]](copy[1], _from_memory(copy[2]))
+
+
+class _ReadRun:
+    """The position of a reader's pass (CSV, lines, tar, zip): the items (files) it pulled, and its
+    position inside the current one.
+
+    Inside a file the position is the records consumed: ``offset`` (lines skipped, or failed to
+    decode: written on those rare events) plus a count read when the state is taken from what the
+    loop keeps anyway, the ``enumerate`` it iterates (lines yielded, archive entries read) or the CSV
+    reader's ``line_num``; nothing is counted per record for it. The state holds the file's path,
+    that count and, for CSV read as dicts, its header: a few hundred bytes. A resumed pass
+    opens that file again through its source (an opener: :func:`_reopener`), or, for an in-memory
+    stream (``io.BytesIO``, ``io.StringIO``: items of an ``IterableWrapper``, archive members),
+    from the copy of its contents that the state then holds (the file's size); it skips the
+    records consumed (lines are read again and skipped in C, not parsed; tar entries are read past;
+    zip entries are jumped to), then goes on with its source, which its own run has restored to the
+    item after that file. A stream that can be neither opened again nor copied has no state:
+    ``state()`` raises ``TypeError`` naming the stage, rather than save a position that would not
+    resume. Under ``on_error="skip"`` the failures counted so far are saved too (the budget).
+    """
+
+    __slots__ = ("stage", "reopen", "failures", "n", "path", "stream", "counted", "reader", "offset", "header",
+                 "resume", "started")
+
+    def __init__(self, stage: str, reopen: Callable[[Any, int], Any] | None) -> None:
+        self.stage = stage
+        self.reopen = reopen
+        self.failures: Any = None  # the pass's PassFailures under on_error="skip"
+        self.n = -1  # the item (file) being read
+        self.path: Any = None
+        self.stream: Any = None
+        self.counted: Any = None  # the loop's enumerate over this file's records, or
+        self.reader: Any = None  # the CSV reader: records consumed = offset + its count
+        self.offset = 0
+        self.header: list[str] | None = None
+        self.resume: dict[str, Any] | None = None
+        self.started = False
+
+    def state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"n": self.n, "failures": 0 if self.failures is None else self.failures.count, "file": None}
+        if self.counted is None and self.reader is None:
+            return state  # not inside a file yet
+        at = self.offset + (self.reader.line_num if self.reader is not None else _next_count(self.counted))
+        file: dict[str, Any] = {"path": self.path, "at": at, "header": self.header, "memory": None}
+        if self.reopen is None:
+            file["memory"] = _memory_copy(self.stream, self.stage, self.path)
+        state["file"] = file
+        return state
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError(_STARTED)
+        self.resume = state
+
+    def begin(self, on_fail: Any) -> tuple[int, list[Any]]:
+        """Called as the pass starts: the position before the first item, and the items to read
+        before the source's (the file a resumed pass was inside)."""
+        self.started = True
+        self.failures = getattr(on_fail, "failures", None)
+        state, self.resume = self.resume, None
+        if state is None:
+            return -1, []
+        if self.failures is not None:
+            self.failures.count = int(state["failures"])
+        file = state["file"]
+        if file is None:
+            return int(state["n"]), []
+        return int(state["n"]) - 1, [_Resumed(file)]
+
+    def enter(self, n: int, path: Any, stream: Any, counted: Any, reader: Any, offset: int) -> None:
+        """Record that the loop reads item ``n`` (once per file)."""
+        self.n, self.path, self.stream, self.counted, self.reader, self.offset = n, path, stream, counted, reader, offset
+        self.header = None
+
+    def leave(self) -> None:
+        """Record that the loop is done with the current file (once per file): a state taken before
+        the next one (a stage downstream that pulled ahead, the source at its end) is between files."""
+        self.path = self.stream = self.counted = self.reader = self.header = None
+
+
+class _Resumed:
+    """The file a resumed pass reads first: the one the saved pass was inside, from its record ``at``."""
+
+    __slots__ = ("path", "at", "header", "memory")
+
+    def __init__(self, file: dict[str, Any]) -> None:
+        self.path = file["path"]
+        self.at = int(file["at"])
+        self.header = file["header"]
+        self.memory = file["memory"]
+
+    def open(self, run: _ReadRun, n: int) -> Any:
+        if self.memory is not None:
+            return _from_memory(self.memory)
+        if run.reopen is None:
+            raise TypeError(f"{run.stage}: the state names no way to open {self.path!r} again")
+        return run.reopen(self.path, n)
+
+
+def _item(item: Any, stage: str, n: int, skip: int) -> tuple[Any, Any, int, Any]:
+    """``(path, stream, records to skip, header)`` of the item ``n`` a reader's loop takes: a
+    ``(path, stream)`` pair of its source, or the :class:`_Resumed` file (its stream ``None``:
+    opened by :func:`_open_item` inside the loop's ``try``, so that a failure is the file's)."""
+    if type(item) is _Resumed:
+        return item.path, None, item.at, item.header
+    path, stream = _pair(item, stage, n)
+    return path, stream, skip, None
+
+
+def _open_item(item: Any, stream: Any, run: _ReadRun, n: int) -> Any:
+    return item.open(run, n) if stream is None else stream
+
+
+def _read_run(pipe: Any, source: Any) -> _ReadRun:
+    """The run of a reader's pass over ``source``, recorded in the pass being built."""
+    run = _ReadRun(stage_label(pipe), _reopener(source))
+    _pass.track(pipe, run)
+    return run
+
+
+class _CountRun:
+    """The position of a one-to-one reader's pass under a failure budget (``max_failures``): the
+    failures counted (a resumed pass gives up where the uninterrupted one would) and the items
+    pulled (the positions the notes name), read from the loop's ``enumerate``: two ints. Without a
+    budget the stage is stateless and this run is not recorded."""
+
+    __slots__ = ("failures", "counted", "resume", "started")
+
+    def __init__(self) -> None:
+        self.failures: Any = None
+        self.counted: Any = None
+        self.resume: dict[str, Any] | None = None
+        self.started = False
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "n": 0 if self.counted is None else _next_count(self.counted),
+            "failures": 0 if self.failures is None else self.failures.count,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError(_STARTED)
+        self.resume = state
+
+    def begin(self, it: Iterator[Any], on_fail: Any) -> Any:
+        """Called as the pass starts: ``enumerate(it)`` from the saved count."""
+        self.started = True
+        self.failures = getattr(on_fail, "failures", None)
+        state, self.resume = self.resume, None
+        start = 0
+        if state is not None:
+            start = int(state["n"])
+            if self.failures is not None:
+                self.failures.count = int(state["failures"])
+        self.counted = enumerate(it, start)
+        return self.counted
+
+
+def _count_run(pipe: Any) -> _CountRun:
+    """The run of a one-to-one reader's pass, recorded in the pass being built under a failure
+    budget (the stage's ``_stateless`` is then False)."""
+    run = _CountRun()
+    if not pipe._stateless:
+        _pass.track(pipe, run)
+    return run
+
+
+def _budget_stateless(pipe: Any) -> bool:
+    """Whether a one-to-one reader (one item out per item in, or none when skipped) is stateless:
+    its position is its source's, unless a failure budget counts its failures (:class:`_CountRun`)."""
+    return pipe._policy.max_failures is None
 
 
 def _require_bool(value: Any, stage: str, name: str) -> bool:
@@ -145,21 +377,22 @@ class _TextOptions:
         self.newline = newline
         self.per_line = errors == "strict" and _ascii_compatible(encoding)
 
-    def lines(self, stream: Any, stage: str) -> tuple[Iterator[Any], Any]:
-        """The lines of ``stream`` after the first ``skip_lines``, decoded where asked, and their
-        type (``str`` or ``bytes``)."""
+    def lines(self, stream: Any, stage: str, skip: int) -> tuple[Iterator[Any], Any]:
+        """The lines of ``stream`` after the first ``skip`` (``skip_lines``, or the lines a resumed
+        pass had read: skipped before decoding), decoded where asked, and their type (``str`` or
+        ``bytes``)."""
         raw = _inner(stream)
         if isinstance(raw, io.TextIOBase):
-            return self._skip(iter(stream)), str
+            return _skip(iter(stream), skip), str
         if isinstance(raw, (io.BufferedIOBase, io.RawIOBase)):
             if not self.decode:
-                return self._skip(iter(stream)), bytes
+                return _skip(iter(stream), skip), bytes
             if self.per_line:
-                return self._decoded(self._skip(iter(stream))), str
+                return self._decoded(_skip(iter(stream), skip)), str
             text = io.TextIOWrapper(_inner(stream), self.encoding, self.errors, newline=self.newline)
-            return self._skip(iter(text)), str
+            return _skip(iter(text), skip), str
         # Some other file-like object: its first line tells whether it is text or binary.
-        lines = self._skip(iter(stream))
+        lines = _skip(iter(stream), skip)
         first = next(lines, _END)
         if first is _END:
             return iter(()), str
@@ -173,14 +406,15 @@ class _TextOptions:
             )
         return self._decoded(lines), str
 
-    def _skip(self, lines: Iterator[Any]) -> Iterator[Any]:
-        if self.skip_lines:
-            next(islice(lines, self.skip_lines - 1, None), None)
-        return lines
-
     def _decoded(self, lines: Iterator[bytes]) -> Iterator[str]:
         # map() goes on after a line that fails to decode, so a skipped line loses only itself.
         return map(bytes.decode, lines, repeat(self.encoding), repeat(self.errors))
+
+
+def _skip(lines: Iterator[Any], skip: int) -> Iterator[Any]:
+    if skip:
+        next(islice(lines, skip - 1, None), None)  # in C: the lines are read, not decoded or parsed
+    return lines
 
 
 def _line_where(path: Any, first: int, last: int) -> tuple[str, int]:
@@ -218,27 +452,29 @@ def _shape(rows: Iterator[Any], path: Any, as_tuple: bool, return_path: bool) ->
     return rows
 
 
-def _csv(pipe: CSVParser, it: Iterator[Any]) -> Iterator[Any]:
+def _csv(pipe: CSVParser, it: Iterator[Any], run: _ReadRun) -> Iterator[Any]:
     stage = stage_label(pipe)
     on_fail = _on_fail(pipe, stage)
     text = pipe._text
     fmt = pipe.fmtparams
     rows_of = pipe._rows
-    n = -1  # the item (file) being read: n files are done
+    n, first = run.begin(on_fail)  # n: the item (file) being read; first: the file a resumed pass was in
     try:
-        for item in it:
+        for item in chain(first, it) if first else it:
             n += 1
-            path, stream = _pair(item, stage, n)
+            path, stream, skip, header = _item(item, stage, n, text.skip_lines)
             # The position in this file: ``offset`` lines the reader does not count (the skipped ones,
             # and lines that failed to decode) plus ``reader.line_num``; ``last`` is the reader's count
-            # after the last good row.
-            offset = text.skip_lines
+            # after the last good row. The run reads the same two when a state is taken.
+            offset = skip
             reader = None
             last = 0
             try:
                 try:
-                    reader = csv.reader(text.lines(stream, stage)[0], **fmt)
-                    rows = rows_of(pipe, reader, path)
+                    stream = _open_item(item, stream, run, n)
+                    reader = csv.reader(text.lines(stream, stage, skip)[0], **fmt)
+                    run.enter(n, path, stream, None, reader, offset)
+                    rows = rows_of(pipe, reader, path, run, header)
                 except Exception as e:
                     on_fail(e, *_csv_where(path, offset, reader, last, e))
                     continue
@@ -256,9 +492,11 @@ def _csv(pipe: CSVParser, it: Iterator[Any]) -> Iterator[Any]:
                             break  # the stream itself failed: skip the rest of the file
                         if not isinstance(e, csv.Error):
                             offset += 1  # a line that failed to decode: the reader did not count it
+                            run.offset = offset
                         last = reader.line_num
             finally:
                 _close(stream)
+                run.leave()  # done with this file: a state taken now is between files
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
@@ -267,7 +505,7 @@ def _csv(pipe: CSVParser, it: Iterator[Any]) -> Iterator[Any]:
 _CSV_READ = call_lines(_csv, "rows")
 
 
-def _list_rows(pipe: CSVParser, reader: Any, path: Any) -> Iterator[Any]:
+def _list_rows(pipe: CSVParser, reader: Any, path: Any, run: _ReadRun, header: Any) -> Iterator[Any]:
     return _shape(reader, path, pipe.as_tuple, pipe.return_path)
 
 
@@ -357,7 +595,8 @@ class CSVParser(IterDataPipe[Any]):
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
 
     def __iter__(self) -> Iterator[Any]:
-        return _csv(self, iter(self.source_datapipe))
+        # The file being read and the lines of it consumed (see _ReadRun).
+        return _csv(self, iter(self.source_datapipe), _read_run(self, self.source_datapipe))
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of rows is known only after reading the files")
@@ -434,13 +673,17 @@ def _lenient_dict(header: list[str], restkey: Any, restval: Any) -> Callable[[li
     return make
 
 
-def _dict_rows(pipe: CSVDictParser, reader: Any, path: Any) -> Iterator[Any]:
-    header = pipe.fieldnames
+def _dict_rows(pipe: CSVDictParser, reader: Any, path: Any, run: _ReadRun, header: Any) -> Iterator[Any]:
+    # ``header``: the one a resumed pass saved (the reader starts after it); else read it here
     if header is None:
-        first = next(reader, _END)
-        if first is _END:
-            return iter(())
-        header = first
+        header = pipe.fieldnames
+        if header is None:
+            first = next(reader, _END)
+            if first is _END:
+                return iter(())
+            header = first
+    if header is not pipe.fieldnames:
+        run.header = header  # the state saves it: a resumed pass starts after the header
     make = _lenient_dict(header, pipe.restkey, pipe.restval) if pipe._lenient else _strict_dict(header)
     # filter(None, ...) drops blank rows, as csv.DictReader does.
     return _shape(map(make, filter(None, reader)), path, False, pipe.return_path)
@@ -533,15 +776,13 @@ def _read_all(stream: Any) -> Any:
         _close(stream)
 
 
-def _json(pipe: JsonParser, it: Iterator[Any]) -> Iterator[tuple[Any, Any]]:
+def _json(pipe: JsonParser, it: Iterator[Any], run: _CountRun) -> Iterator[tuple[Any, Any]]:
     stage = stage_label(pipe)
     on_fail = _on_fail(pipe, stage)
     kwargs = pipe.kwargs
     loads = json.loads
-    n = -1  # the item (file) being read: n files are done
     try:
-        for item in it:
-            n += 1
+        for n, item in run.begin(it, on_fail):  # n: the item (file) being read
             path, stream = _pair(item, stage, n)
             data = None
             try:
@@ -604,9 +845,11 @@ class JsonParser(IterDataPipe[tuple[str, Any]]):
         self.source_datapipe = source_datapipe
         self.kwargs = kwargs
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
+        # one object per file, each read whole: its position is its source's (but a failure budget's count)
+        self._stateless = _budget_stateless(self)
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
-        return _json(self, iter(self.source_datapipe))
+        return _json(self, iter(self.source_datapipe), _count_run(self))
 
     def __len__(self) -> int:
         return len(self.source_datapipe)  # type: ignore[arg-type]
@@ -615,43 +858,49 @@ class JsonParser(IterDataPipe[tuple[str, Any]]):
 # -- lines -----------------------------------------------------------------------------------------
 
 
-def _open_lines(pipe: LineReader, stream: Any, path: Any, stage: str) -> Iterator[Any]:
-    lines, kind = pipe._text.lines(stream, stage)
+def _open_lines(pipe: LineReader, stream: Any, path: Any, stage: str, skip: int) -> Iterator[Any]:
+    lines, kind = pipe._text.lines(stream, stage, skip)
     if pipe.strip_newline:
         lines = map(kind.rstrip, lines, repeat("\r\n" if kind is str else b"\r\n"))
     return zip(repeat(path), lines) if pipe.return_path else lines
 
 
-def _lines(pipe: LineReader, it: Iterator[Any]) -> Iterator[Any]:
+def _lines(pipe: LineReader, it: Iterator[Any], run: _ReadRun) -> Iterator[Any]:
     stage = stage_label(pipe)
     on_fail = _on_fail(pipe, stage)
-    n = -1  # the item (file) being read: n files are done
+    n, first = run.begin(on_fail)  # n: the item (file) being read; first: the file a resumed pass was in
     try:
-        for item in it:
+        for item in chain(first, it) if first else it:
             n += 1
-            path, stream = _pair(item, stage, n)
-            k = pipe.skip_lines  # the lines of this file read so far (skipped, yielded or failed)
+            path, stream, skip, _ = _item(item, stage, n, pipe.skip_lines)
+            # The lines of this file read so far: ``offset`` (skipped, or failed to decode) plus those
+            # yielded, which the enumerate counts (its next count, read by the run when a state is taken).
+            offset = skip
             try:
                 try:
-                    lines = _open_lines(pipe, stream, path, stage)
+                    stream = _open_item(item, stream, run, n)
+                    lines = enumerate(_open_lines(pipe, stream, path, stage, skip))
+                    run.enter(n, path, stream, lines, None, offset)
                 except Exception as e:
-                    on_fail(e, *_line_where(path, k + 1, k + 1))
+                    on_fail(e, *_line_where(path, offset + 1, offset + 1))
                     continue
                 while True:  # the lines loop is bare; after a skipped failure it resumes here
                     try:
-                        for line in lines:
-                            k += 1
+                        for _, line in lines:
                             yield line
                         break
                     except Exception as e:
                         if not raised_at(e, _LINES_READ):
                             raise  # thrown in at the yield by the consumer: not a failure of the file
-                        k += 1
+                        k = offset + _next_count(lines) + 1  # the line being read
                         on_fail(e, *_line_where(path, k, k))
                         if not isinstance(e, _RECORD_ERRORS):
                             break  # the stream itself failed: skip the rest of the file
+                        offset += 1  # a line that failed to decode: read, not yielded
+                        run.offset = offset
             finally:
                 _close(stream)
+                run.leave()  # done with this file: a state taken now is between files
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
@@ -725,7 +974,8 @@ class LineReader(IterDataPipe[Any]):
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
 
     def __iter__(self) -> Iterator[Any]:
-        return _lines(self, iter(self.source_datapipe))
+        # The file being read and the lines of it consumed (see _ReadRun).
+        return _lines(self, iter(self.source_datapipe), _read_run(self, self.source_datapipe))
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of lines is known only after reading the files")

@@ -16,10 +16,11 @@ import sys
 import time
 from typing import Any, Callable, Iterator, Sequence
 
+from .. import _pass
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
 from ..errors import add_stage_note, policy_and_log
-from .fileio import StreamWrapper, _TEXT_KWARGS, _check_bool, _check_masks, _check_read_mode, _check_write_mode, _mask_matcher, _open_pass, _opened_len, _pair, _paths_pipe, _roots_pipe
+from .fileio import StreamWrapper, _TEXT_KWARGS, _check_bool, _check_masks, _check_read_mode, _check_write_mode, _listed, _ListRun, _mask_matcher, _open_pass, _opened_len, _opener_stateless, _pair, _paths_pipe, _roots_pipe
 
 __all__ = ["FSSpecFileLister", "FSSpecFileOpener", "FSSpecSaver"]
 
@@ -162,11 +163,16 @@ def _fsspec_list_root(pipe: FSSpecFileLister, root: Any, match: Callable[[str], 
         raise
 
 
-def _fsspec_list(pipe: FSSpecFileLister, roots: Iterator[Any]) -> Iterator[str]:
+def _fsspec_list(pipe: FSSpecFileLister, roots: Iterator[Any], run: _ListRun) -> Iterator[str]:
     match = _mask_matcher(pipe.masks)
+    run.started = True
     try:
+        if run.resume is not None:  # the root the saved pass was listing: listed again, from where it stood
+            root, skip = run.resume
+            run.resume = None
+            yield from _listed(run, root, [_fsspec_list_root(pipe, root, match)], skip)
         for root in roots:
-            yield from _fsspec_list_root(pipe, root, match)
+            yield from _listed(run, root, [_fsspec_list_root(pipe, root, match)], 0)
     except BaseException:
         abandon(roots)  # this frame names the upstream: release it now, not at collection
         raise
@@ -234,7 +240,11 @@ class FSSpecFileLister(IterDataPipe[str]):
         self._run = _fsspec_list
 
     def __iter__(self) -> Iterator[str]:
-        return self._run(self, iter(self.datapipe))
+        # The root being listed (a URL) and the files of it yielded: a resumed pass lists that root
+        # again (one listing, sorted as every listing is) and starts at the count (see _ListRun).
+        run = _ListRun()
+        _pass.track(self, run)
+        return self._run(self, iter(self.datapipe), run)
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of files is known only after listing")
@@ -457,9 +467,16 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         self.backoff = backoff
         self.storage_options = storage_options
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
+        self._stateless = _opener_stateless(self)  # one file per URL: its position is its source's
 
     def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
         return _open_pass(self, self.source_datapipe, _fsspec_opener(self))
+
+    def _reopener(self) -> Callable[[Any, int], StreamWrapper]:
+        """How a reader of this stage's items opens one again by its URL (``reopen(url, n)``): a
+        pass resumed inside a file reads it from its start again."""
+        open_url = _fsspec_opener(self)
+        return lambda url, n: StreamWrapper(open_url(url), url)
 
     def __len__(self) -> int:
         return _opened_len(self, self.source_datapipe)
@@ -533,6 +550,7 @@ class FSSpecSaver(IterDataPipe[str]):
     """
 
     _repr_fields = ("mode",)
+    _stateless = True  # one file written per item, before the item is yielded: its position is its source's
 
     def __init__(
         self,
