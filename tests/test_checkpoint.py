@@ -223,3 +223,61 @@ def test_law_resume_equals_the_uninterrupted_run(n, stages, k):
         assert len(head) + len(rest) == len(full)
     else:
         assert head + rest == full
+
+
+def _noisy(x, rng):
+    return x + rng.random()
+
+
+class TestDataLoader:
+    """datapipes.DataLoader follows torchdata's StatefulDataLoader convention: state_dict() at any
+    time, load_state_dict() before the next iter(), which resumes (or starts the next epoch)."""
+
+    @staticmethod
+    def build():
+        from datapipes import DataLoader
+
+        return DataLoader(Source(50).map(_noisy, concurrency=3, rng="python"), batch_size=4, seed=7)
+
+    def test_resume_mid_epoch(self):
+        full = [b.tolist() for b in self.build()]
+        for k in (0, 1, 6, 12, 13):
+            loader = self.build()
+            it = iter(loader)
+            head = [next(it).tolist() for _ in range(k)]
+            state = pickle.loads(pickle.dumps(loader.state_dict()))
+            again = self.build()
+            again.load_state_dict(state)
+            assert head + [b.tolist() for b in again] == full, k
+
+    def test_resume_in_a_later_epoch_keeps_its_seed_and_epoch(self):
+        loader = self.build()
+        epochs = [[b.tolist() for b in loader] for _ in range(2)]
+        assert epochs[0] != epochs[1]  # each epoch draws anew
+        it = iter(loader)  # epoch 2
+        head = [next(it).tolist() for _ in range(5)]
+        state = loader.state_dict()
+        rest_then = [b.tolist() for b in it]
+        again = self.build()
+        again.load_state_dict(state)
+        assert [b.tolist() for b in again] == rest_then
+        assert again.epoch == 2
+        assert head  # (the first five batches were delivered before the save)
+
+    def test_a_state_saved_between_epochs_starts_the_next_one(self):
+        loader = self.build()
+        [b for b in loader]
+        state = loader.state_dict()
+        second = [b.tolist() for b in loader]
+        again = self.build()
+        again.load_state_dict(state)
+        assert [b.tolist() for b in again] == second
+
+    def test_workers_are_not_supported_yet(self):
+        from datapipes import DataLoader
+
+        loader = DataLoader(Source(8).sharding_filter(), batch_size=2, num_workers=2)
+        with pytest.raises(NotImplementedError, match="num_workers > 0"):
+            loader.state_dict()
+        with pytest.raises(ValueError, match="not a state"):
+            loader.load_state_dict({})

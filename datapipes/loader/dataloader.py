@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
+import weakref
 from typing import Any, Callable, Iterable, Iterator
 
 from .._engine import is_async_callable, is_async_gen_callable
@@ -113,6 +114,40 @@ def _as_pipe(data: Any, name: str) -> IterDataPipe[Any]:
         raise TypeError(f"{_WHERE}: {name} must be an IterDataPipe, an iterable or an async iterable, "
                         f"got {kind.__name__}")
     return IterableWrapper(data)
+
+
+def _drain(it: Iterator[Any], done: list[bool]) -> Iterator[Any]:
+    yield from it
+    done[0] = True
+
+
+class _Tracked:
+    """A loader pass's iterator that knows when it has run out (a state saved then starts the next
+    epoch). One small generator step per batch, not per item; no reference cycle, so a dropped pass
+    stops at once."""
+
+    __slots__ = ("it", "_done", "_gen", "__weakref__")
+
+    def __init__(self, it: Iterator[Any]) -> None:
+        self.it = it
+        self._done = [False]
+        self._gen = _drain(it, self._done)
+
+    @property
+    def done(self) -> bool:
+        return self._done[0]
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._gen)
+
+    def close(self) -> None:
+        self._gen.close()
+        close = getattr(self.it, "close", None)
+        if close is not None:
+            close()
 
 
 class DataLoader:
@@ -285,6 +320,10 @@ class DataLoader:
         self._epoch_set = False
         self._passes = 0
         self._base_seed: int | None = seed
+        #: the pass being iterated, for state_dict; weak, so that a pass dropped mid-way stops its
+        #: threads and workers as any dropped iterator does
+        self._current: weakref.ref[_Tracked] | None = None
+        self._resume: dict[str, Any] | None = None  # a pass state loaded for the next iter()
 
     # -- building ----------------------------------------------------------------------------------
 
@@ -393,16 +432,65 @@ class DataLoader:
     # -- running -----------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
-        seed, epoch = self._begin_pass()
+        resume, self._resume = self._resume, None
+        if resume is None:
+            seed, epoch = self._begin_pass()
+        else:  # the pass a loaded state stopped in: same seed and epoch
+            seed, epoch = self._base_seed, self._epoch  # type: ignore[assignment]
         if self._workers is not None:
             self._workers.prepare(seed, epoch)
             it = iter(self.pipe)
         else:
             with configured(PassConfig(seed, epoch, _shard_id())):
                 it = iter(self.pipe)
+        if resume is not None:
+            it.load_state_dict(resume)  # type: ignore[attr-defined]
+        tracked = _Tracked(it)
+        self._current = weakref.ref(tracked)
         if self.even_batches is None:
-            return it
-        return _even_pass(self, it, self.even_batches)
+            return tracked
+        return _even_pass(self, tracked, self.even_batches)
+
+    # -- checkpoints (torchdata's StatefulDataLoader convention) ---------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader stands, as plain data: its seed and epoch and, in the middle of a pass,
+        that pass's position (``it.state_dict()`` of the pass). Give it to :meth:`load_state_dict`
+        of a loader built the same way, and its next ``iter()`` goes on exactly there: the batches
+        not yet delivered, in the same order; at a pass's end, the next epoch.
+
+        Raises:
+            NotImplementedError: with ``num_workers > 0`` (the workers' positions are not
+                gathered yet), or with ``even_batches`` under ``torch.distributed``.
+            TypeError: a stage of the pipe cannot save its position (the message names it).
+        """
+        if self._workers is not None:
+            raise NotImplementedError(f"{_WHERE}.state_dict: not yet with num_workers > 0; use num_workers=0, or "
+                                      "concurrency=N in the pipe, which saves its position")
+        state: dict[str, Any] = {
+            "format": "datapipes.loader/1", "seed": self._base_seed, "epoch": self._epoch,
+            "epoch_set": self._epoch_set, "passes": self._passes, "pass": None,
+        }
+        current = None if self._current is None else self._current()
+        if current is not None and not current.done:
+            state["pass"] = current.it.state_dict()  # type: ignore[attr-defined]
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from ``state`` (what :meth:`state_dict` returned): the next ``iter(self)`` goes on
+        where the saved loader stood, with its seed and epoch.
+
+        Raises:
+            ValueError: ``state`` is not a loader state.
+        """
+        if not isinstance(state, dict) or state.get("format") != "datapipes.loader/1":
+            raise ValueError(f"{_WHERE}.load_state_dict: not a state saved by DataLoader.state_dict(): {str(state)[:200]}")
+        self._base_seed = state["seed"]
+        self._epoch = int(state["epoch"])
+        self._epoch_set = bool(state["epoch_set"])
+        self._passes = int(state["passes"])
+        self._resume = state["pass"]
+        self._current = None
 
     def __len__(self) -> int:
         return len(self.pipe)  # type: ignore[arg-type]
