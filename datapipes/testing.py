@@ -11,18 +11,25 @@
 - an iterator closed (or dropped) after one item leaves no thread behind;
 - with ``build``, an exception raised by the source reaches the consumer as the same object.
 
+:func:`check_resume` checks the checkpoint law: a pass stopped after ``k`` items, saved with
+``it.state_dict()`` and resumed by a new pass's ``load_state_dict``, yields exactly what the
+uninterrupted pass yields after its first ``k`` items.
+
 >>> from datapipes.iter import IterableWrapper
->>> from datapipes.testing import check_datapipe
+>>> from datapipes.testing import check_datapipe, check_resume
 >>> check_datapipe(IterableWrapper(range(5)).map(lambda x: x + 1), expected=[1, 2, 3, 4, 5])
 [1, 2, 3, 4, 5]
 >>> check_datapipe(IterableWrapper(range(6)), build=lambda src: src.batch(2))
 [0, 1, 2, 3, 4, 5]
+>>> check_resume(lambda: IterableWrapper(range(5)).map(lambda x: x + 1))
+[1, 2, 3, 4, 5]
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gc
+import io
 import itertools
 import pickle
 import threading
@@ -36,7 +43,14 @@ from .datapipe import IterDataPipe, MapDataPipe
 from .graph import traverse
 from .iter import IterableWrapper
 
-__all__ = ["ContractViolation", "check_datapipe", "items_equal", "same_multiset", "threads_started_since"]
+__all__ = [
+    "ContractViolation",
+    "check_datapipe",
+    "check_resume",
+    "items_equal",
+    "same_multiset",
+    "threads_started_since",
+]
 
 
 class ContractViolation(AssertionError):
@@ -251,3 +265,139 @@ def check_datapipe(
             raise ContractViolation(f"{name}: the source's exception was swallowed")
 
     return first
+
+
+def _resume_points(n: int) -> list[int]:
+    return sorted({0, min(1, n), n // 2, max(n - 1, 0), n})
+
+
+def _pickle_round_trip(state: Any) -> Any:
+    return pickle.loads(pickle.dumps(state))
+
+
+def _torch_round_trip(state: Any) -> Any:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=False)
+
+
+_ROUND_TRIPS = {"pickle": _pickle_round_trip, "torch": _torch_round_trip}
+
+
+def _multiset_difference(a: list[Any], b: list[Any]) -> list[Any]:
+    """The items of ``a`` that ``b`` lacks (one per missing occurrence)."""
+    want = Counter(map(_freeze, b))
+    out = []
+    for x in a:
+        key = _freeze(x)
+        if want[key]:
+            want[key] -= 1
+        else:
+            out.append(x)
+    return out
+
+
+def check_resume(
+    build: Callable[[], IterDataPipe[Any]],
+    ks: Iterable[int] | Callable[[int], Iterable[int]] | None = None,
+    *,
+    ordered: bool = True,
+    through: str = "pickle",
+    convert: Callable[[Any], Any] | None = None,
+) -> list[Any]:
+    """Check that passes of ``build()`` stopped after ``k`` items resume exactly; return the items of
+    the uninterrupted pass.
+
+    For each ``k``, a pass of ``build()`` is stopped after its first ``k`` items, its
+    ``it.state_dict()`` goes through ``pickle`` (or ``torch.save``/``torch.load``) and is loaded
+    into a new pass of a new ``build()`` before its first ``next()``; the first ``k`` items and what
+    the resumed pass yields must make up the uninterrupted pass.
+
+    Args:
+        build: builds the pipe under test, the same way at each call (a new graph for every pass,
+            as a process that resumes a run builds its pipe anew).
+        ks: the numbers of items after which to stop: ints from 0 to the length of the
+            uninterrupted pass, or a function of that length returning them. Default: 0, 1, the
+            middle, the length minus one and the length.
+        ordered: whether the first ``k`` items followed by the resumed ones must equal the
+            uninterrupted pass in order; when false (a stage yielding in completion order), they
+            must hold the same items the same number of times: nothing lost, nothing repeated.
+        through: ``"pickle"`` or ``"torch"``: how the state travels between the two passes.
+        convert: a function applied to each item as it is taken, before the pass goes on (read a
+            stream before the pass that opened it is closed); the items compared are its results.
+
+    Returns:
+        The items of the uninterrupted pass (converted).
+
+    Raises:
+        ContractViolation: the items around a resume differ from the uninterrupted pass; the
+            message names the pipe, ``k`` and what differs.
+        ValueError: ``through`` is not ``"pickle"`` or ``"torch"``, or a ``k`` is out of range.
+
+    An exception raised by the pipe (a stage that cannot save its position raises ``TypeError``)
+    comes through unchanged, with a note naming the pipe and ``k``.
+
+    >>> from datapipes.iter import IterableWrapper
+    >>> from datapipes.testing import check_resume
+    >>> check_resume(lambda: IterableWrapper(range(7)).batch(3), ks=range(4), through="torch")
+    [[0, 1, 2], [3, 4, 5], [6]]
+
+    See also:
+        :func:`check_datapipe`, the contract every pipe keeps.
+    """
+    if through not in _ROUND_TRIPS:
+        raise ValueError(f"through must be 'pickle' or 'torch', got {through!r}")
+    round_trip = _ROUND_TRIPS[through]
+    take: Callable[[Any], Any] = (lambda x: x) if convert is None else convert
+
+    pipe = build()
+    name = repr(pipe)
+    full = [take(x) for x in pipe]
+    n = len(full)
+    points = _resume_points(n) if ks is None else list(ks(n) if callable(ks) else ks)
+    for k in points:
+        if not isinstance(k, int) or not 0 <= k <= n:
+            raise ValueError(f"ks: {k!r} is not an int from 0 to {n}, the number of items {name} yields")
+
+    for k in points:
+        try:
+            it: Any = iter(build())
+            try:
+                head = [take(x) for x in itertools.islice(it, k)]
+                state = round_trip(it.state_dict())
+            finally:
+                close_iterator(it)
+            again: Any = iter(build())
+            try:
+                again.load_state_dict(state)
+                rest = [take(x) for x in again]
+            finally:
+                close_iterator(again)
+        except Exception as e:
+            e.add_note(f"check_resume: {name}, a pass stopped after {k} items and resumed through {through}")
+            raise
+        where = f"{name}: a pass stopped after {k} of {n} items and resumed through {through}"
+        if len(head) < k:
+            raise ContractViolation(
+                f"{name}: a pass to stop after {k} items ended after {len(head)}, the first after {n}"
+            )
+        if ordered:
+            if not _all_equal(head, full[:k]):
+                raise ContractViolation(
+                    f"{where}: its first {k} items {head!r:.300} differ from the uninterrupted pass's "
+                    f"{full[:k]!r:.300} (the pipe does not repeat its passes)"
+                )
+            if not _all_equal(rest, full[k:]):
+                raise ContractViolation(
+                    f"{where}: yields {rest!r:.300} after them, the uninterrupted pass {full[k:]!r:.300}"
+                )
+        elif not same_multiset(head + rest, full):
+            lost = _multiset_difference(full, head + rest)
+            extra = _multiset_difference(head + rest, full)
+            raise ContractViolation(
+                f"{where}: {len(lost)} items lost {lost!r:.200}, {len(extra)} repeated or new {extra!r:.200}"
+            )
+    return full

@@ -1,13 +1,17 @@
 """Helpers shared by test modules in several folders, imported explicitly (``from helpers import
 ...``: tests/ is on ``sys.path`` through tests/conftest.py): a custom exception and a function that
-raises it at one item, the live children of this process, and the ``plain_process`` fixture."""
+raises it at one item, the live children of this process, the ``plain_process`` fixture, a
+user-written source with the checkpoint protocol and a stateless stage written elsewhere, and what
+the "a failing pass releases its source" tests share (the ``gc_off`` fixture, a source that
+records its close, a pass run to its error)."""
 
+import gc
 import glob
 import os
 
 import pytest
 
-from datapipes import _worker
+from datapipes import IterDataPipe, _worker
 
 
 class Boom(Exception):
@@ -44,3 +48,105 @@ def plain_process(monkeypatch):
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.setattr(_worker, "_checked", False)
+
+
+# -- a source written elsewhere, with the checkpoint protocol ---------------------------------------
+
+
+class StatefulCursor:
+    """An iterator over a sequence with the two-method checkpoint protocol (``state_dict()`` and
+    ``load_state_dict(state)``), as a stage written elsewhere gives its iterator."""
+
+    def __init__(self, items):
+        self.items, self.i = items, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.i >= len(self.items):
+            raise StopIteration
+        self.i += 1
+        return self.items[self.i - 1]
+
+    def state_dict(self):
+        return {"i": self.i}
+
+    def load_state_dict(self, state):
+        self.i = state["i"]
+
+
+class StatefulSource(IterDataPipe):
+    """A user-written source whose iterator (a :class:`StatefulCursor`) keeps its own state.
+
+    ``StatefulSource(n, start=0)`` yields ``start, ..., start + n - 1`` and has a ``len``;
+    ``StatefulSource(make)`` yields the list ``make()`` returns, made anew at each pass (fresh
+    in-memory streams), and has none.
+    """
+
+    def __init__(self, items, start=0):
+        self.items, self.start = items, start
+
+    def __iter__(self):
+        if callable(self.items):
+            return StatefulCursor(self.items())
+        return StatefulCursor(range(self.start, self.start + self.items))
+
+    def __len__(self):
+        if callable(self.items):
+            raise TypeError("StatefulSource(make) has no len()")
+        return self.items
+
+
+class PlusOne(IterDataPipe):
+    """A stage written elsewhere that keeps no state (a generator adding 1 to each item): it
+    creates its source's iterator at its first ``next()``."""
+
+    def __init__(self, dp):
+        self.dp = dp
+
+    def __iter__(self):
+        for x in self.dp:
+            yield x + 1
+
+
+# -- a failing pass releases its source ------------------------------------------------------------
+
+
+@pytest.fixture
+def gc_off():
+    """The cyclic GC off for the test (after a collection; on again, and run, after it): what a
+    failing pass holds is then released by reference counting alone, or not at all."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.collect()
+
+
+class Guarded:
+    """A re-iterable source over ``items`` that records whether each pass's generator was closed
+    (``closed``: one ``True`` per closed pass)."""
+
+    def __init__(self, items):
+        self.items = items
+        self.closed = []
+
+    def __iter__(self):
+        try:
+            yield from self.items
+        finally:
+            self.closed.append(True)
+
+
+def error_of_pass(pipe, error, match=None, each=None):
+    """Run a pass of ``pipe`` until it raises ``error`` (whose message matches ``match``; pytest
+    fails the test otherwise) and return that exception, for the caller to hold as a consumer
+    does, and with it its traceback and the stages' frames. ``each`` is called on each item."""
+    with pytest.raises(error, match=match) as info:
+        for x in pipe:
+            if each is not None:
+                each(x)
+    return info.value

@@ -6,7 +6,6 @@ items not yet yielded, nothing twice).
 """
 
 import asyncio
-import io
 import pickle
 import random
 import subprocess
@@ -15,47 +14,13 @@ import textwrap
 import time
 
 import pytest
-import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from datapipes import IterDataPipe
 from datapipes.iter import IterableWrapper
+from datapipes.testing import ContractViolation, check_resume
 
-
-class Cursor:
-    """A source iterator with the two-method protocol for stages written elsewhere."""
-
-    def __init__(self, n):
-        self.n, self.i = n, 0
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if self.i >= self.n:
-            raise StopIteration
-        self.i += 1
-        return self.i - 1
-
-    def state_dict(self):
-        return {"i": self.i}
-
-    def load_state_dict(self, state):
-        self.i = state["i"]
-
-
-class Source(IterDataPipe):
-    """A user-written source whose iterator keeps its own state."""
-
-    def __init__(self, n):
-        self.n = n
-
-    def __iter__(self):
-        return Cursor(self.n)
-
-    def __len__(self):
-        return self.n
+from helpers import PlusOne, StatefulSource
 
 
 def jitter(x):
@@ -68,64 +33,41 @@ async def ajitter(x):
     return x * 10
 
 
-def resumed(build, k, through=pickle):
-    """The first k items of a pass, then the rest from a new pass resumed from its state."""
-    it = iter(build())
-    head = [next(it) for _ in range(k)]
-    state = it.state_dict()
-    if through is pickle:
-        state = pickle.loads(pickle.dumps(state))
-    else:
-        buf = io.BytesIO()
-        torch.save(state, buf)
-        buf.seek(0)
-        state = torch.load(buf, weights_only=False)
-    it.close()
-    again = iter(build())
-    again.load_state_dict(state)
-    return head, list(again)
-
-
 ORDERED = {
-    "threads": lambda: Source(60).map(jitter, concurrency=4),
-    "async": lambda: Source(60).map(ajitter, concurrency=8),
-    "seeded rng": lambda: Source(60).map(lambda x, rng: (x, rng.random()), concurrency=3, rng="python").set_seed(3),
-    "serial chain": lambda: Source(60).map(lambda x: x + 1).filter(lambda x: x % 3).map(str),
-    "prefetch": lambda: Source(60).map(jitter, concurrency=2).prefetch(5),
-    "nested prefetch": lambda: Source(60).prefetch(3).map(jitter, concurrency=2).prefetch(2).filter(lambda x: x % 7),
-    "skip failures": lambda: Source(60).map(lambda x: 1 // (x % 5), concurrency=3, on_error="skip"),
+    "threads": lambda: StatefulSource(60).map(jitter, concurrency=4),
+    "async": lambda: StatefulSource(60).map(ajitter, concurrency=8),
+    "seeded rng": lambda: StatefulSource(60).map(
+        lambda x, rng: (x, rng.random()), concurrency=3, rng="python").set_seed(3),
+    "serial chain": lambda: StatefulSource(60).map(lambda x: x + 1).filter(lambda x: x % 3).map(str),
+    "prefetch": lambda: StatefulSource(60).map(jitter, concurrency=2).prefetch(5),
+    "nested prefetch": lambda: StatefulSource(60).prefetch(3).map(jitter, concurrency=2).prefetch(2).filter(
+        lambda x: x % 7),
+    "skip failures": lambda: StatefulSource(60).map(lambda x: 1 // (x % 5), concurrency=3, on_error="skip"),
 }
 
 
 class TestExact:
     @pytest.mark.parametrize("name", sorted(ORDERED))
     def test_ordered_resume_equals_the_uninterrupted_pass(self, name):
-        build = ORDERED[name]
-        full = list(build())
-        for k in sorted({0, 1, 5, len(full) // 2, len(full) - 1, len(full)}):
-            head, rest = resumed(build, k)
-            assert head + rest == full, (name, k)
+        check_resume(ORDERED[name], lambda n: sorted({0, 1, 5, n // 2, n - 1, n}))
 
     @pytest.mark.parametrize("fn", [jitter, ajitter], ids=["threads", "async"])
     def test_completion_order_resume_yields_exactly_the_rest(self, fn):
-        build = lambda: Source(60).map(fn, concurrency=6, ordered=False)  # noqa: E731
-        want = sorted(x * 10 for x in range(60))
-        for k in (0, 1, 17, 59, 60):
-            head, rest = resumed(build, k)
-            assert sorted(head + rest) == want and not set(head) & set(rest), k
+        build = lambda: StatefulSource(60).map(fn, concurrency=6, ordered=False)  # noqa: E731
+        full = check_resume(build, (0, 1, 17, 59, 60), ordered=False)
+        assert sorted(full) == sorted(x * 10 for x in range(60))
 
     def test_state_through_torch_save(self):
-        full = list(ORDERED["nested prefetch"]())
-        head, rest = resumed(ORDERED["nested prefetch"], 20, through=torch)
-        assert head + rest == full
+        check_resume(ORDERED["nested prefetch"], [20], through="torch")
 
     def test_resume_in_a_fresh_process(self, tmp_path):
         code = textwrap.dedent(f"""
             import sys, torch
             sys.path.insert(0, {str(tmp_path)!r})
             sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
-            from test_checkpoint import Source, jitter
-            build = lambda: Source(40).map(jitter, concurrency=3).prefetch(4)
+            from helpers import PlusOne, StatefulSource
+            from test_checkpoint import jitter
+            build = lambda: StatefulSource(40).map(jitter, concurrency=3).prefetch(4)
             if sys.argv[1] == "save":
                 it = iter(build())
                 head = [next(it) for _ in range(13)]
@@ -151,44 +93,69 @@ class TestProtocol:
         next(it)
         state = it.state_dict()
         assert state["format"] == "datapipes.pass/1"
-        assert state["graph"] == ["Prefetcher", "Mapper", "Source"]
+        assert state["graph"] == ["Prefetcher", "Mapper", "StatefulSource"]
         pickle.dumps(state)
 
     def test_load_after_the_first_item_is_refused(self):
-        it = iter(Source(10).map(jitter, concurrency=2))
+        it = iter(StatefulSource(10).map(jitter, concurrency=2))
         state = it.state_dict()
         next(it)
         with pytest.raises(RuntimeError, match="before the first next"):
             it.load_state_dict(state)
 
     def test_a_pipe_of_another_shape_is_named(self):
-        it = iter(Source(10).map(jitter, concurrency=2))
+        it = iter(StatefulSource(10).map(jitter, concurrency=2))
         state = it.state_dict()
-        other = iter(Source(10).prefetch().map(jitter, concurrency=2))
-        with pytest.raises(ValueError, match=r"at stage 1 .* it has Source, this pipe has Prefetcher"):
+        other = iter(StatefulSource(10).prefetch().map(jitter, concurrency=2))
+        with pytest.raises(ValueError, match=r"at stage 1 .* it has StatefulSource, this pipe has Prefetcher"):
             other.load_state_dict(state)
         with pytest.raises(ValueError, match="not a state"):
             other.load_state_dict({"stages": {}})
 
     def test_a_stage_that_cannot_save_is_named(self):
-        it = iter(Source(10).map(jitter, concurrency=2, executor="process"))
+        it = iter(StatefulSource(10).map(jitter, concurrency=2, executor="process"))
         with pytest.raises(TypeError, match=r"Mapper\(jitter\) cannot save its position"):
             it.state_dict()
         it.close()
 
     def test_stateless_stages_written_elsewhere_work_unchanged(self):
-        class Plus(IterDataPipe):
-            def __init__(self, dp):
-                self.dp = dp
+        check_resume(lambda: PlusOne(StatefulSource(30).map(jitter, concurrency=3)), [11])
 
-            def __iter__(self):
-                for x in self.dp:
-                    yield x + 1
 
-        build = lambda: Plus(Source(30).map(jitter, concurrency=3))  # noqa: E731
-        full = list(build())
-        head, rest = resumed(build, 11)
-        assert head + rest == full
+class Forgetful(StatefulSource):
+    """A source whose iterator ignores the state it is given: a resumed pass starts again."""
+
+    def __iter__(self):
+        it = super().__iter__()
+        it.load_state_dict = lambda state: None
+        return it
+
+
+class TestCheckResume:
+    """``datapipes.testing.check_resume`` catches the pipes that break the law and names them."""
+
+    def test_a_pass_that_starts_again_is_named_with_its_k(self):
+        with pytest.raises(ContractViolation, match=r"Forgetful -> Mapper\(str\): a pass stopped after 2 of 5 items"):
+            check_resume(lambda: Forgetful(5).map(str), [0, 2])
+
+    def test_unordered_names_what_was_repeated(self):
+        message = r"after 3 of 6 items .*: 0 items lost \[\], 3 repeated or new \[0, 1, 2\]"
+        with pytest.raises(ContractViolation, match=message):
+            check_resume(lambda: Forgetful(6), [3], ordered=False)
+
+    def test_returns_the_uninterrupted_pass_through_torch(self):
+        assert check_resume(lambda: StatefulSource(4).batch(3), range(3), through="torch") == [[0, 1, 2], [3]]
+
+    def test_bad_arguments_are_named(self):
+        with pytest.raises(ValueError, match="through must be 'pickle' or 'torch', got 'json'"):
+            check_resume(lambda: StatefulSource(3), through="json")
+        with pytest.raises(ValueError, match="ks: 4 is not an int from 0 to 3"):
+            check_resume(lambda: StatefulSource(3), [1, 4])
+
+    def test_an_error_of_the_pipe_comes_through_with_a_note(self):
+        with pytest.raises(TypeError, match="one-shot generator") as info:
+            check_resume(lambda: IterableWrapper(x for x in range(5)), [2])
+        assert "check_resume: IterableWrapper, a pass stopped after 2 items" in info.value.__notes__[-1]
 
 
 ALLOWED = ["map", "cmap", "umap", "filter", "prefetch"]
@@ -201,7 +168,7 @@ ALLOWED = ["map", "cmap", "umap", "filter", "prefetch"]
 )
 def test_law_resume_equals_the_uninterrupted_run(n, stages, k):
     def build():
-        pipe = Source(n)
+        pipe = StatefulSource(n)
         for s in stages:
             if s == "map":
                 pipe = pipe.map(lambda x: x * 2)
@@ -215,14 +182,7 @@ def test_law_resume_equals_the_uninterrupted_run(n, stages, k):
                 pipe = pipe.prefetch(2)
         return pipe
 
-    full = list(build())
-    k = min(k, len(full))
-    head, rest = resumed(build, k)
-    if "umap" in stages:
-        assert sorted(head + rest) == sorted(full)
-        assert len(head) + len(rest) == len(full)
-    else:
-        assert head + rest == full
+    check_resume(build, lambda n: [min(k, n)], ordered="umap" not in stages)
 
 
 def _noisy(x, rng):
@@ -237,7 +197,7 @@ class TestDataLoader:
     def build():
         from datapipes import DataLoader
 
-        return DataLoader(Source(50).map(_noisy, concurrency=3, rng="python"), batch_size=4, seed=7)
+        return DataLoader(StatefulSource(50).map(_noisy, concurrency=3, rng="python"), batch_size=4, seed=7)
 
     def test_resume_mid_epoch(self):
         full = [b.tolist() for b in self.build()]
@@ -276,7 +236,7 @@ class TestDataLoader:
     def test_workers_are_not_supported_yet(self):
         from datapipes import DataLoader
 
-        loader = DataLoader(Source(8).sharding_filter(), batch_size=2, num_workers=2)
+        loader = DataLoader(StatefulSource(8).sharding_filter(), batch_size=2, num_workers=2)
         with pytest.raises(NotImplementedError, match="num_workers > 0"):
             loader.state_dict()
         with pytest.raises(ValueError, match="not a state"):

@@ -4,82 +4,25 @@ The law (DESIGN section 6): a pass stopped after k items and resumed from its st
 what the uninterrupted pass yields after its first k items.
 """
 
-import io
 import pickle
 
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datapipes import IterDataPipe
 from datapipes.iter import combining
 from datapipes.iter.combining import Concater, Multiplexer, Zipper
+from datapipes.testing import check_resume
 
-
-class Cursor:
-    """A source iterator with the two-method protocol for stages written elsewhere."""
-
-    def __init__(self, n, start=0):
-        self.n, self.i, self.start = n, 0, start
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if self.i >= self.n:
-            raise StopIteration
-        self.i += 1
-        return self.start + self.i - 1
-
-    def state_dict(self):
-        return {"i": self.i}
-
-    def load_state_dict(self, state):
-        self.i = state["i"]
-
-
-class Source(IterDataPipe):
-    """A user-written source whose iterator keeps its own state; counts the items it yields."""
-
-    def __init__(self, n, start=0):
-        self.n, self.start = n, start
-
-    def __iter__(self):
-        return Cursor(self.n, self.start)
-
-    def __len__(self):
-        return self.n
-
-
-def resumed(build, k, through=pickle):
-    """The first k items of a pass, then the rest from a new pass resumed from its state."""
-    it = iter(build())
-    head = [next(it) for _ in range(k)]
-    state = it.state_dict()
-    if through is pickle:
-        state = pickle.loads(pickle.dumps(state))
-    else:
-        buf = io.BytesIO()
-        torch.save(state, buf)
-        buf.seek(0)
-        state = torch.load(buf, weights_only=False)
-    it.close()
-    again = iter(build())
-    again.load_state_dict(state)
-    return head, list(again)
-
-
-def ks(n):
-    return sorted({0, 1, n // 2, max(n - 1, 0), n} - {-1})
+from helpers import StatefulSource
 
 
 def fork(n, k=2, **kw):
-    return Source(n).fork(k, **kw)
+    return StatefulSource(n).fork(k, **kw)
 
 
 def demux(n, k=2, **kw):
-    return Source(n).demux(k, lambda x: x % k, **kw)
+    return StatefulSource(n).demux(k, lambda x: x % k, **kw)
 
 
 def with_stored_mux(pipe):
@@ -88,20 +31,23 @@ def with_stored_mux(pipe):
 
 
 BUILDS = {
-    "concat": lambda: Source(3).concat(Source(0), Source(4, 10), Source(2, 20)),
-    "concat one input": lambda: Concater(Source(5)),
-    "concat empty first": lambda: Source(0).concat(Source(3)),
-    "concat the same pipe twice": lambda: (lambda a: a.concat(Source(2, 10), a))(Source(3)),
-    "concat a shared stage": lambda: (lambda a, b: a.concat(b, Source(1, 30), b.map(str)))(Source(3), Source(2, 10)),
-    "concat of concats": lambda: Source(2).concat(Source(2, 10)).concat(Source(3, 20).concat(Source(1, 30))),
-    "zip": lambda: Source(5).zip(Source(7, 10), Source(6, 20)),
-    "zip one input": lambda: Zipper(Source(4)),
-    "zip shortest first": lambda: Source(3).zip(Source(6, 10)),
-    "mux": lambda: Source(5).mux(Source(7, 10), Source(6, 20)),
-    "mux shortest last": lambda: Source(7).mux(Source(4, 10)),
-    "mux one input": lambda: Multiplexer(Source(4)),
-    "mux stored round": lambda: with_stored_mux(Source(5).mux(Source(7, 10), Source(6, 20))),
-    "mux of concat": lambda: Source(2).concat(Source(3, 10)).mux(Source(6, 20).map(lambda x: -x)),
+    "concat": lambda: StatefulSource(3).concat(StatefulSource(0), StatefulSource(4, 10), StatefulSource(2, 20)),
+    "concat one input": lambda: Concater(StatefulSource(5)),
+    "concat empty first": lambda: StatefulSource(0).concat(StatefulSource(3)),
+    "concat the same pipe twice": lambda: (lambda a: a.concat(StatefulSource(2, 10), a))(StatefulSource(3)),
+    "concat a shared stage": lambda: (lambda a, b: a.concat(b, StatefulSource(1, 30), b.map(str)))(
+        StatefulSource(3), StatefulSource(2, 10)),
+    "concat of concats": lambda: StatefulSource(2).concat(StatefulSource(2, 10)).concat(
+        StatefulSource(3, 20).concat(StatefulSource(1, 30))),
+    "zip": lambda: StatefulSource(5).zip(StatefulSource(7, 10), StatefulSource(6, 20)),
+    "zip one input": lambda: Zipper(StatefulSource(4)),
+    "zip shortest first": lambda: StatefulSource(3).zip(StatefulSource(6, 10)),
+    "mux": lambda: StatefulSource(5).mux(StatefulSource(7, 10), StatefulSource(6, 20)),
+    "mux shortest last": lambda: StatefulSource(7).mux(StatefulSource(4, 10)),
+    "mux one input": lambda: Multiplexer(StatefulSource(4)),
+    "mux stored round": lambda: with_stored_mux(StatefulSource(5).mux(StatefulSource(7, 10), StatefulSource(6, 20))),
+    "mux of concat": lambda: StatefulSource(2).concat(StatefulSource(3, 10)).mux(
+        StatefulSource(6, 20).map(lambda x: -x)),
     "fork zip": lambda: (lambda a, b: a.zip(b.map(lambda x: -x)))(*fork(7)),
     "fork zip 3": lambda: (lambda a, b, c: c.zip(a, b))(*fork(7, 3)),
     "fork mux": lambda: (lambda a, b: a.mux(b))(*fork(7)),
@@ -113,7 +59,7 @@ BUILDS = {
     "demux mux 3": lambda: (lambda a, b, c: a.mux(b, c))(*demux(13, 3)),
     "demux concat": lambda: (lambda a, b: b.concat(a))(*demux(7)),
     "demux drop none": lambda: (lambda a, b: b.concat(a))(
-        *Source(11).demux(2, lambda x: None if x % 3 == 0 else x % 2, drop_none=True)),
+        *StatefulSource(11).demux(2, lambda x: None if x % 3 == 0 else x % 2, drop_none=True)),
     "demux of a fork": lambda: (lambda a, b: a.concat(*b.demux(2, lambda x: x % 2)))(*fork(6)),
 }
 
@@ -121,34 +67,23 @@ BUILDS = {
 class TestExact:
     @pytest.mark.parametrize("name", sorted(BUILDS))
     def test_resume_equals_the_uninterrupted_pass(self, name):
-        build = BUILDS[name]
-        full = list(build())
+        full = check_resume(BUILDS[name])
         assert full, name
-        for k in ks(len(full)):
-            head, rest = resumed(build, k)
-            assert head + rest == full, (name, k)
 
     @pytest.mark.parametrize("name", ["concat", "mux", "fork concat", "demux mux 3"])
     def test_state_through_torch_save(self, name):
-        build = BUILDS[name]
-        full = list(build())
-        for k in ks(len(full)):
-            head, rest = resumed(build, k, through=torch)
-            assert head + rest == full, (name, k)
+        check_resume(BUILDS[name], through="torch")
 
     def test_every_k_of_a_nested_graph(self):
         def build():
-            a, b = Source(8).fork(2)
+            a, b = StatefulSource(8).fork(2)
             evens, odds = b.demux(2, lambda x: x % 2)
-            return a.mux(evens.concat(odds)).concat(Source(3, 100).zip(Source(5, 200)))
+            return a.mux(evens.concat(odds)).concat(StatefulSource(3, 100).zip(StatefulSource(5, 200)))
 
-        full = list(build())
-        for k in range(len(full) + 1):
-            head, rest = resumed(build, k)
-            assert head + rest == full, k
+        check_resume(build, lambda n: range(n + 1))
 
     def test_a_sibling_outside_the_pass_still_reads_everything(self):
-        a, b = Source(6).fork(2)
+        a, b = StatefulSource(6).fork(2)
         pipe = a.map(lambda x: x * 10)
         it = iter(pipe)
         head = [next(it) for _ in range(4)]
@@ -161,7 +96,7 @@ class TestExact:
 
     def test_a_child_that_had_left_ends_at_once(self):
         def build():
-            a, b = Source(4).fork(2)
+            a, b = StatefulSource(4).fork(2)
             return a.concat(b)
 
         it = iter(build())
@@ -176,25 +111,25 @@ class TestExact:
 
 class TestWhatIsSaved:
     def test_zip_is_stateless(self):
-        it = iter(Source(5).zip(Source(5)))
+        it = iter(StatefulSource(5).zip(StatefulSource(5)))
         next(it)
         assert [k for k in it.state_dict()["stages"] if "Zipper" in k] == []
 
     def test_concat_saves_the_input_index(self):
-        it = iter(Source(2).concat(Source(3)))
+        it = iter(StatefulSource(2).concat(StatefulSource(3)))
         for _ in range(3):
             next(it)
         assert it.state_dict()["stages"]["0:Concater"] == {"input": 1}
 
     def test_mux_saves_the_rest_of_the_round(self):
-        it = iter(Source(5).mux(Source(5, 10), Source(5, 20)))
+        it = iter(StatefulSource(5).mux(StatefulSource(5, 10), StatefulSource(5, 20)))
         assert [next(it) for _ in range(4)] == [0, 10, 20, 1]
         assert it.state_dict()["stages"]["0:Multiplexer"] == {"round": [11, 21]}
         next(it), next(it)
         assert it.state_dict()["stages"]["0:Multiplexer"] == {"round": []}
 
     def test_fork_children_share_one_saved_object(self):
-        a, b = Source(50).fork(2)
+        a, b = StatefulSource(50).fork(2)
         it = iter(a.zip(b))
         for _ in range(10):
             next(it)
@@ -203,7 +138,7 @@ class TestWhatIsSaved:
         assert len(shared) == 2 and shared[0] is shared[1]
 
     def test_fork_state_holds_only_the_unread_items(self):
-        a, b = Source(100).fork(2, buffer_size=200)
+        a, b = StatefulSource(100).fork(2, buffer_size=200)
         it = iter(a.concat(b))
         for _ in range(60):
             next(it)
@@ -211,7 +146,7 @@ class TestWhatIsSaved:
         assert shared["items"] == list(range(60)) and shared["pos"] == [60, 0]
 
     def test_demux_state_holds_the_queues(self):
-        evens, odds = Source(10).demux(2, lambda x: x % 2)
+        evens, odds = StatefulSource(10).demux(2, lambda x: x % 2)
         it = iter(odds.concat(evens))
         assert [next(it) for _ in range(2)] == [1, 3]
         shared = it.state_dict()["stages"]["1:DemultiplexerChild"]["shared"]
@@ -220,10 +155,10 @@ class TestWhatIsSaved:
 
 class TestProtocol:
     @pytest.mark.parametrize("build", [
-        lambda: Source(5).concat(Source(3)),
-        lambda: Source(5).mux(Source(5)),
-        lambda: (lambda a, b: a.zip(b))(*Source(5).fork(2)),
-        lambda: (lambda a, b: a.zip(b))(*Source(6).demux(2, lambda x: x % 2)),
+        lambda: StatefulSource(5).concat(StatefulSource(3)),
+        lambda: StatefulSource(5).mux(StatefulSource(5)),
+        lambda: (lambda a, b: a.zip(b))(*StatefulSource(5).fork(2)),
+        lambda: (lambda a, b: a.zip(b))(*StatefulSource(6).demux(2, lambda x: x % 2)),
     ], ids=["concat", "mux", "fork", "demux"])
     def test_load_after_the_first_item_is_refused(self, build):
         it = iter(build())
@@ -234,14 +169,14 @@ class TestProtocol:
             it.load_state_dict(state)
 
     def test_a_bad_concat_index_is_named(self):
-        it = iter(Source(2).concat(Source(3)))
+        it = iter(StatefulSource(2).concat(StatefulSource(3)))
         state = it.state_dict()
         state["stages"]["0:Concater"] = {"input": 5}
         with pytest.raises(ValueError, match="Concater has 2 inputs"):
-            iter(Source(2).concat(Source(3))).load_state_dict(state)
+            iter(StatefulSource(2).concat(StatefulSource(3))).load_state_dict(state)
 
     def test_a_shared_pass_read_by_two_passes_cannot_be_saved(self):
-        a, b = Source(10).fork(2)
+        a, b = StatefulSource(10).fork(2)
         ia, ib = iter(a), iter(b)
         next(ia), next(ib)
         with pytest.raises(TypeError, match=r"Forker\(num_instances=2, buffer_size=1000\) cannot save its position"):
@@ -251,7 +186,7 @@ class TestProtocol:
         ia.close(), ib.close()
 
     def test_an_invalidated_shared_pass_cannot_be_saved(self):
-        a, b = Source(10).fork(2)
+        a, b = StatefulSource(10).fork(2)
         it = iter(a.zip(b))
         next(it)
         with pytest.warns(UserWarning, match="started a new pass"):
@@ -295,7 +230,7 @@ specs = st.recursive(leaves, _nodes, max_leaves=6)
 def build_spec(spec):
     kind = spec[0]
     if kind == "src":
-        return Source(spec[1], spec[2])
+        return StatefulSource(spec[1], spec[2])
     if kind == "map":
         return build_spec(spec[1]).map(repr)
     if kind in ("fork", "demux"):
@@ -314,8 +249,4 @@ def build_spec(spec):
 @settings(deadline=None)
 @given(spec=specs, k=st.integers(0, 60))
 def test_law_resume_equals_the_uninterrupted_run(spec, k):
-    build = lambda: build_spec(spec)  # noqa: E731
-    full = list(build())
-    k = min(k, len(full))
-    head, rest = resumed(build, k)
-    assert head + rest == full
+    check_resume(lambda: build_spec(spec), lambda n: [min(k, n)])

@@ -18,12 +18,10 @@ from pathlib import Path
 
 import fsspec
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from datapipes import IterDataPipe
 from datapipes.iter import (
     CSVDictParser,
     CSVFilesParser,
@@ -40,41 +38,11 @@ from datapipes.iter import (
     LineReader,
     Saver,
 )
+from datapipes.testing import check_resume
+
+from helpers import StatefulSource
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-class Cursor:
-    """A source iterator with the two-method protocol for stages written elsewhere."""
-
-    def __init__(self, items):
-        self.items, self.i = items, 0
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if self.i >= len(self.items):
-            raise StopIteration
-        self.i += 1
-        return self.items[self.i - 1]
-
-    def state_dict(self):
-        return {"i": self.i}
-
-    def load_state_dict(self, state):
-        self.i = state["i"]
-
-
-class Items(IterDataPipe):
-    """A user-written source whose iterator keeps its own state: the items ``make()`` returns,
-    made anew at each pass (fresh in-memory streams)."""
-
-    def __init__(self, make):
-        self.make = make
-
-    def __iter__(self):
-        return Cursor(self.make())
 
 
 def norm(x):
@@ -90,36 +58,13 @@ def norm(x):
     return x
 
 
-def resumed(build, k, through=pickle):
-    """The first k items of a pass, then the rest from a new pass resumed from its state (items
-    normalised by ``norm`` as they are taken)."""
-    it = iter(build())
-    head = [norm(next(it)) for _ in range(k)]
-    state = it.state_dict()
-    if through is pickle:
-        state = pickle.loads(pickle.dumps(state))
-    else:
-        buf = io.BytesIO()
-        torch.save(state, buf)
-        buf.seek(0)
-        state = torch.load(buf, weights_only=False)
-    it.close()
-    again = iter(build())
-    again.load_state_dict(state)
-    return head, [norm(x) for x in again]
-
-
 def ks(n):
     return sorted({0, 1, 2, n // 2, max(n - 1, 0), n})
 
 
 def check_exact(build, every=False):
-    """``resumed(build, k)`` equals the uninterrupted pass for several k (every k if asked)."""
-    full = [norm(x) for x in build()]
-    for k in range(len(full) + 1) if every else ks(len(full)):
-        head, rest = resumed(build, k)
-        assert head + rest == full, k
-    return full
+    """``check_resume`` over the items as ``norm`` takes them, at every k if asked (else at ``ks``)."""
+    return check_resume(build, (lambda n: range(n + 1)) if every else ks, convert=norm)
 
 
 def until_error(it):
@@ -131,6 +76,22 @@ def until_error(it):
     except Exception as e:  # noqa: BLE001 - the test compares error types
         return out, type(e)
     return out, None
+
+
+def check_exact_until_error(build, error):
+    """``check_exact`` at every k for a pass that ends with an exception of type ``error``: the
+    resumed pass yields the rest and ends with that error too. Returns the items before it."""
+    full, raised = until_error(iter(build()))
+    assert raised is error, raised
+    for k in range(len(full) + 1):
+        it = iter(build())
+        head = [norm(next(it)) for _ in range(k)]
+        state = pickle.loads(pickle.dumps(it.state_dict()))
+        it.close()
+        again = iter(build())
+        again.load_state_dict(state)
+        assert (head, *until_error(again)) == (full[:k], full[k:], error), k
+    return full
 
 
 def make_tar(members, mode="w"):
@@ -220,17 +181,17 @@ def t(tree, memtree):
 def paths(root, folder, *names):
     """A user-written source of the paths ``root/folder/name``."""
     full = [str(Path(root, folder, n)) for n in names]
-    return Items(lambda: list(full))
+    return StatefulSource(lambda: list(full))
 
 
 def roots(*dirs):
-    return Items(lambda: [str(d) for d in dirs])
+    return StatefulSource(lambda: [str(d) for d in dirs])
 
 
 def memory_pairs(tree, folder, *names, wrap=io.BytesIO):
     """A user-written source of ``(path, in-memory stream)`` pairs, new streams at every pass."""
     data = {n: Path(tree, folder, n).read_bytes() for n in names}
-    return Items(lambda: [(f"{folder}/{n}", wrap(data[n])) for n in names])
+    return StatefulSource(lambda: [(f"{folder}/{n}", wrap(data[n])) for n in names])
 
 
 # -- listers ---------------------------------------------------------------------------------------
@@ -246,7 +207,7 @@ class TestFileLister:
 
     def test_abspath_and_a_file_root(self, tree, monkeypatch):
         monkeypatch.chdir(tree)
-        build = lambda: FileLister(Items(lambda: ["text", "csv/a.csv", "json"]), abspath=True)  # noqa: E731
+        build = lambda: FileLister(StatefulSource(lambda: ["text", "csv/a.csv", "json"]), abspath=True)  # noqa: E731
         full = check_exact(build, every=True)
         assert all(os.path.isabs(p) for p in full)
 
@@ -279,7 +240,7 @@ class TestFSSpecFileLister:
     @pytest.mark.parametrize("recursive", [False, True])
     def test_resume_equals_the_uninterrupted_listing(self, memtree, recursive):
         build = lambda: FSSpecFileLister(  # noqa: E731
-            Items(lambda: [f"{memtree}/text", f"{memtree}/csv"]), recursive=recursive
+            StatefulSource(lambda: [f"{memtree}/text", f"{memtree}/csv"]), recursive=recursive
         )
         full = check_exact(build, every=True)
         assert full[0].startswith("memory://")
@@ -298,7 +259,7 @@ class TestOpeners:
         check_exact(build, every=True)
         it = iter(build())
         next(it)
-        assert set(it.state_dict()["stages"]) == {"1:FileLister", "2:Items"}
+        assert set(it.state_dict()["stages"]) == {"1:FileLister", "2:StatefulSource"}
 
     def test_fsspec_opener_is_stateless(self, memtree):
         build = lambda: FSSpecFileLister(f"{memtree}/csv").open_files_by_fsspec(mode="rb")  # noqa: E731
@@ -312,24 +273,16 @@ class TestOpeners:
     def test_a_failure_budget_is_counted_across_the_resume(self, tree):
         names = ["a.txt", "gone1", "b.txt", "gone2", "c.txt", "gone3", "sub/d.txt"]
         build = lambda: paths(tree, "text", *names).open_files(on_error="skip", max_failures=2)  # noqa: E731
-        full, error = until_error(iter(build()))
-        assert error is ExceptionGroup and len(full) == 3
-        for k in range(len(full) + 1):
-            it = iter(build())
-            head = [norm(next(it)) for _ in range(k)]
-            state = pickle.loads(pickle.dumps(it.state_dict()))
-            it.close()
-            again = iter(build())
-            again.load_state_dict(state)
-            assert (head, *until_error(again)) == (full[:k], full[k:], ExceptionGroup), k
+        assert len(check_exact_until_error(build, ExceptionGroup)) == 3
 
     def test_savers_are_stateless(self, tmp_path):
         data = [(f"f{i}.txt", f"data {i}") for i in range(6)]
-        build = lambda: Items(lambda: list(data)).save_to_disk(filepath_fn=lambda n: str(tmp_path / n))  # noqa: E731
+        build = lambda: StatefulSource(lambda: list(data)).save_to_disk(  # noqa: E731
+            filepath_fn=lambda n: str(tmp_path / n))
         check_exact(build, every=True)
         assert (tmp_path / "f5.txt").read_text() == "data 5"
         url = "memory://ckpt-files-saver/"
-        build = lambda: Items(lambda: list(data)).save_by_fsspec(filepath_fn=lambda n: url + n)  # noqa: E731
+        build = lambda: StatefulSource(lambda: list(data)).save_by_fsspec(filepath_fn=lambda n: url + n)  # noqa: E731
         try:
             check_exact(build, every=True)
             assert fsspec.filesystem("memory").cat("/ckpt-files-saver/f3.txt") == b"data 3"
@@ -360,7 +313,8 @@ PARSERS = {
     "csv dict fieldnames": lambda t: _csv_files(t).open_files().parse_csv_as_dict(
         fieldnames=["k", "v"], restval="-", skip_lines=1),
     "csv dict memory": lambda t: memory_pairs(t, "csv", "a.csv", "b.csv", "c.csv").parse_csv_as_dict(),
-    "csv fsspec": lambda t: FSSpecFileLister(Items(lambda: [f"{t.memtree}/csv"])).open_files_by_fsspec().parse_csv(),
+    "csv fsspec": lambda t: FSSpecFileLister(
+        StatefulSource(lambda: [f"{t.memtree}/csv"])).open_files_by_fsspec().parse_csv(),
     "json": lambda t: FileLister(roots(t / "json")).open_files(mode="b").parse_json_files(),
     "lines text": lambda t: FileLister(roots(t / "text"), recursive=True).open_files().readlines(),
     "lines binary": lambda t: FileLister(roots(t / "text"), recursive=True).open_files(mode="b").readlines(
@@ -382,16 +336,10 @@ PARSERS = {
 class TestParsers:
     @pytest.mark.parametrize("name", sorted(PARSERS))
     def test_resume_equals_the_uninterrupted_pass(self, t, name):
-        build = lambda: PARSERS[name](t)  # noqa: E731
-        full = check_exact(build, every=True)
-        assert full
+        assert check_exact(lambda: PARSERS[name](t), every=True)
 
     def test_state_through_torch_save(self, t):
-        build = lambda: PARSERS["csv dict"](t)  # noqa: E731
-        full = [norm(x) for x in build()]
-        for k in (3, 6):
-            head, rest = resumed(build, k, through=torch)
-            assert head + rest == full
+        check_resume(lambda: PARSERS["csv dict"](t), [3, 6], through="torch", convert=norm)
 
     def test_a_reader_inside_a_file_saves_path_and_line(self, t):
         it = iter(PARSERS["csv dict"](t))
@@ -418,7 +366,7 @@ class TestParsers:
 
     def test_line_numbers_of_notes_go_on_after_a_resume(self, t, tmp_path):
         (tmp_path / "x.txt").write_bytes(b"a\nb\nc\n\xff\n")
-        build = lambda: Items(lambda: [str(tmp_path / "x.txt")]).open_files(mode="b").readlines(  # noqa: E731
+        build = lambda: StatefulSource(lambda: [str(tmp_path / "x.txt")]).open_files(mode="b").readlines(  # noqa: E731
             decode=True, errors="strict")
         it = iter(build())
         next(it), next(it)
@@ -435,20 +383,11 @@ class TestParsers:
         for i, text in enumerate(['{"a": 1}', "bad", "[2]", "bad", "3", "bad", "4"]):
             (tmp_path / f"{i}.json").write_text(text)
         build = lambda: FileLister(roots(tmp_path)).open_files().parse_json_files(on_error="skip", max_failures=1)  # noqa: E731
-        full, error = until_error(iter(build()))
-        assert error is ExceptionGroup and len(full) == 2
-        for k in range(len(full) + 1):
-            it = iter(build())
-            head = [norm(next(it)) for _ in range(k)]
-            state = pickle.loads(pickle.dumps(it.state_dict()))
-            it.close()
-            again = iter(build())
-            again.load_state_dict(state)
-            assert (head, *until_error(again)) == (full[:k], full[k:], ExceptionGroup), k
+        assert len(check_exact_until_error(build, ExceptionGroup)) == 2
 
     def test_a_stream_that_cannot_be_opened_again_cannot_be_saved(self, t):
         path = str(t / "text" / "a.txt")
-        build = lambda: Items(lambda: [(path, open(path, "rb"))]).readlines()  # noqa: E731
+        build = lambda: StatefulSource(lambda: [(path, open(path, "rb"))]).readlines()  # noqa: E731
         it = iter(build())
         assert it.state_dict()["stages"]["0:LineReader"]["file"] is None  # not inside a file yet: fine
         next(it)
@@ -491,9 +430,7 @@ ARCHIVES = {
 class TestArchives:
     @pytest.mark.parametrize("name", sorted(ARCHIVES))
     def test_resume_equals_the_uninterrupted_pass(self, t, name):
-        build = lambda: ARCHIVES[name](t)  # noqa: E731
-        full = check_exact(build, every=True)
-        assert full
+        assert check_exact(lambda: ARCHIVES[name](t), every=True)
 
     def test_state_is_the_archive_and_its_entry(self, t):
         it = iter(ARCHIVES["tar"](t))
@@ -517,10 +454,7 @@ class TestArchives:
         check_exact(build, every=True)
 
     def test_torch_save(self, t):
-        build = lambda: ARCHIVES["webdataset"](t)  # noqa: E731
-        full = [norm(x) for x in build()]
-        head, rest = resumed(build, 2, through=torch)
-        assert head + rest == full
+        check_resume(lambda: ARCHIVES["webdataset"](t), [2], through="torch", convert=norm)
 
 
 # -- images ----------------------------------------------------------------------------------------
@@ -536,7 +470,7 @@ class TestImageDecoder:
 
     def test_a_failure_budget_is_counted_across_the_resume(self, t):
         blobs = [png("red"), b"no", png("blue"), b"nope", png("green"), b"nah", png("red")]
-        build = lambda: Items(lambda: list(blobs)).decode_image(on_error="skip", max_failures=1)  # noqa: E731
+        build = lambda: StatefulSource(lambda: list(blobs)).decode_image(on_error="skip", max_failures=1)  # noqa: E731
         full, error = until_error(iter(build()))
         assert error is ExceptionGroup and len(full) == 2
         for k in range(len(full) + 1):
@@ -556,7 +490,7 @@ class TestImageDecoder:
 STARTED = {
     # pipes whose root stage keeps a run of its own (their source's run accepts a late load)
     "FileLister": lambda t: FileLister(roots(t / "text")),
-    "FSSpecFileLister": lambda t: FSSpecFileLister(Items(lambda: [f"{t.memtree}/text"])),
+    "FSSpecFileLister": lambda t: FSSpecFileLister(StatefulSource(lambda: [f"{t.memtree}/text"])),
     "FileOpener budget": lambda t: paths(t, "text", "a.txt", "c.txt").open_files(on_error="skip", max_failures=1),
     "CSVParser": lambda t: memory_pairs(t, "csv", "a.csv").parse_csv(),
     "LineReader": lambda t: memory_pairs(t, "text", "a.txt").readlines(),
@@ -584,16 +518,7 @@ def test_a_reader_failure_budget_is_counted_across_the_resume(tmp_path):
     (tmp_path / "b.txt").write_bytes(b"3\n\xfe\n4\n\xfd\n5\n")
     build = lambda: FileLister(roots(tmp_path)).open_files(mode="b").readlines(  # noqa: E731
         decode=True, errors="strict", on_error="skip", max_failures=2, return_path=False)
-    full, error = until_error(iter(build()))
-    assert (full, error) == (["1", "2", "3", "4"], ExceptionGroup)
-    for k in range(len(full) + 1):
-        it = iter(build())
-        head = [norm(next(it)) for _ in range(k)]
-        state = pickle.loads(pickle.dumps(it.state_dict()))
-        it.close()
-        again = iter(build())
-        again.load_state_dict(state)
-        assert (head, *until_error(again)) == (full[:k], full[k:], ExceptionGroup), k
+    assert check_exact_until_error(build, ExceptionGroup) == ["1", "2", "3", "4"]
 
 
 # -- the law over random compositions -------------------------------------------------------------
@@ -644,7 +569,4 @@ def test_law_resume_equals_the_uninterrupted_run(t, source, reader, k, torch_sav
             return _source(t, source, "text", "")
         return tail(_open(_source(t, source, folder, mask), source, mode))
 
-    full = [norm(x) for x in build()]
-    k = min(k, len(full))
-    head, rest = resumed(build, k, through=torch if torch_save else pickle)
-    assert head + rest == full
+    check_resume(build, lambda n: [min(k, n)], through="torch" if torch_save else "pickle", convert=norm)

@@ -17,6 +17,7 @@ from datapipes._engine.aio import AsyncWorkers, LoopRef
 from datapipes.iter import IterableWrapper
 
 from engine_helpers import no_child_left  # noqa: F401 - a fixture
+from helpers import Guarded, error_of_pass, gc_off  # noqa: F401 - gc_off is a fixture
 
 
 class Boom(Exception):
@@ -38,20 +39,6 @@ def ident(x):
 
 async def aident(x):
     return x
-
-
-class Guarded:
-    """A re-iterable source that records whether each pass's generator was closed."""
-
-    def __init__(self, n):
-        self.n = n
-        self.closed = []
-
-    def __iter__(self):
-        try:
-            yield from range(self.n)
-        finally:
-            self.closed.append(True)
 
 
 def _datapipes_threads():
@@ -109,24 +96,15 @@ FAILING_STAGES = {
 }
 
 
+@pytest.mark.usefixtures("gc_off")
 class TestFailingPassReleasesUpstream:
     """Regression: with the cyclic GC off, a failing pass kept its upstream alive (threads, loop,
     source) for as long as the consumer held the exception."""
 
-    @pytest.fixture(autouse=True)
-    def gc_off(self):
-        gc.collect()
-        gc.disable()
-        try:
-            yield
-        finally:
-            gc.enable()
-            gc.collect()
-
     @pytest.mark.parametrize("upstream", sorted(UPSTREAMS))
     @pytest.mark.parametrize("failing", ["threads", "async", "serial"])
     def test_upstream_released_while_the_error_is_held(self, upstream, failing):
-        source = Guarded(10**6)
+        source = Guarded(range(10**6))
         before = set(_datapipes_threads())
         up = UPSTREAMS[upstream](IterableWrapper(source, deepcopy=False))
         if failing == "threads":
@@ -140,10 +118,7 @@ class TestFailingPassReleasesUpstream:
             pipe = up.map(abad, concurrency=2)
         else:
             pipe = up.map(fail_at(20))
-        with pytest.raises(Boom) as info:
-            for _ in pipe:
-                pass
-        held = info.value  # the consumer keeps the exception (and so its traceback)
+        held = error_of_pass(pipe, Boom)  # the consumer keeps the exception (and so its traceback)
         assert held.args == (20,)
         left = _gone([t for t in _datapipes_threads() if t not in before])
         assert not left, f"threads alive while the error is held: {left}"
@@ -151,13 +126,10 @@ class TestFailingPassReleasesUpstream:
 
     @pytest.mark.parametrize("stage", sorted(FAILING_STAGES))
     def test_every_stage_kind_releases_a_threaded_upstream(self, stage):
-        source = Guarded(10**6)
+        source = Guarded(range(10**6))
         before = set(_datapipes_threads())
         pipe = FAILING_STAGES[stage](IterableWrapper(source, deepcopy=False).map(ident, concurrency=4))
-        with pytest.raises(Boom) as info:
-            for _ in pipe:
-                pass
-        held = info.value  # noqa: F841 - held on purpose
+        held = error_of_pass(pipe, Boom)  # noqa: F841 - held on purpose
         assert not _gone([t for t in _datapipes_threads() if t not in before])
         assert source.closed == [True]
 
@@ -170,7 +142,7 @@ class TestFailingPassReleasesUpstream:
         assert not live_worker_pids()
 
     def test_failing_process_stage_releases_its_upstream(self):
-        source = Guarded(10**5)
+        source = Guarded(range(10**5))
         before = set(_datapipes_threads())
         pipe = (IterableWrapper(source, deepcopy=False).map(ident, concurrency=3)
                 .map(_proc_fail_at_30, concurrency=2, executor="process"))

@@ -1,7 +1,6 @@
 """TarArchiveLoader, ZipArchiveLoader, WebDatasetGrouper, Decompressor over generated archives."""
 
 import bz2
-import gc
 import gzip
 import io
 import lzma
@@ -17,6 +16,8 @@ from hypothesis import strategies as st
 from datapipes import _pass
 from datapipes.iter import Decompressor, IterableWrapper, TarArchiveLoader, WebDatasetGrouper, ZipArchiveLoader
 from datapipes.testing import check_datapipe
+
+from helpers import Guarded, error_of_pass, gc_off  # noqa: F401 - gc_off is a fixture
 
 
 class NonSeekable(io.RawIOBase):
@@ -381,24 +382,6 @@ class TestDecompressor:
             Decompressor([])
 
 
-class Guarded:
-    """A one-pass source of ``(path, stream)`` pairs, and a bad item after the first pair, that
-    records whether its pass was closed."""
-
-    def __init__(self, make):
-        self.make = make
-        self.closed = []
-
-    def __iter__(self):
-        try:
-            yield self.make()
-            yield 42  # not a (path, stream) pair: every stage raises TypeError here
-            for _ in range(100):
-                yield self.make()
-        finally:
-            self.closed.append(True)
-
-
 TAR = make_tar(MEMBERS)
 ZIP = make_zip(MEMBERS)
 GZ = gzip.compress(b"x\ny\n")
@@ -421,16 +404,6 @@ class TestPass:
     """Each stage creates its source's iterator when its pass is built (``iter(pipe)``), reads
     nothing before the first ``next()``, and releases its source when it fails."""
 
-    @pytest.fixture
-    def gc_off(self):
-        gc.collect()
-        gc.disable()
-        try:
-            yield
-        finally:
-            gc.enable()
-            gc.collect()
-
     @pytest.mark.parametrize("stage", sorted(STAGES))
     def test_pass_is_built_at_iter(self, stage):
         build, (path, data) = STAGES[stage]
@@ -449,12 +422,11 @@ class TestPass:
         assert _pass.unbuilt(it1) == _pass.unbuilt(it2) == []
         assert len(list(zip(it1, it2))) == len(list(pipe))
 
+    @pytest.mark.usefixtures("gc_off")
     @pytest.mark.parametrize("stage", sorted(s for s in STAGES if "skip" not in s))
-    def test_failing_pass_releases_its_source(self, stage, gc_off):
+    def test_failing_pass_releases_its_source(self, stage):
         build, (path, data) = STAGES[stage]
-        source = Guarded(lambda: (path, io.BytesIO(data)))
-        with pytest.raises(TypeError, match="pair") as info:
-            for _ in build(IterableWrapper(source, deepcopy=False)):
-                pass
-        held = info.value  # noqa: F841 - the consumer holds the error, and so the stage's frame
-        assert source.closed == [True]
+        # 42, no (path, stream) pair: every stage raises TypeError there
+        source = Guarded([(path, io.BytesIO(data)), 42] + [(path, io.BytesIO(data)) for _ in range(100)])
+        held = error_of_pass(build(IterableWrapper(source, deepcopy=False)), TypeError, "pair")  # noqa: F841
+        assert source.closed == [True]  # while the consumer holds the error, and so the stage's frame

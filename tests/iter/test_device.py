@@ -6,7 +6,6 @@ depend on CUDA being absent they say so by patching ``torch.cuda.is_available``)
 
 import collections
 import dataclasses
-import gc
 import pickle
 import threading
 import time
@@ -21,6 +20,8 @@ from datapipes import _pass
 from datapipes.graph import stages
 from datapipes.iter import CudaMover, DeviceMover, IterableWrapper, PinMemory
 from datapipes.testing import check_datapipe, threads_started_since
+
+from helpers import Guarded, error_of_pass, gc_off  # noqa: F401 - gc_off is a fixture
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -1100,31 +1101,6 @@ BUILT_AT_ITER = {
 }
 
 
-class Guarded:
-    """A re-iterable source over ``items`` that records whether each pass's generator was closed."""
-
-    def __init__(self, items):
-        self.items = items
-        self.closed = []
-
-    def __iter__(self):
-        try:
-            yield from self.items
-        finally:
-            self.closed.append(True)
-
-
-@pytest.fixture
-def gc_off():
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-        gc.collect()
-
-
 @pytest.mark.usefixtures("no_thread_leak", "fresh_warnings")
 class TestPasses:
     """``iter(pipe)`` builds its whole pass at once (every stage creates its upstream's iterator in its
@@ -1176,10 +1152,7 @@ class TestPasses:
             upstream = upstream.map(_pin_fn, concurrency=2)
         before = set(threading.enumerate())
         got = []
-        with pytest.raises(error, match=r"DeviceMover\('cpu'\)") as info:
-            for x in upstream.to_device("cpu"):
-                got.append(x)
-        held = info.value  # noqa: F841 - the consumer keeps the exception (and so its traceback)
+        held = error_of_pass(upstream.to_device("cpu"), error, r"DeviceMover\('cpu'\)", each=got.append)  # noqa: F841
         assert len(got) == 1
         assert source.closed == [True], "the source's pass was not closed"
         assert not threads_started_since(before, timeout=3.0)

@@ -40,6 +40,8 @@ from datapipes.graph import stages
 from datapipes.iter import fileio, remote
 from datapipes.testing import check_datapipe, threads_started_since
 
+from helpers import Guarded, error_of_pass, gc_off  # noqa: F401 - gc_off is a fixture
+
 
 def open_fds_under(path: Path) -> list[str]:
     """The files under ``path`` this process holds open (from /proc/self/fd)."""
@@ -1029,20 +1031,6 @@ BUILT_AT_ITER = {
 }
 
 
-class Guarded:
-    """A re-iterable source over ``items`` that records whether each pass's generator was closed."""
-
-    def __init__(self, items: list[Any]) -> None:
-        self.items = items
-        self.closed: list[bool] = []
-
-    def __iter__(self) -> Any:
-        try:
-            yield from self.items
-        finally:
-            self.closed.append(True)
-
-
 def _ident(x: Any) -> Any:
     return x
 
@@ -1102,16 +1090,6 @@ class TestPasses:
         assert len(a) == len(b) > 0
         StreamWrapper.close_streams([a, b])
 
-    @pytest.fixture
-    def gc_off(self):
-        gc.collect()
-        gc.disable()
-        try:
-            yield
-        finally:
-            gc.enable()
-            gc.collect()
-
     @pytest.mark.usefixtures("gc_off")
     @pytest.mark.parametrize("threaded", [False, True], ids=["serial", "threaded"])
     @pytest.mark.parametrize("case", sorted(FAILING))
@@ -1123,10 +1101,7 @@ class TestPasses:
         upstream = IterableWrapper(source, deepcopy=False)
         if threaded:
             upstream = upstream.map(_ident, concurrency=2)
-        with pytest.raises(error) as info:
-            for x in stage(upstream):
-                StreamWrapper.close_streams(x)
-        held = info.value  # noqa: F841 - the consumer keeps the exception (and so its traceback)
-        assert source.closed == [True], "the source's pass was not closed"
+        held = error_of_pass(stage(upstream), error, each=StreamWrapper.close_streams)  # noqa: F841
+        assert source.closed == [True], "the source's pass was not closed while the consumer holds its error"
         assert not threads_started_since(before, timeout=3.0)
         assert open_fds_under(tree) == []

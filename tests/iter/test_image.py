@@ -1,6 +1,5 @@
 """ImageDecoder over JPEG/PNG images generated with Pillow."""
 
-import gc
 import io
 import tarfile
 
@@ -11,6 +10,8 @@ from PIL import Image, UnidentifiedImageError
 from datapipes import _pass
 from datapipes.iter import IterableWrapper, ImageDecoder
 from datapipes.testing import check_datapipe
+
+from helpers import Guarded, error_of_pass, gc_off  # noqa: F401 - gc_off is a fixture
 
 
 def noise(w, h, mode="RGB", seed=0):
@@ -177,23 +178,6 @@ class TestImageDecoder:
         assert [(k, a.shape) for k, a in samples] == [(f"s.tar/{i}", (3, 8, 8)) for i in range(3)]
 
 
-class Guarded:
-    """A one-pass source of images, and a bad item after the first, that records whether its pass
-    was closed."""
-
-    def __init__(self):
-        self.closed = []
-
-    def __iter__(self):
-        try:
-            yield PNG
-            yield 3  # no image: the decoder raises TypeError here
-            for _ in range(100):
-                yield PNG
-        finally:
-            self.closed.append(True)
-
-
 DECODERS = {
     "numpy": lambda src: src.decode_image(),
     "chw-grey-resized": lambda src: src.decode_image(mode="L", size=(4, 4), layout="chw"),
@@ -216,16 +200,6 @@ class TestPass:
     """The decoder creates its source's iterator when its pass is built (``iter(pipe)``), reads
     nothing before the first ``next()``, and releases its source when it fails."""
 
-    @pytest.fixture
-    def gc_off(self):
-        gc.collect()
-        gc.disable()
-        try:
-            yield
-        finally:
-            gc.enable()
-            gc.collect()
-
     @pytest.mark.parametrize("decoder", sorted(DECODERS))
     def test_pass_is_built_at_iter(self, decoder):
         opened = []
@@ -243,10 +217,9 @@ class TestPass:
         assert _pass.unbuilt(it1) == _pass.unbuilt(it2) == []
         assert len(list(zip(it1, it2))) == 2
 
-    def test_failing_pass_releases_its_source(self, gc_off):
-        source = Guarded()
-        with pytest.raises(TypeError, match="ImageDecoder: items must be bytes") as info:
-            for _ in IterableWrapper(source, deepcopy=False).decode_image():
-                pass
-        held = info.value  # noqa: F841 - the consumer holds the error, and so the decoder's frame
-        assert source.closed == [True]
+    @pytest.mark.usefixtures("gc_off")
+    def test_failing_pass_releases_its_source(self):
+        source = Guarded([PNG, 3] + [PNG] * 100)  # 3, no image: the decoder raises TypeError there
+        pipe = IterableWrapper(source, deepcopy=False).decode_image()
+        held = error_of_pass(pipe, TypeError, "ImageDecoder: items must be bytes")  # noqa: F841
+        assert source.closed == [True]  # while the consumer holds the error, and so the decoder's frame

@@ -1,7 +1,6 @@
 """CSVParser / CSVFilesParser, CSVDictParser, JsonParser, LineReader over (path, stream) pairs."""
 
 import csv
-import gc
 import io
 import json
 from decimal import Decimal
@@ -13,6 +12,8 @@ from hypothesis import strategies as st
 from datapipes import _pass
 from datapipes.iter import CSVDictParser, CSVFilesParser, CSVParser, IterableWrapper, JsonParser, LineReader
 from datapipes.testing import check_datapipe
+
+from helpers import Guarded, error_of_pass, gc_off  # noqa: F401 - gc_off is a fixture
 
 
 class Tracked(io.BytesIO):
@@ -539,24 +540,6 @@ class TestWithFileOpener:
         assert all(s.closed for s in streams)
 
 
-class Guarded:
-    """A one-pass source of ``(path, stream)`` pairs, and a bad item after the first pair, that
-    records whether its pass was closed."""
-
-    def __init__(self, make):
-        self.make = make
-        self.closed = []
-
-    def __iter__(self):
-        try:
-            yield self.make("a")
-            yield 42  # not a (path, stream) pair: every reader raises TypeError here
-            for i in range(100):
-                yield self.make(str(i))
-        finally:
-            self.closed.append(True)
-
-
 READERS = {
     "csv": lambda src: src.parse_csv(),
     "csv-skip": lambda src: src.parse_csv(on_error="skip", max_failures=3),
@@ -576,16 +559,6 @@ class TestPass:
     """Each reader creates its source's iterator when its pass is built (``iter(pipe)``), reads
     nothing before the first ``next()``, and releases its source when it fails."""
 
-    @pytest.fixture
-    def gc_off(self):
-        gc.collect()
-        gc.disable()
-        try:
-            yield
-        finally:
-            gc.enable()
-            gc.collect()
-
     @pytest.mark.parametrize("reader", sorted(READERS))
     def test_pass_is_built_at_iter(self, reader):
         opened = []
@@ -603,11 +576,14 @@ class TestPass:
         assert _pass.unbuilt(it1) == _pass.unbuilt(it2) == []
         assert list(zip(it1, it2)) == [(x, x) for x in pipe]
 
+    @pytest.mark.usefixtures("gc_off")
     @pytest.mark.parametrize("reader", sorted(r for r in READERS if "skip" not in r))
-    def test_failing_pass_releases_its_source(self, reader, gc_off):
-        source = Guarded(lambda name: (name, io.BytesIO(b'{"x": 1}\n' if reader.startswith("json") else b"x,y\n")))
-        with pytest.raises(TypeError, match="expects \\(path, stream\\) pairs") as info:
-            for _ in READERS[reader](IterableWrapper(source, deepcopy=False)):
-                pass
-        held = info.value  # noqa: F841 - the consumer holds the error, and so the reader's frame
-        assert source.closed == [True]
+    def test_failing_pass_releases_its_source(self, reader):
+        def pair(name):
+            return name, io.BytesIO(b'{"x": 1}\n' if reader.startswith("json") else b"x,y\n")
+
+        # 42, no (path, stream) pair: every reader raises TypeError there
+        source = Guarded([pair("a"), 42] + [pair(str(i)) for i in range(100)])
+        pipe = READERS[reader](IterableWrapper(source, deepcopy=False))
+        held = error_of_pass(pipe, TypeError, "expects \\(path, stream\\) pairs")  # noqa: F841
+        assert source.closed == [True]  # while the consumer holds the error, and so the reader's frame
