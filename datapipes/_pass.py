@@ -37,6 +37,7 @@ Seeds, for random stage ``i`` (in graph order, as :func:`datapipes.graph.travers
 from __future__ import annotations
 
 import contextlib
+import inspect
 import itertools
 import threading
 import weakref
@@ -44,12 +45,14 @@ from typing import Any, Callable, Iterator, NamedTuple
 
 from torch.utils.data import get_worker_info
 
+from ._engine.lifecycle import STARTED
 from ._engine.stats import StageStats
 from ._seeds import derive_seed, draw_seed
 from ._worker import base_seed, is_sharding_stage, unseeded_across_ranks
 from .graph import sources_of, stage_label, stages, walk
 
-__all__ = ["Pass", "PassConfig", "PassIterator", "configured", "current", "latest_stats", "owner", "start", "stats_for"]
+__all__ = ["FrameRun", "Pass", "PassConfig", "PassIterator", "STARTED", "configured", "current", "remaining",
+           "track", "track_generator", "latest_stats", "owner", "start", "stats_for"]
 
 _local = threading.local()
 
@@ -124,6 +127,54 @@ def track(stage: Any, run: Any) -> None:
     pass_ = current() or owner(stage)
     if pass_ is not None:
         pass_.track(stage, run)
+
+
+
+
+def remaining(it: Iterator[Any]) -> list[Any]:
+    """The items a list or tuple iterator has not yielded yet, as a new list (read from its
+    ``__reduce__``: ``(iter, (sequence,), index)``, or ``(iter, ((),))`` once exhausted)."""
+    reduced: Any = it.__reduce__()
+    return list(reduced[1][0][reduced[2]:]) if len(reduced) > 2 else []
+
+
+class FrameRun:
+    """The run of a pass whose position lives in its generator, read when a state is taken: the
+    generator is then suspended at a ``yield`` (between two items), and ``read(locals, yielding_from)``
+    turns its locals and the iterator it yields from into the state. The loop writes nothing per item.
+
+    A loaded state waits in ``resume`` until the generator starts and reads it; a generator that
+    has ended (exhausted, failed or closed) yields nothing more, and its state says so.
+    """
+
+    __slots__ = ("gen", "read", "resume", "started")
+
+    def __init__(self, read: Callable[[dict[str, Any], Any], dict[str, Any]]) -> None:
+        self.gen: Callable[[], Any] = lambda: None  # a weak reference to the generator, which refers to this run
+        self.read = read
+        self.resume: dict[str, Any] | None = None
+        self.started = False
+
+    def state(self) -> dict[str, Any]:
+        if not self.started:
+            return {"next": 0} if self.resume is None else self.resume
+        gen = self.gen()
+        frame = None if gen is None else gen.gi_frame
+        if frame is None:
+            return {"ended": True}
+        return self.read(inspect.getgeneratorlocals(gen), gen.gi_yieldfrom)
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError(STARTED)
+        self.resume = state
+
+
+def track_generator(stage: Any, gen: Iterator[Any], run: FrameRun) -> Iterator[Any]:
+    """``gen``, the generator of ``stage``'s pass, with ``run`` reading it and recorded in the pass."""
+    run.gen = weakref.ref(gen)
+    track(stage, run)
+    return gen
 
 
 def latest_stats(stage: Any) -> StageStats | None:

@@ -16,7 +16,7 @@ import time
 import weakref
 from typing import Any, Callable, Iterable, Iterator
 
-from .lifecycle import Closeable
+from .lifecycle import STARTED, Closeable
 from .stats import StageStats
 
 __all__ = ["BackgroundRun", "background_iter"]
@@ -47,7 +47,7 @@ class BackgroundRun:
 
     def restore(self, state: dict[str, Any]) -> None:
         if self.started:
-            raise RuntimeError("load_state_dict: this pass has already started; call it before the first next()")
+            raise RuntimeError(STARTED)
         self.resume = list(state["pending"])
 
 

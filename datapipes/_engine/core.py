@@ -25,7 +25,7 @@ import time
 from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import ErrorPolicy, FailureLog, add_stage_note
-from .lifecycle import abandon
+from .lifecycle import STARTED, abandon
 from .stats import StageStats
 
 __all__ = ["EngineRun", "failure_handler", "run_ordered", "run_unordered"]
@@ -57,7 +57,7 @@ class EngineRun:
 
     def restore(self, state: dict[str, Any]) -> None:
         if self.started:
-            raise RuntimeError("load_state_dict: this pass has already started; call it before the first next()")
+            raise RuntimeError(STARTED)
         self.pulled = int(state["pulled"])
         self.resume = [tuple(p) for p in state["inputs"]]
 

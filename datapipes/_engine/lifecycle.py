@@ -6,6 +6,10 @@ import sys
 from typing import Any, Callable, Self
 
 
+#: what a run's restore() raises once its pass has yielded an item (checkpoints: datapipes._pass)
+STARTED = "load_state_dict: this pass has already started; call it before the first next()"
+
+
 class Closeable:
     """``close()`` runs the object's ``weakref.finalize`` (``_finalizer``, set in its constructor;
     ``None`` while there is nothing to stop), so it is idempotent and also runs when the object is

@@ -9,9 +9,7 @@ The hot loops are bare generators chosen once at construction: no per-item branc
 
 from __future__ import annotations
 
-import inspect
 import threading
-import weakref
 from concurrent.futures import Executor, ProcessPoolExecutor
 from itertools import islice
 from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVar
@@ -625,53 +623,32 @@ class Filter(IterDataPipe[T]):
 _LIST_ITERATORS: tuple[type, ...] = (type(iter([])), type(iter(())))
 
 
-class _FlatMapRun:
-    """The position of a FlatMapper pass, read from its suspended generator when a state is taken:
-    the loops keep it in locals and write nothing else. The state holds the position of the source's
-    next item (``next``) and, inside an item's outputs, what is left of them:
+def _flatmap_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+    """What a flatmap pass's generator holds when a state is taken (read by its
+    :class:`~datapipes._pass.FrameRun`; the loops keep it in locals and write nothing else): the
+    position of the source's next item (``next``) and, inside an item's outputs, what is left:
 
     - ``fn`` returned a list or tuple (or, with ``fn=None``, the item is one): the outputs left
       (``rest``: ``out[done:]``), which a resumed pass yields first;
     - any other iterable (a generator, an async generator, ...): its outputs can only be computed
-      again. The item and the count of its outputs yielded are kept (``input``, ``done``); a resumed
-      pass calls ``fn`` on the item again and skips that many, so ``fn`` must give the same outputs
-      for the same item.
+      again. The item and the count of its outputs yielded are kept (``input``, ``done``); a
+      resumed pass calls ``fn`` on the item again and skips that many, so ``fn`` must give the same
+      outputs for the same item.
 
     Costs the outputs left of one item, or one item. The loops count every output (``done += 1``,
     a local: about 6 ns); telling lists from other iterables per item instead (a type check and an
     ``iter()`` call) costs about 20 ns per item, more than the count up to about four outputs per
     item and for every generator.
     """
-
-    __slots__ = ("gen", "resume", "started")
-
-    def __init__(self) -> None:
-        self.gen: Callable[[], Any] = lambda: None  # a weak reference to the generator, which refers to this run
-        self.resume: dict[str, Any] | None = None
-        self.started = False
-
-    def state(self) -> dict[str, Any]:
-        if not self.started:
-            return {"next": 0} if self.resume is None else self.resume
-        gen = self.gen()
-        if gen is None or gen.gi_frame is None:
-            return {"ended": True}  # exhausted, failed or closed: the pass yields nothing more
-        local = inspect.getgeneratorlocals(gen)  # suspended at a yield inside item n's outputs
-        out, done = local["out"], local["done"]
-        state: dict[str, Any] = {"next": local["n"] + 1}
-        if type(out) is list or type(out) is tuple:
-            state["rest"] = list(out[done:])
-        elif type(out) in _LIST_ITERATORS:
-            reduced = out.__reduce__()  # (iter, (sequence,), index), or (iter, ((),)) once exhausted
-            state["rest"] = list(reduced[1][0][reduced[2]:]) if len(reduced) > 2 else []
-        else:
-            state.update(input=local["x"], done=done)
-        return state
-
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError("load_state_dict: this pass has already started; call it before the first next()")
-        self.resume = state
+    out, done = local["out"], local["done"]
+    state: dict[str, Any] = {"next": local["n"] + 1}
+    if type(out) is list or type(out) is tuple:
+        state["rest"] = list(out[done:])
+    elif type(out) in _LIST_ITERATORS:
+        state["rest"] = _pass.remaining(out)
+    else:
+        state.update(input=local["x"], done=done)
+    return state
 
 
 def _flatmap_resumed(resume: dict[str, Any], call: Callable[[Any], Iterable[Any]]) -> tuple[Any, Any, int]:
@@ -684,12 +661,12 @@ def _flatmap_resumed(resume: dict[str, Any], call: Callable[[Any], Iterable[Any]
     return x, out, done
 
 
-# Each loop keeps the locals _FlatMapRun reads: ``n``, the position of the item whose outputs it
+# Each loop keeps the locals _flatmap_state reads: ``n``, the position of the item whose outputs it
 # yields; ``x``, that item; ``out``, what fn returned for it; ``done``, the outputs yielded. A
 # resumed pass first yields what was left of its item.
 
 
-def _flatmap_raise(pipe: FlatMapper, it: Iterator[Any], run: _FlatMapRun) -> Iterator[Any]:
+def _flatmap_raise(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
     fn = _selected_fn(pipe.fn, pipe.input_col) if pipe.fn is not None else iter
     run.started = True
     resume = run.resume
@@ -723,7 +700,7 @@ def _flatmap_raise(pipe: FlatMapper, it: Iterator[Any], run: _FlatMapRun) -> Ite
         raise
 
 
-def _flatmap_skip(pipe: FlatMapper, it: Iterator[Any], run: _FlatMapRun) -> Iterator[Any]:
+def _flatmap_skip(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
     fn = _selected_fn(pipe.fn, pipe.input_col) if pipe.fn is not None else iter
     failures = pipe._policy.new_pass(stage_label(pipe), pipe.failures)
     run.started = True
@@ -761,7 +738,7 @@ def _async_outputs(fn: Callable[[Any], Any]) -> Callable[[Any], Iterator[Any]]:
     return lambda x: iterate_async(fn(x))
 
 
-def _flatmap_async_raise(pipe: FlatMapper, it: Iterator[Any], run: _FlatMapRun) -> Iterator[Any]:
+def _flatmap_async_raise(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
     fn = _selected_fn(pipe.fn, pipe.input_col)
     label = stage_label(pipe)
     run.started = True
@@ -806,7 +783,7 @@ def _flatmap_async_raise(pipe: FlatMapper, it: Iterator[Any], run: _FlatMapRun) 
         raise
 
 
-def _flatmap_async_skip(pipe: FlatMapper, it: Iterator[Any], run: _FlatMapRun) -> Iterator[Any]:
+def _flatmap_async_skip(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
     fn = _selected_fn(pipe.fn, pipe.input_col)
     failures = pipe._policy.new_pass(stage_label(pipe), pipe.failures)
     run.started = True
@@ -909,11 +886,8 @@ class FlatMapper(IterDataPipe[U]):
             self._run = _flatmap_skip if self._policy.skips else _flatmap_raise
 
     def __iter__(self) -> Iterator[U]:
-        run = _FlatMapRun()
-        gen = self._run(self, iter(self.datapipe), run)
-        run.gen = weakref.ref(gen)
-        _pass.track(self, run)
-        return gen
+        run = _pass.FrameRun(_flatmap_state)
+        return _pass.track_generator(self, self._run(self, iter(self.datapipe), run), run)
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of outputs per item is known only after iterating")

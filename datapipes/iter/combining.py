@@ -104,7 +104,7 @@ def _input_lengths(pipe: Any) -> list[int]:
     return lengths
 
 
-_STARTED = "load_state_dict: this pass has already started; call it before the first next()"
+_STARTED = _pass.STARTED
 
 
 def _build(dp: Any, pass_: _pass.Pass | None) -> Iterator[Any]:

@@ -275,7 +275,7 @@ class _OpenRun:
     def restore(self, state: dict[str, Any]) -> None:
         opened = self.opened
         if opened._n or opened._ended:
-            raise RuntimeError("load_state_dict: this pass has already started; call it before the first next()")
+            raise RuntimeError(_pass.STARTED)
         opened._n = int(state["n"])
         opened._failures.count = int(state["failures"])
 
@@ -367,7 +367,7 @@ class _ListRun:
 
     def restore(self, state: dict[str, Any]) -> None:
         if self.started:
-            raise RuntimeError("load_state_dict: this pass has already started; call it before the first next()")
+            raise RuntimeError(_pass.STARTED)
         root = state["root"]
         self.resume = None if root is None else (root, int(state["index"]))
 

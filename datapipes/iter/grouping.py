@@ -19,9 +19,7 @@ buffer (the lists are mutated in place), and its RNG state.
 
 from __future__ import annotations
 
-import inspect
 import random
-import weakref
 from itertools import islice
 from typing import Any, Callable, Hashable, Iterable, Iterator, TypeVar
 
@@ -50,54 +48,6 @@ def _count_batches(n: int, batch_size: int, drop_last: bool) -> int:
 
 
 # -- checkpoint and resume -------------------------------------------------------------------------
-
-_STARTED = "load_state_dict: this pass has already started; call it before the first next()"
-
-
-def _remaining(it: Iterator[Any]) -> list[Any]:
-    """The items a list or tuple iterator has not yielded yet, as a new list (read from its
-    ``__reduce__``: ``(iter, (sequence,), index)``, or ``(iter, ((),))`` once exhausted)."""
-    reduced: Any = it.__reduce__()
-    return list(reduced[1][0][reduced[2]:]) if len(reduced) > 2 else []
-
-
-class _FrameRun:
-    """The run of a pass whose position lives in its generator, read when a state is taken: the
-    generator is then suspended at a ``yield`` (between two items), and ``read(locals, yielding_from)``
-    turns its locals and the iterator it yields from into the state. The loop writes nothing per item.
-
-    A loaded state waits in ``resume`` until the generator starts and reads it; a generator that
-    has ended (exhausted, failed or closed) yields nothing more, and its state says so.
-    """
-
-    __slots__ = ("gen", "read", "resume", "started")
-
-    def __init__(self, read: Callable[[dict[str, Any], Any], dict[str, Any]]) -> None:
-        self.gen: Callable[[], Any] = lambda: None  # a weak reference to the generator, which refers to this run
-        self.read = read
-        self.resume: dict[str, Any] | None = None
-        self.started = False
-
-    def state(self) -> dict[str, Any]:
-        if not self.started:
-            return {"next": 0} if self.resume is None else self.resume
-        gen = self.gen()
-        frame = None if gen is None else gen.gi_frame
-        if frame is None:
-            return {"ended": True}
-        return self.read(inspect.getgeneratorlocals(gen), gen.gi_yieldfrom)
-
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(_STARTED)
-        self.resume = state
-
-
-def _tracked(pipe: Any, gen: Iterator[Any], run: _FrameRun) -> Iterator[Any]:
-    """``gen``, the generator of ``pipe``'s pass, with ``run`` recorded in the pass."""
-    run.gen = weakref.ref(gen)
-    _pass.track(pipe, run)
-    return gen
 
 
 # -- Batcher ---------------------------------------------------------------------------------------
@@ -249,7 +199,7 @@ def _unbatch_none(pipe: Unbatcher, it: Iterator[Any]) -> Iterator[Any]:
 # index tells the rest: see _unbatch_state. A resumed pass yields that rest first.
 
 
-def _unbatch_one(pipe: Unbatcher, it: Iterator[Any], run: _FrameRun) -> Iterator[Any]:
+def _unbatch_one(pipe: Unbatcher, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
     run.started = True
     n = 0
     try:
@@ -290,7 +240,7 @@ def _dive(batch: Any, level: int, path: tuple[int, ...], out: list[Any]) -> tupl
     return None
 
 
-def _unbatch_deep(pipe: Unbatcher, it: Iterator[Any], run: _FrameRun) -> Iterator[Any]:
+def _unbatch_deep(pipe: Unbatcher, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
     level = pipe.unbatch_level
     run.started = True
     n = 0
@@ -330,7 +280,7 @@ def _flatten(batch: Any, out: list[Any]) -> None:
             out.append(x)
 
 
-def _unbatch_all(pipe: Unbatcher, it: Iterator[Any], run: _FrameRun) -> Iterator[Any]:
+def _unbatch_all(pipe: Unbatcher, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
     run.started = True
     n = 0
     try:
@@ -359,7 +309,7 @@ def _unbatch_all(pipe: Unbatcher, it: Iterator[Any], run: _FrameRun) -> Iterator
 def _unbatch_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
     """An unbatching pass's state: the position of the source's next item, the elements of the
     current one not yet yielded, and the error found in it that is still to be raised."""
-    rest = [] if yielding_from is None else _remaining(yielding_from)
+    rest = [] if yielding_from is None else _pass.remaining(yielding_from)
     state: dict[str, Any] = {"next": local["n"] + 1, "rest": rest}
     bad = local.get("bad")
     if bad is not None:
@@ -412,7 +362,7 @@ class Unbatcher(IterDataPipe[Any]):
         self.datapipe = datapipe
         self.unbatch_level = unbatch_level
         runs = {-1: _unbatch_all, 1: _unbatch_one}
-        self._run: Callable[[Unbatcher, Iterator[Any], _FrameRun], Iterator[Any]]
+        self._run: Callable[[Unbatcher, Iterator[Any], _pass.FrameRun], Iterator[Any]]
         self._run = runs.get(unbatch_level, _unbatch_deep)
         # unbatch_level=0 passes the source's iterator itself: its position is the source's.
         self._stateless = unbatch_level == 0
@@ -421,8 +371,8 @@ class Unbatcher(IterDataPipe[Any]):
         it = iter(self.datapipe)
         if self.unbatch_level == 0:
             return _unbatch_none(self, it)
-        run = _FrameRun(_unbatch_state)
-        return _tracked(self, self._run(self, it, run), run)
+        run = _pass.FrameRun(_unbatch_state)
+        return _pass.track_generator(self, self._run(self, it, run), run)
 
     def __len__(self) -> int:
         if self.unbatch_level == 0:
@@ -445,7 +395,7 @@ class _Buffer:
 
     def state(self, copy: Callable[[Any], Any]) -> dict[str, Any]:
         if self.drain is not None:
-            return {"drain": [copy(x) for x in _remaining(self.drain)]}
+            return {"drain": [copy(x) for x in _pass.remaining(self.drain)]}
         return {"buffer": [copy(x) for x in self.buffer]}
 
     def restore(self, state: dict[str, Any], copy: Callable[[Any], Any]) -> None:
@@ -535,7 +485,7 @@ class _BucketRun:
         self.started = False
 
     def state(self) -> dict[str, Any]:
-        rest = [] if self.rest is None else _remaining(self.rest)
+        rest = [] if self.rest is None else _pass.remaining(self.rest)
         state: dict[str, Any] = {"rng": _rng_state(self.rng), "buckets": self.buckets}
         if self.pooled:
             state["rest"] = [list(batch) for batch in rest]  # a consumer may change a batch once yielded
@@ -545,7 +495,7 @@ class _BucketRun:
 
     def restore(self, state: dict[str, Any]) -> None:
         if self.started:
-            raise RuntimeError(_STARTED)
+            raise RuntimeError(_pass.STARTED)
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))
         self.buckets = state["buckets"]
@@ -741,7 +691,7 @@ def _unhashable_note(e: TypeError, pipe: Grouper, n: int, key: Any) -> None:
         )
 
 
-def _group_run(pipe: Grouper, it: Iterator[Any], run: _FrameRun) -> Iterator[Any]:
+def _group_run(pipe: Grouper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
     fn = pipe.group_key_fn
     keep_key = pipe.keep_key
     # 0 never equals a group's length after an append; -1 never equals the buffer's fill.
@@ -811,7 +761,7 @@ def _group_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
     were started; once the source is exhausted, the groups not yet yielded."""
     drain = local["drain"]
     if drain is not None:
-        return {"next": local["n"], "groups": [[k, list(g)] for k, g in _remaining(drain)], "draining": True}
+        return {"next": local["n"], "groups": [[k, list(g)] for k, g in _pass.remaining(drain)], "draining": True}
     return {"next": local["n"], "groups": [[k, list(g)] for k, g in local["groups"].items()]}
 
 
@@ -904,8 +854,8 @@ class Grouper(IterDataPipe[Any]):
         self._guaranteed = group_size if guaranteed_group_size is None else guaranteed_group_size
 
     def __iter__(self) -> Iterator[Any]:
-        run = _FrameRun(_group_state)
-        return _tracked(self, _group_run(self, iter(self.datapipe), run), run)
+        run = _pass.FrameRun(_group_state)
+        return _pass.track_generator(self, _group_run(self, iter(self.datapipe), run), run)
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of groups is known only after iterating")

@@ -104,7 +104,7 @@ def _on_fail(pipe: Any, stage: str) -> Callable[[Exception, str, int], None]:
 
 # -- checkpoint and resume of the readers --------------------------------------------------------------
 
-_STARTED = "load_state_dict: this pass has already started; call it before the first next()"
+_STARTED = _pass.STARTED
 
 
 def _next_count(counted: Any) -> int:

@@ -89,7 +89,7 @@ class _ShardRun:
 
     def restore(self, state: dict[str, Any]) -> None:
         if self.started:
-            raise RuntimeError("load_state_dict: this pass has already started; call it before the first next()")
+            raise RuntimeError(_pass.STARTED)
         saved = tuple(state["shard"])
         if saved != self.shard:
             raise ValueError(

@@ -77,7 +77,7 @@ def _runs_code_when_iterated(iterable: Any) -> bool:
 
 # -- the position of a pass over a source (checkpoint and resume) -----------------------------------
 
-_STARTED = "load_state_dict: this pass has already started; call it before the first next()"
+_STARTED = _pass.STARTED
 
 _second = itemgetter(1)
 
