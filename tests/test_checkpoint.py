@@ -43,6 +43,9 @@ ORDERED = {
     "nested prefetch": lambda: StatefulSource(60).prefetch(3).map(jitter, concurrency=2).prefetch(2).filter(
         lambda x: x % 7),
     "skip failures": lambda: StatefulSource(60).map(lambda x: 1 // (x % 5), concurrency=3, on_error="skip"),
+    "processes": lambda: StatefulSource(60).map(lambda x: x * 10, concurrency=2, executor="process", chunksize=3),
+    "processes, seeded": lambda: StatefulSource(40).map(lambda x, rng: (x, rng.random()), concurrency=2,
+                                                        executor="process", rng="python").set_seed(5),
 }
 
 
@@ -52,7 +55,7 @@ class TestExact:
         check_resume(ORDERED[name], lambda n: sorted({0, 1, 5, n // 2, n - 1, n}))
 
     @pytest.mark.parametrize("fn", [jitter, ajitter], ids=["threads", "async"])
-    def test_completion_order_resume_yields_exactly_the_rest(self, fn):
+    def test_completion_order_resume_yields_exactly_the_rest(self, fn):  # processes: test_process_completion_order
         build = lambda: StatefulSource(60).map(fn, concurrency=6, ordered=False)  # noqa: E731
         full = check_resume(build, (0, 1, 17, 59, 60), ordered=False)
         assert sorted(full) == sorted(x * 10 for x in range(60))
@@ -113,8 +116,9 @@ class TestProtocol:
             other.load_state_dict({"stages": {}})
 
     def test_a_stage_that_cannot_save_is_named(self):
-        it = iter(StatefulSource(10).map(jitter, concurrency=2, executor="process"))
-        with pytest.raises(TypeError, match=r"Mapper\(jitter\) cannot save its position"):
+        it = iter(IterableWrapper(x for x in range(10)).map(jitter, concurrency=2))
+        next(it)
+        with pytest.raises(TypeError, match=r"IterableWrapper cannot save its position"):
             it.state_dict()
         it.close()
 
@@ -241,3 +245,9 @@ class TestDataLoader:
             loader.state_dict()
         with pytest.raises(ValueError, match="not a state"):
             loader.load_state_dict({})
+
+
+@pytest.mark.slow
+def test_process_completion_order_resume_yields_exactly_the_rest():
+    check_resume(lambda: StatefulSource(40).map(lambda x: x * 10, concurrency=2, executor="process", ordered=False,
+                                                chunksize=2), [0, 1, 13, 39, 40], ordered=False)

@@ -116,7 +116,7 @@ def concurrent_map(
     kind = _kind(fn, executor)
     if kind == "process":
         return run_process_stage(ProcessWorkers(fn, concurrency, label, rng_kind), source, ordered, chunksize,
-                                 on_fail, count, stats)
+                                 on_fail, count, stats, run)
     backend: Any
     if kind == "async":
         backend = AsyncWorkers(fn, concurrency, label, timeout)

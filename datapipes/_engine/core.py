@@ -28,7 +28,7 @@ from ..errors import ErrorPolicy, FailureLog, add_stage_note
 from .lifecycle import STARTED, abandon
 from .stats import StageStats
 
-__all__ = ["EngineRun", "failure_handler", "run_ordered", "run_unordered"]
+__all__ = ["EngineRun", "failure_handler", "resumed_source", "run_ordered", "run_unordered"]
 
 _END = object()  # the source is exhausted
 _MISSING = object()  # no record stashed for this position yet
@@ -62,7 +62,7 @@ class EngineRun:
         self.resume = [tuple(p) for p in state["inputs"]]
 
 
-def _resumed_source(run: EngineRun, src: Iterator[Any]) -> tuple[Iterator[Any], int]:
+def resumed_source(run: EngineRun, src: Iterator[Any]) -> tuple[Iterator[Any], int]:
     """The source a (possibly resumed) pass pulls, and the position of its first item: the saved
     inputs first (positions renumbered from the first of them), then the source itself."""
     run.started = True
@@ -132,7 +132,7 @@ def run_ordered(
     run = run if run is not None else EngineRun()
     inputs = run.inputs
     try:
-        src, first = _resumed_source(run, iter(source))
+        src, first = resumed_source(run, iter(source))
         n_in = n_out = first
         backend.start()
         stats.begin(backend.busy)
@@ -215,7 +215,7 @@ def run_unordered(
     run = run if run is not None else EngineRun()
     inputs = run.inputs
     try:
-        src, first = _resumed_source(run, iter(source))
+        src, first = resumed_source(run, iter(source))
         n_in = n_out = first
         backend.start()
         stats.begin(backend.busy)

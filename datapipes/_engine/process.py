@@ -30,6 +30,7 @@ import weakref
 from typing import Any, Callable, Iterable, Iterator
 
 from . import _procworker
+from .core import EngineRun, resumed_source
 from .lifecycle import Closeable, abandon
 from .stats import StageStats
 
@@ -219,11 +220,13 @@ def run_process_stage(
     on_fail: Callable[[BaseException, int], None],
     count: Any,
     stats: StageStats,
+    run: EngineRun | None = None,
 ) -> Iterator[Any]:
     """Yield ``fn(x)`` for each source item, computed on worker processes in chunks.
 
     Bound: at most ``2 * concurrency`` chunks in flight plus the chunk being yielded, so at most
-    ``(2 * concurrency + 1) * chunksize`` items pulled ahead of the consumer.
+    ``(2 * concurrency + 1) * chunksize`` items pulled ahead of the consumer. ``run`` tracks the
+    inputs pulled and not yet yielded, as for threads (:class:`~datapipes._engine.core.EngineRun`).
     """
     label = workers.label
     n_in = n_out = fill = done = 0
@@ -231,8 +234,10 @@ def run_process_stage(
     size = chunksize or 1
     src: Any = None
     stash: dict[int, Any] = {}
+    run = run if run is not None else EngineRun()
+    inputs = run.inputs
     try:
-        src = iter(source)
+        src, n_in = resumed_source(run, iter(source))
         workers.start()
         stats.begin(workers.busy)
         put, get, ready = workers._inq.put, workers._outq.get, workers._outq.qsize
@@ -262,6 +267,8 @@ def run_process_stage(
             payload = _encode(sent, items, n_in, label)
             bytes_per_item = len(payload) / len(items)
             starts[sent] = n_in
+            for j, x in enumerate(items):
+                inputs[n_in + j] = x
             n_in += len(items)
             sent += 1
             put(payload)
@@ -296,8 +303,10 @@ def run_process_stage(
                 send_one()
             first = starts.pop(chunk_id)
             fill += ready() + len(stash)
+            run.pulled = n_in
             for j, (ok, value) in enumerate(results):
                 n_out += 1
+                del inputs[first + j]
                 if ok:
                     yield value
                 else:

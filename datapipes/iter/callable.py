@@ -261,8 +261,7 @@ class _MapRun:
 def _map_engine(pipe: Mapper, it: Iterator[Any], seed: int | None = None) -> Iterator[Any]:
     label = stage_label(pipe)
     run = _MapRun(seed)
-    if pipe.executor != "process":  # process passes do not track their chunks yet: no state
-        _pass.track(pipe, run)
+    _pass.track(pipe, run)
     source: Iterable[Any] = it if seed is None else _seeded(it, run)
     fn = _engine_fn(pipe)
     worker_rng = pipe.rng if pipe.executor == "process" and pipe.input_col is None else None
@@ -495,7 +494,7 @@ class Mapper(IterDataPipe[U]):
         self._crossing_ops = None if serial else _check_crossing(datapipe, executor)
         self._run: Callable[..., Iterator[Any]]
         # Serial: nothing of its own to save (a pass's position is its source's). Concurrent: the
-        # pass tracks the items in flight (not yet on processes: those passes cannot save a state).
+        # pass tracks the items in flight (threads, async, executors and processes alike).
         self._stateless = serial
         if not serial:
             self._run = _map_engine if self._crossing_ops is None else _map_engine_handover
