@@ -51,7 +51,7 @@ from ._seeds import derive_seed, draw_seed
 from ._worker import base_seed, is_sharding_stage, unseeded_across_ranks
 from .graph import sources_of, stage_label, stages, walk
 
-__all__ = ["FrameRun", "Pass", "PassConfig", "PassIterator", "STARTED", "configured", "current", "remaining",
+__all__ = ["FrameRun", "Pass", "PassConfig", "PassIterator", "STARTED", "configured", "current", "remaining", "stage_keys", "state_of",
            "track", "track_generator", "latest_stats", "owner", "start", "stats_for"]
 
 _local = threading.local()
@@ -72,12 +72,15 @@ class PassConfig(NamedTuple):
     ``seed`` replaces every stage's seed (stage ``i`` gets one derived from ``(seed, i)``),
     ``epoch`` every stage's epoch; random stages downstream of a sharding stage also derive from
     ``shard`` (this process's shard id), so that shuffles upstream of ``sharding_filter`` agree
-    across shards while augmentations downstream differ.
+    across shards while augmentations downstream differ. ``placed``: ``(num_of_instances,
+    instance_id)`` for the sharding stages that find their shard from where they run, instead of
+    finding it: a pass run on behalf of the shard it names.
     """
 
     seed: int
     epoch: int = 0
     shard: int = 0
+    placed: tuple[int, int] | None = None
 
 
 class configured:  # noqa: N801 - used as a context manager, like contextlib's
@@ -213,7 +216,8 @@ class Pass:
         for stage in sharding:
             shard = getattr(stage, "_pass_shard", None)
             if shard is not None:
-                self._shards[id(stage)] = shard()
+                placed = None if self.config is None else self.config.placed
+                self._shards[id(stage)] = shard() if placed is None else shard(placed)
         config = self.config
         if config is not None:
             below = _downstream_of_sharding(self.root)
@@ -271,7 +275,8 @@ class Pass:
         """``(num_of_instances, instance_id)`` of sharding ``stage`` in this pass."""
         shard = self._shards.get(id(stage))
         if shard is None:  # a stage this pass did not see when it started (built lazily elsewhere)
-            shard = self._shards[id(stage)] = stage._pass_shard()
+            placed = None if self.config is None else self.config.placed
+            shard = self._shards[id(stage)] = stage._pass_shard() if placed is None else stage._pass_shard(placed)
         return shard
 
     def stats_for(self, stage: Any, make: Callable[[], StageStats]) -> StageStats:
@@ -434,6 +439,18 @@ def _key(index: int, stage: Any) -> str:
     return f"{index}:{type(stage).__qualname__}"
 
 
+def stage_keys(root: Any) -> list[tuple[str, Any]]:
+    """``(key, stage)`` for every stage a pass of ``root`` runs, in graph order: the keys under which
+    a pass state (``state["stages"]``) holds each stage's state."""
+    return [(_key(index, stage), stage) for index, stage in enumerate(_pass_graph(root))]
+
+
+def state_of(graph: list[str], stages: dict[str, Any]) -> dict[str, Any]:
+    """A pass state (what :meth:`PassIterator.state_dict` returns) for a pipe whose graph has the
+    stage classes ``graph`` (graph order), holding ``stages`` (key -> the stage's state)."""
+    return {"format": _FORMAT, "graph": list(graph), "stages": stages}
+
+
 def _stateless(stage: Any) -> bool:
     """A stage with nothing of its own to save: its position is its sources' (map, filter, batch at
     a batch boundary, ...). Stages written elsewhere are taken as stateless unless their iterator has
@@ -461,7 +478,7 @@ def _snapshot(pass_: Pass) -> dict[str, Any]:
                     f"{stage_label(stage)} cannot save its position yet, so this pass has no state_dict(); "
                     f"the stages that can are listed in docs/howto/checkpoint.rst"
                 )
-    return {"format": _FORMAT, "graph": [type(s).__qualname__ for s in pass_.graph], "stages": stages}
+    return state_of([type(s).__qualname__ for s in pass_.graph], stages)
 
 
 def _restore(pass_: Pass, state: dict[str, Any]) -> None:

@@ -112,11 +112,14 @@ def stages(pipe: Any) -> list[Any]:
 
 def chain_repr(pipe: Any) -> str:
     """``IterableWrapper -> Mapper(f) -> Batcher(32)``; stages with several sources show them in
-    brackets separated by ``|``."""
+    brackets separated by ``|``. A stage marked ``_unseen`` (one the DataLoader adds to run its pipe,
+    which changes no item) is left out."""
     srcs = sources_of(pipe)
     label = stage_label(pipe)
     if not srcs:
         return label
+    if len(srcs) == 1 and getattr(pipe, "_unseen", False):
+        return chain_repr(srcs[0])
     if len(srcs) == 1:
         return f"{chain_repr(srcs[0])} -> {label}"
     name = type(pipe).__name__

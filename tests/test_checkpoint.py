@@ -237,15 +237,6 @@ class TestDataLoader:
         again.load_state_dict(state)
         assert [b.tolist() for b in again] == second
 
-    def test_workers_are_not_supported_yet(self):
-        from datapipes import DataLoader
-
-        loader = DataLoader(StatefulSource(8).sharding_filter(), batch_size=2, num_workers=2)
-        with pytest.raises(NotImplementedError, match="num_workers > 0"):
-            loader.state_dict()
-        with pytest.raises(ValueError, match="not a state"):
-            loader.load_state_dict({})
-
 
 @pytest.mark.slow
 def test_process_completion_order_resume_yields_exactly_the_rest():

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 from enum import IntEnum
+import itertools
 from itertools import islice
 from typing import Any, Iterator, TypeVar
 
@@ -67,50 +68,115 @@ def _check_instances(num_of_instances: Any, instance_id: Any, where: str) -> Non
         )
 
 
-_END = object()  # private end marker (None is a valid item)
-
-
 class _ShardRun:
-    """The position of a ``sharding_filter`` pass beside its source's: whether it has yielded yet,
-    which decides how many source items come before the next kept one (``instance_id`` before the
-    first, ``num_of_instances - 1`` after each), and the shard, which a resumed pass must read too.
-    Set once per pass, not per item. State: a flag and two ints."""
+    """The position of a ``sharding_filter`` pass beside its source's: how many items it has kept
+    (counted in C, by the ``itertools.count`` that ``compress`` advances, read when a state is
+    taken), and the shard, which a resumed pass must read too. State: a few ints.
 
-    __slots__ = ("label", "shard", "yielded", "started")
+    Two more modes serve a :class:`datapipes.DataLoader` resumed with another number of workers or
+    ranks (see :mod:`datapipes.loader.shards`):
+
+    - *closed*: the pass takes nothing more from its source; a resumed pass then only yields what
+      the stages below it still held when the state was saved (a map's work in flight, a reader's
+      rest of a file);
+    - *layered*: the pass reads the items that earlier layouts left untaken. ``layers`` lists them,
+      oldest first, as ``(num_shards, kept per shard)``: in the stream a layout split (the source's
+      items, or for later layers the items the layer before left untaken), shard ``s`` took the
+      items at positions ``s, s + n, ...``, its first ``kept[s]``. This pass reads its shard of what
+      remains, counting positions as the last layer left them.
+    """
+
+    __slots__ = ("label", "shard", "counter", "base", "closed", "layers", "counters")
 
     def __init__(self, label: str, shard: tuple[int, int]) -> None:
         self.label = label
         self.shard = shard
-        self.yielded = False
-        self.started = False
+        self.counter: Any = None  # the running pass's itertools.count (its next value: kept + 1)
+        self.base = 0  # items kept before this pass started (a resumed pass)
+        self.closed = False
+        self.layers: list[tuple[int, list[int]]] = []
+        self.counters: list[int] = []  # layered mode: positions counted so far (see _layered)
+
+    @property
+    def kept(self) -> int:
+        if self.counter is None:
+            return self.base
+        return int(repr(self.counter)[6:-1]) - 1  # "count(k + 1)"
+
+    @property
+    def started(self) -> bool:
+        return self.counter is not None
 
     def state(self) -> dict[str, Any]:
-        return {"shard": list(self.shard), "yielded": self.yielded}
+        if self.closed:
+            return {"closed": True}
+        state: dict[str, Any] = {"shard": list(self.shard), "kept": self.kept}
+        if self.layers:
+            state["layers"] = [[num, list(kept)] for num, kept in self.layers]
+            state["counters"] = list(self.counters)
+        return state
 
     def restore(self, state: dict[str, Any]) -> None:
         if self.started:
             raise RuntimeError(_pass.STARTED)
+        if state.get("closed"):
+            self.closed = True
+            return
         saved = tuple(state["shard"])
         if saved != self.shard:
             raise ValueError(
                 f"load_state_dict: {self.label} was saved reading shard {saved[1]} of {saved[0]}, this pass reads "
                 f"shard {self.shard[1]} of {self.shard[0]}: a shard's position does not carry over to another's"
             )
-        self.yielded = bool(state["yielded"])
+        self.base = int(state["kept"])
+        self.layers = [(int(num), [int(k) for k in kept]) for num, kept in state.get("layers", ())]
+        self.counters = [int(c) for c in state.get("counters", [0] * (len(self.layers) + 1))]
 
 
-def _every_nth(it: Iterator[Any], start: int, step: int, run: _ShardRun) -> Iterator[Any]:
-    run.started = True
-    try:
-        if not run.yielded:
-            first = next(islice(it, start, None), _END)
-            if first is _END:
-                return
-            run.yielded = True  # before the yield: from here on, step - 1 items come before each kept one
-            yield first
-        yield from islice(it, step - 1, None, step)
-    finally:
-        _close(it)
+class _ShardIterator(itertools.chain):  # type: ignore[type-arg]
+    """A ``sharding_filter``'s iterator: what :func:`_decide` chooses at the first ``next()`` (after
+    a state may have been loaded), forwarded in C; ``close()`` closes the source."""
+
+    __slots__ = ("source",)
+    source: Iterator[Any]
+
+    def close(self) -> None:
+        _close(self.source)
+
+
+def _decide(it: Iterator[Any], run: _ShardRun) -> Iterator[Iterator[Any]]:
+    num, instance = run.shard
+    run.counter = itertools.count(run.base + 1)
+    if run.closed:
+        return
+    if run.layers:
+        yield itertools.compress(_layered(it, run), run.counter)
+    elif num == 1:
+        yield itertools.compress(it, run.counter)
+    else:  # after k kept items the source stands just past the k-th: the next is num - 1 items on
+        yield itertools.compress(islice(it, instance if run.base == 0 else num - 1, None, num), run.counter)
+
+
+def _layered(it: Iterator[Any], run: _ShardRun) -> Iterator[Any]:
+    """The source's items that the layouts in ``run.layers`` left untaken, this shard's share of them.
+
+    ``run.counters[d]`` counts the positions in the stream layout ``d`` split (``d = 0``: the
+    source's items; then what layout ``d - 1`` left untaken); the last one counts the positions in
+    what the last layout left, which this pass's shard splits.
+    """
+    num, instance = run.shard
+    layers, counters = run.layers, run.counters
+    for x in it:
+        for depth, (n, kept) in enumerate(layers):
+            pos = counters[depth]
+            counters[depth] = pos + 1
+            if pos // n < kept[pos % n]:
+                break  # taken by shard pos % n of that layout
+        else:
+            pos = counters[-1]
+            counters[-1] = pos + 1
+            if pos % num == instance:
+                yield x
 
 
 @functional_datapipe("sharding_filter")
@@ -151,8 +217,10 @@ class ShardingFilter(IterDataPipe[T]):
     ``len()`` is the shard's length, from the source's length and the shard at call time:
     ``n // num_of_instances`` plus one for the first ``n % num_of_instances`` instances.
 
-    Checkpoint: a state records the shard; loading it into a pass that reads another shard raises
-    ``ValueError``.
+    Checkpoint: a state records the shard and how many items the pass kept (a few ints); loading it
+    into a pass that reads another shard raises ``ValueError``. :class:`datapipes.DataLoader` also
+    uses it to split what is left of a pass among another number of workers or ranks (see
+    :mod:`datapipes.loader.shards`).
 
     >>> from datapipes.iter import IterableWrapper
     >>> pipe = IterableWrapper(range(10)).sharding_filter()
@@ -228,7 +296,12 @@ class ShardingFilter(IterDataPipe[T]):
         decided the same way when it started (and also shared the upstream seeds)."""
         return self._combine(self.groups or self._found_groups())
 
-    _pass_shard = _shard  # what a pass asks when it starts
+    def _pass_shard(self, placed: tuple[int, int] | None = None) -> tuple[int, int]:
+        """What a pass asks when it starts: :meth:`_shard`, or ``placed`` (a loader running a pass on
+        behalf of the shard it names) unless the shard is set (``apply_sharding``) or filtered."""
+        if placed is None or self.groups or self.sharding_group_filter is not None:
+            return self._shard()
+        return placed
 
     def _pass_ranks(self) -> int:
         """How many distributed ranks a pass starting now spans, as this stage counts them: those
@@ -248,13 +321,13 @@ class ShardingFilter(IterDataPipe[T]):
         return self._shard()[1]
 
     def __iter__(self) -> Iterator[T]:
-        num, instance = _pass.current().shard_for(self)  # type: ignore[union-attr]  # built in a pass
+        shard = _pass.current().shard_for(self)  # type: ignore[union-attr]  # built in a pass
         it = iter(self.source_datapipe)
-        run = _ShardRun(stage_label(self), (num, instance))
+        run = _ShardRun(stage_label(self), shard)
         _pass.track(self, run)
-        if num == 1:
-            return it  # every item passes: nothing to skip, the run only records the shard
-        return _every_nth(it, instance, num, run)
+        chosen = _ShardIterator.from_iterable(_decide(it, run))
+        chosen.source = it
+        return chosen
 
     def __len__(self) -> int:
         n = len(self.source_datapipe)  # type: ignore[arg-type]

@@ -20,8 +20,10 @@ from ..graph import traverse
 from ..iter import IterableWrapper
 from ..iter.sharding import SHARDING_PRIORITIES, is_sharding_stage
 from .buffer import TimedBuffer
-from .._pass import PassConfig, configured
-from .distributed import _WHERE, _agreed_seed, _even_pass, _shard_id
+from .._pass import PassConfig
+from .._worker import placement
+from .distributed import _WHERE, _agreed_seed, _distributed, _even_pass, _shard_id
+from .shards import InProcess, ShardsRun, plan
 from .workers import WorkerProcesses
 
 __all__ = ["DataLoader"]
@@ -40,6 +42,8 @@ _SPDL_OUTPUT_ORDER = "input"  # SPDL's is "completion"; ours is deterministic
 _TIMEOUT_BUFFER = 2
 
 _EVEN = (None, "drop", "pad")
+
+_STATE_FORMAT = "datapipes.loader/2"
 
 
 # -- SPDL's preprocessor: generator functions run on worker threads --------------------------------
@@ -116,22 +120,25 @@ def _as_pipe(data: Any, name: str) -> IterDataPipe[Any]:
     return IterableWrapper(data)
 
 
-def _drain(it: Iterator[Any], done: list[bool]) -> Iterator[Any]:
-    yield from it
+def _drain(it: Iterator[Any], done: list[bool], delivered: list[int]) -> Iterator[Any]:
+    for item in it:
+        delivered[0] += 1
+        yield item
     done[0] = True
 
 
 class _Tracked:
-    """A loader pass's iterator that knows when it has run out (a state saved then starts the next
-    epoch). One small generator step per batch, not per item; no reference cycle, so a dropped pass
-    stops at once."""
+    """A loader pass's iterator: counts the batches it hands over (what a state counts as
+    delivered) and knows when it has run out (a state saved then starts the next epoch). One small
+    generator step per batch, not per item; no reference cycle, so a dropped pass stops at once."""
 
-    __slots__ = ("it", "_done", "_gen", "__weakref__")
+    __slots__ = ("it", "run", "_done", "_gen", "__weakref__")
 
-    def __init__(self, it: Iterator[Any]) -> None:
+    def __init__(self, it: Iterator[Any], run: ShardsRun) -> None:
         self.it = it
+        self.run = run
         self._done = [False]
-        self._gen = _drain(it, self._done)
+        self._gen = _drain(it, self._done, run.delivered)
 
     @property
     def done(self) -> bool:
@@ -359,10 +366,14 @@ class DataLoader:
             pipe = pipe.collate() if collate_fn is None else pipe.collate(collate_fn=collate_fn)
         elif collate_fn is not None:
             pipe = pipe.collate(collate_fn=collate_fn)  # per item, as torch's loader does without batch_size
+        self._worker_pipe = pipe
+        following = self.timeout is not None or pin or self.device is not None  # stages that read ahead
         if num_workers > 0:
             self._workers = WorkerProcesses(pipe, num_workers, persistent, prefetch_factor, multiprocessing_context,
                                      worker_init_fn)
-            pipe = self._workers
+            pipe = self._source = self._workers
+        else:
+            pipe = self._source = InProcess(pipe, eager=following)
         if self.timeout is not None:
             pipe = TimedBuffer(pipe, _TIMEOUT_BUFFER, self.timeout, _WHERE)
         if pin and (self.device is None or self.device.type != "cpu"):
@@ -400,6 +411,8 @@ class DataLoader:
             pipe = pipe.map(aggregator, concurrency=num_threads, ordered=ordered)
         if transfer_fn is not None:
             pipe = pipe.map(transfer_fn)  # serial: it runs on the buffer's one background thread
+        self._worker_pipe = pipe
+        pipe = self._source = InProcess(pipe, eager=True)  # the buffer reads ahead
         if self.timeout is None:
             return pipe.prefetch(buffer_size)
         return TimedBuffer(pipe, buffer_size, self.timeout, _WHERE)
@@ -433,19 +446,19 @@ class DataLoader:
 
     def __iter__(self) -> Iterator[Any]:
         resume, self._resume = self._resume, None
+        layout = _layout(self.num_workers)
         if resume is None:
             seed, epoch = self._begin_pass()
+            states, first = None, 0
         else:  # the pass a loaded state stopped in: same seed and epoch
             seed, epoch = self._base_seed, self._epoch  # type: ignore[assignment]
+            states, first = plan(self._worker_pipe, resume, layout, seed, epoch)
+        run = ShardsRun(layout, states, first, [0], PassConfig(seed, epoch, _shard_id()))
         if self._workers is not None:
-            self._workers.prepare(seed, epoch)
-            it = iter(self.pipe)
+            self._workers.prepare(seed, epoch, run)
         else:
-            with configured(PassConfig(seed, epoch, _shard_id())):
-                it = iter(self.pipe)
-        if resume is not None:
-            it.load_state_dict(resume)  # type: ignore[attr-defined]
-        tracked = _Tracked(it)
+            self._source.prepare(run)
+        tracked = _Tracked(iter(self.pipe), run)
         self._current = weakref.ref(tracked)
         if self.even_batches is None:
             return tracked
@@ -453,43 +466,72 @@ class DataLoader:
 
     # -- checkpoints (torchdata's StatefulDataLoader convention) ---------------------------------
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, all_ranks: bool = False) -> dict[str, Any]:
         """Where the loader stands, as plain data: its seed and epoch and, in the middle of a pass,
-        that pass's position (``it.state_dict()`` of the pass). Give it to :meth:`load_state_dict`
-        of a loader built the same way, and its next ``iter()`` goes on exactly there: the batches
-        not yet delivered, in the same order; at a pass's end, the next epoch.
+        where each of its shards (each worker process; the loader's own process with
+        ``num_workers=0``) stands after the last batch handed to you. Give it to
+        :meth:`load_state_dict` of a loader built the same way and its next ``iter()`` goes on
+        exactly there: the batches not yet delivered, in the same order; at a pass's end, the next
+        epoch.
+
+        With ``num_workers > 0`` each worker sends its position with every batch (a few dozen
+        microseconds per batch for a small pipe; a shuffle buffer's contents too, see
+        ``docs/howto/checkpoint.rst``); batches the loader holds ahead of you are not counted.
+
+        Args:
+            all_ranks: under ``torch.distributed``, gather every rank's state (a collective call:
+                every rank must make it) into one, which every rank returns. A loader with another
+                number of ranks or workers needs it to resume (see :meth:`load_state_dict`).
 
         Raises:
-            NotImplementedError: with ``num_workers > 0`` (the workers' positions are not
-                gathered yet), or with ``even_batches`` under ``torch.distributed``.
             TypeError: a stage of the pipe cannot save its position (the message names it).
         """
-        if self._workers is not None:
-            raise NotImplementedError(f"{_WHERE}.state_dict: not yet with num_workers > 0; use num_workers=0, or "
-                                      "concurrency=N in the pipe, which saves its position")
         state: dict[str, Any] = {
-            "format": "datapipes.loader/1", "seed": self._base_seed, "epoch": self._epoch,
+            "format": _STATE_FORMAT, "seed": self._base_seed, "epoch": self._epoch,
             "epoch_set": self._epoch_set, "passes": self._passes, "pass": None,
         }
         current = None if self._current is None else self._current()
-        if current is not None and not current.done:
-            state["pass"] = current.it.state_dict()  # type: ignore[attr-defined]
+        if current is not None:
+            state["pass"] = [current.run.state(ended=current.done)]
+        elif self._resume is not None:
+            state["pass"] = list(self._resume)
+        if all_ranks:
+            dist = _distributed()
+            if dist is not None:
+                gathered: list[Any] = [None] * dist.get_world_size()
+                dist.all_gather_object(gathered, state)
+                state = _merged(gathered)
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any] | list[dict[str, Any]]) -> None:
         """Resume from ``state`` (what :meth:`state_dict` returned): the next ``iter(self)`` goes on
         where the saved loader stood, with its seed and epoch.
 
+        With the same number of workers and ranks as when it was saved, every rank loads its own
+        state (or one holding every rank's, from ``state_dict(all_ranks=True)``) and the batches
+        come exactly as the interrupted pass would have given them. With another number of workers
+        or ranks, give every rank the state of every saved rank (``state_dict(all_ranks=True)``, or
+        the list of each rank's ``state_dict()``): across the new workers and ranks, every item not
+        yet delivered is delivered exactly once (see ``docs/howto/checkpoint.rst``). That needs a
+        ``sharding_filter`` whose upstream gives the same items in every pass; the next ``iter()``
+        raises ``ValueError`` naming the stage otherwise.
+
         Raises:
-            ValueError: ``state`` is not a loader state.
+            ValueError: ``state`` is not a loader state, or states of several ranks disagree on the
+                seed and epoch.
         """
-        if not isinstance(state, dict) or state.get("format") != "datapipes.loader/1":
-            raise ValueError(f"{_WHERE}.load_state_dict: not a state saved by DataLoader.state_dict(): {str(state)[:200]}")
+        states = state if isinstance(state, list) else [state]
+        for one in states:
+            if not isinstance(one, dict) or one.get("format") != _STATE_FORMAT:
+                raise ValueError(f"{_WHERE}.load_state_dict: not a state saved by DataLoader.state_dict(): "
+                                 f"{str(one)[:200]}")
+        state = _merged(states)
         self._base_seed = state["seed"]
         self._epoch = int(state["epoch"])
         self._epoch_set = bool(state["epoch_set"])
         self._passes = int(state["passes"])
-        self._resume = state["pass"]
+        passes = state["pass"]
+        self._resume = None if passes is None or all(p["ended"] for p in passes) else passes
         self._current = None
 
     def __len__(self) -> int:
@@ -512,6 +554,28 @@ class DataLoader:
     def __repr__(self) -> str:
         extra = f", num_workers={self.num_workers}" if self.num_workers else ""
         return f"DataLoader({self.pipe!r}{extra})"
+
+
+def _layout(num_workers: int) -> tuple[int, int, int]:
+    """(world size, rank, shards per rank) of a loader pass starting here."""
+    where = placement()
+    return where.world_size, where.rank, max(num_workers, 1)
+
+
+def _merged(states: list[dict[str, Any]]) -> dict[str, Any]:
+    """One loader state from the states of several ranks (each one's ``pass`` entries joined)."""
+    first = states[0]
+    for other in states[1:]:
+        for field in ("seed", "epoch"):
+            if other[field] != first[field]:
+                raise ValueError(f"{_WHERE}.load_state_dict: the ranks' states disagree on the {field} "
+                                 f"({first[field]!r} and {other[field]!r}): they were not saved together")
+    passes = [p for one in states for p in (one["pass"] or ())]
+    if passes and any(one["pass"] is None for one in states):
+        raise ValueError(f"{_WHERE}.load_state_dict: some of the ranks' states were saved before their first pass "
+                         f"and others in one: they were not saved together")
+    by_rank = {int(p["layout"][1]): p for p in passes}
+    return {**first, "pass": [by_rank[r] for r in sorted(by_rank)] if passes else None}
 
 
 def _is_set(name: str, value: Any) -> bool:

@@ -8,7 +8,9 @@ pass with the loader's seed, the epoch (read from shared memory, so persistent w
 
 from __future__ import annotations
 
+import pickle
 import threading
+from collections import deque
 from typing import Any, Iterator
 
 from torch.utils.data import IterableDataset
@@ -19,6 +21,7 @@ from ..graph import traverse
 from ..iter.sharding import SHARDING_PRIORITIES, ShardingFilter
 from .._pass import PassConfig, configured
 from .distributed import _shard_id
+from .shards import ShardsRun, ShardStream
 
 __all__ = ["WorkerProcesses"]
 
@@ -29,33 +32,70 @@ def _identity(batch: Any) -> Any:
 
 
 class _WorkerFeed(IterableDataset):  # type: ignore[type-arg]
-    """What each torch DataLoader worker iterates: the worker pipe, seeded for the current pass.
+    """What each torch DataLoader worker iterates: its shard of the worker pipe, seeded for the
+    current pass, as ``(worker, is_item, the shard's state after it, item)``, then
+    ``(worker, False, final state, None)`` when the shard has run out.
 
     The seed travels with the object (fixed per loader); the epoch is read from shared memory at the
-    start of every pass, so persistent workers see ``set_epoch`` too.
+    start of every pass, so persistent workers see ``set_epoch`` too. ``resume``: the state of each
+    worker's shard for a resumed pass (a loader gives such a pass workers of its own).
     """
 
-    def __init__(self, datapipe: IterDataPipe[Any], seed: int, epoch: Any) -> None:
+    def __init__(self, datapipe: IterDataPipe[Any], seed: int, epoch: Any, resume: list[Any] | None) -> None:
         self.datapipe = datapipe
         self.seed = seed
         self.epoch = epoch
+        self.resume = resume
         self.captured = capture_rank()  # a spawned worker is not in the process group
 
     def __iter__(self) -> Iterator[Any]:
         # The loader hands every pass its seed and epoch (a persistent worker's pass count does
         # not move the seeds on, as it does under a plain torch DataLoader, which cannot).
         config = PassConfig(self.seed, int(self.epoch.value), _shard_id(self.captured))
-        with configured(config):
-            return iter(self.datapipe)
+        worker = placement(self.captured).worker_id
+        stream = ShardStream(self.datapipe, config, None if self.resume is None else self.resume[worker])
+        return _feed(stream, worker)
 
 
-def _run_workers(stage: WorkerProcesses) -> Iterator[Any]:
+def _feed(stream: ShardStream, worker: int) -> Iterator[Any]:
+    for item, state in stream.items_with_states(pickle.dumps):
+        yield worker, True, state, item
+    yield worker, False, stream.state(), None
+
+
+def _run_workers(stage: WorkerProcesses, run: ShardsRun | None) -> Iterator[Any]:
+    """The workers' batches, one worker after the other (torch's order), each recorded in ``run``
+    with its worker's state as it is handed on."""
     with stage._lock:  # workers fork (or pickle the pipe) here: not while len() lends shards
-        it = iter(stage._torch_loader())
+        loader = stage._torch_loader(None if run is None else run.resume)
+        it = iter(loader)
+    count = stage.num_workers
+    waiting: list[deque[Any]] = [deque() for _ in range(count)]
+    running = [True] * count  # no end marker received yet
+    turn = 0 if run is None else run.next
     try:
-        yield from it
+        while True:
+            queue = waiting[turn]
+            if queue:
+                is_item, state, item = queue.popleft()
+                following = (turn + 1) % count if is_item else turn
+                if run is not None:
+                    run.record(turn, state, following, is_item)
+                turn = following
+                if is_item:
+                    yield item
+                continue
+            if not running[turn]:
+                if not any(running):
+                    return
+                turn = (turn + 1) % count
+                continue
+            worker, is_item, state, item = next(it)
+            waiting[worker].append((is_item, state, item))
+            if not is_item:
+                running[worker] = False
     finally:
-        if not stage.persistent_workers:
+        if not stage.persistent_workers or run is not None and run.resume is not None:
             it._shutdown_workers()
 
 
@@ -84,10 +124,13 @@ class WorkerProcesses(IterDataPipe[Any]):
         self.seed = 0
         self._epoch: Any = None
         self._loader: Any = None
+        self._next_run: ShardsRun | None = None
         self._lock = threading.Lock()
 
-    def prepare(self, seed: int, epoch: int) -> None:
-        """Set the seed and epoch the workers of the next pass use."""
+    def prepare(self, seed: int, epoch: int, run: ShardsRun | None = None) -> None:
+        """Set the seed and epoch the workers of the next pass use, and where it keeps their
+        positions (``run``, with the states to resume from, if any)."""
+        self._next_run = run
         if self._epoch is None:
             from multiprocessing.sharedctypes import RawValue
 
@@ -95,8 +138,12 @@ class WorkerProcesses(IterDataPipe[Any]):
         self._epoch.value = epoch
         self.seed = seed  # fixed per loader: persistent workers keep the one they started with
 
-    def _torch_loader(self) -> Any:
-        if self._loader is not None:
+    def _torch_loader(self, resume: list[Any] | None) -> Any:
+        """torch's DataLoader over the workers' shards; a pass resuming ``resume`` (the states of the
+        workers' shards) gets workers of its own, persistent or not."""
+        if resume is not None:
+            self.close()
+        elif self._loader is not None:
             return self._loader
         from torch.utils.data import DataLoader as TorchDataLoader
 
@@ -104,11 +151,12 @@ class WorkerProcesses(IterDataPipe[Any]):
         if self.prefetch_factor is not None:
             kwargs["prefetch_factor"] = self.prefetch_factor
         loader = TorchDataLoader(
-            _WorkerFeed(self.datapipe, self.seed, self._epoch), batch_size=None, num_workers=self.num_workers,
-            collate_fn=_identity, persistent_workers=self.persistent_workers, worker_init_fn=self.worker_init_fn,
+            _WorkerFeed(self.datapipe, self.seed, self._epoch, resume), batch_size=None,
+            num_workers=self.num_workers, collate_fn=_identity,
+            persistent_workers=self.persistent_workers and resume is None, worker_init_fn=self.worker_init_fn,
             multiprocessing_context=self.multiprocessing_context, **kwargs,
         )
-        if self.persistent_workers:
+        if self.persistent_workers and resume is None:
             self._loader = loader
         return loader
 
@@ -120,7 +168,8 @@ class WorkerProcesses(IterDataPipe[Any]):
             it._shutdown_workers()
 
     def __iter__(self) -> Iterator[Any]:
-        return _run_workers(self)
+        run, self._next_run = self._next_run, None
+        return _run_workers(self, run)
 
     def __len__(self) -> int:
         with self._lock:
@@ -131,6 +180,7 @@ class WorkerProcesses(IterDataPipe[Any]):
         state["_loader"] = None
         state["_epoch"] = None
         state["_lock"] = None
+        state["_next_run"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

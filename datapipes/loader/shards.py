@@ -1,0 +1,384 @@
+"""Where each shard of a loader pass stands, and how a state saved with one layout of workers and
+ranks resumes with another.
+
+A *shard* is one process's share of a loader pass: worker ``w`` of ``W`` on rank ``r`` of ``R`` reads
+shard ``r * W + w`` of ``R * W`` (with ``num_workers=0`` each rank is one shard, ``W = 1``). It runs
+passes of the *worker pipe* (the user's pipe, then ``batch`` and ``collate``), and its position is a
+*shard state*, plain data::
+
+    {"tails": [pass state, ...], "main": pass state or None, "done": bool}
+
+``main`` is the position of the shard's own pass (``None``: not started). ``tails`` are passes left
+over from an earlier layout (below) that still hold items; a shard yields what its tails hold first,
+then its main pass. The loader keeps, for every shard of its rank, the state as of the last batch it
+handed to the user (:class:`ShardsRun`): worker processes send their state with every batch, and
+what the loader's own buffers hold ahead of the user is not counted as delivered.
+
+Resuming with the same layout, each shard resumes its own state: the batches come exactly as an
+uninterrupted pass would give them. With another layout (:func:`redistribute`), every item not yet
+delivered is delivered exactly once:
+
+- what each old shard's stages below ``sharding_filter`` had taken and still held (a map's work in
+  flight, the rest of a file being read, a shuffle buffer after the filter) is finished by a *tail*:
+  the old shard's pass, resumed with its ``sharding_filter`` closed (it takes nothing new);
+- what no old shard had taken is split among the new shards: their ``sharding_filter`` reads the
+  source again from the start of the epoch, skips what the old layout took (old shard ``s`` took
+  its first ``kept[s]`` items, recorded in its state) and keeps its share of the rest (a *layer*;
+  layouts changed several times in one epoch stack their layers).
+
+This needs a pipe whose ``sharding_filter`` gives the same items in the same order in every
+pass of the epoch: no stage above it yields in completion order or reads a one-shot source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import threading
+import time
+from collections import deque
+from itertools import islice
+from typing import Any, Callable, Iterator
+
+from .. import _pass
+from .._pass import PassConfig, configured, stage_keys
+from ..datapipe import IterDataPipe
+from ..graph import stage_label, walk
+from ..iter.sharding import is_sharding_stage
+
+__all__ = ["InProcess", "ShardStream", "ShardsRun", "plan", "redistribute"]
+
+_WHERE = "DataLoader.load_state_dict"
+
+#: the state of a shard that has not started
+FRESH: dict[str, Any] = {"tails": [], "main": None, "done": False}
+
+
+class ShardStream:
+    """The items of one shard: its tails, then its main pass, each a pass of ``pipe`` taking
+    ``config``'s seeds; :meth:`state` reads its position between two items.
+
+    A state may also say ``"skip": m``: the shard stood ``m`` items past the position saved (see
+    :meth:`items_with_states`); a resumed stream recomputes them and drops them.
+    """
+
+    def __init__(self, pipe: IterDataPipe[Any], config: PassConfig | None, state: dict[str, Any] | None) -> None:
+        state = FRESH if state is None else state
+        self.pipe = pipe
+        self.config = config
+        self.tails: list[Any] = list(state["tails"])
+        self.main: Any = state["main"]
+        self.done = bool(state["done"])
+        self.skip = int(state.get("skip", 0))
+        self.it: Any = None  # the pass being iterated
+        self.in_tail = False
+        self.error: str | None = None  # why this shard cannot save its position
+
+    def state(self) -> dict[str, Any]:
+        """The shard's position (``{"error": why}`` when a stage cannot save one)."""
+        if self.error is not None:
+            return {"error": self.error}
+        if self.it is None:
+            state = {"tails": list(self.tails), "main": self.main, "done": self.done}
+            return {**state, "skip": self.skip} if self.skip else state
+        try:
+            current = self.it.state_dict()
+        except TypeError as e:
+            self.error = str(e)
+            return {"error": self.error}
+        if self.in_tail:
+            return {"tails": [current, *self.tails], "main": self.main, "done": False}
+        return {"tails": [], "main": current, "done": False}
+
+    def _start(self, state: Any) -> Any:
+        with configured(self.config) if self.config is not None else contextlib.nullcontext():
+            it = iter(self.pipe)
+        if state is not None:
+            it.load_state_dict(state)
+        return it
+
+    def items(self) -> Iterator[Any]:
+        """The shard's items (after the ``skip`` first ones, recomputed and dropped)."""
+        skip, self.skip = self.skip, 0
+        items = self._items()
+        if skip:
+            for _ in islice(items, skip):
+                pass
+        return items
+
+    def _items(self) -> Iterator[Any]:
+        if self.done:
+            return
+        while self.tails:
+            self.in_tail = True
+            self.it = self._start(self.tails.pop(0))
+            try:
+                yield from self.it
+            finally:
+                self.it.close()
+                self.it = None
+        self.in_tail = False
+        self.it = self._start(self.main)
+        try:
+            yield from self.it
+            final = self.state()  # the last position: what a later layout must know was taken
+            self.main = final.get("main") if "error" not in final else None
+            self.done = True
+        finally:
+            self.it.close()
+            self.it = None
+
+    def items_with_states(self, encode: Callable[[Any], Any] | None = None) -> Iterator[tuple[Any, Any]]:
+        """``(item, the shard's state just after it)`` for each item, the state ``None`` for "one
+        item past the last state": states travel with the items of worker processes, and taking one
+        costs what the pipe's state holds (a shuffle buffer's contents: a millisecond for 10,000
+        items), so one is taken only while they have cost at most :data:`SNAPSHOT_BUDGET` of the
+        time so far. A resumed shard recomputes the items since (a bounded amount: about
+        ``1 / SNAPSHOT_BUDGET`` times one state's cost). A pipe that could give other items when
+        recomputed (see :func:`_replay_problem`) has its state taken with every item. ``encode``
+        (``pickle.dumps`` for a worker process) is applied to each state, its cost counted.
+        """
+        every = any(_replay_problem(stage) for stage in walk(self.pipe))
+        clock = time.perf_counter
+        began = clock()
+        spent = 0.0
+        for item in self.items():
+            t = clock()
+            if every or spent <= SNAPSHOT_BUDGET * (t - began):
+                state = self.state() if encode is None else encode(self.state())
+                spent += clock() - t
+                yield item, state
+            else:
+                yield item, None
+
+
+#: the share of a shard's time that taking its states may cost (see ShardStream.items_with_states)
+SNAPSHOT_BUDGET = 0.02
+
+
+class ShardsRun:
+    """What a loader pass knows of its shards on this rank: each one's state as of the last batch
+    handed to the user, and which shard's batch comes next (the loader takes the shards' batches in
+    turn).
+
+    States arrive with the batches (:meth:`record`; from worker processes pickled, decoded only when
+    a state is asked for), ahead of the user by what the loader's buffers hold; ``delivered`` (a
+    one-item list the loader counts batches in as it hands them over) says how many of them count.
+    With no buffer between the shard and the user, a single in-process shard is read when a state is
+    asked for instead (``stream``), which costs nothing per batch.
+    """
+
+    def __init__(self, layout: tuple[int, int, int], resume: list[dict[str, Any]] | None, next_shard: int,
+                 delivered: list[int], config: PassConfig | None) -> None:
+        self.layout = layout  # (world size, rank, shards per rank)
+        self.resume = resume  # the states the shards resume from (None: a new pass)
+        #: per shard: (its last state: a dict or pickled bytes, items delivered past it)
+        self.states: list[tuple[Any, int]] = [(FRESH if resume is None else resume[i], 0) for i in range(layout[2])]
+        self.next = next_shard
+        self.delivered = delivered
+        self.config = config
+        self.applied = 0
+        self.log: deque[tuple[int, Any, int, bool]] = deque()
+        self.lock = threading.Lock()
+        self.stream: ShardStream | None = None
+
+    def record(self, shard: int, state: Any, next_shard: int, item: bool = True) -> None:
+        """Shard ``shard`` yielded a batch (``item``; else it ended) and stands at ``state`` (``None``:
+        one item past its last state); the next batch is ``next_shard``'s."""
+        with self.lock:
+            self.log.append((shard, state, next_shard, item))
+            self._apply()
+
+    def _apply(self) -> None:
+        log, states, target = self.log, self.states, self.delivered[0]
+        while log and (not log[0][3] or self.applied < target):
+            shard, state, next_shard, item = log.popleft()
+            last, past = states[shard]
+            states[shard] = (last, past + 1) if state is None else (state, 0)
+            self.next = next_shard
+            self.applied += item
+
+    def state(self, ended: bool) -> dict[str, Any]:
+        """The pass's position on this rank (``ended``: it has run out)."""
+        with self.lock:
+            self._apply()
+            if self.stream is not None:
+                self.states[0] = (self.stream.state(), 0)
+            shards = []
+            for index, (state, past) in enumerate(self.states):
+                if isinstance(state, bytes):
+                    state = pickle.loads(state)
+                if "error" in state:
+                    raise TypeError(f"DataLoader.state_dict: shard {index} of this rank: {state['error']}")
+                shards.append({**state, "skip": state.get("skip", 0) + past} if past else state)
+            return {"layout": list(self.layout), "shards": shards, "next": self.next, "ended": ended}
+
+
+class InProcess(IterDataPipe[Any]):
+    """The source stage of the pipe :class:`~datapipes.loader.DataLoader` builds for
+    ``num_workers=0``: the worker pipe, run in this process as a pass of its own (a shard, as a worker
+    process runs it), whose position the loader reads for its ``state_dict``.
+
+    ``eager``: the stages after this one buffer or read ahead, so the shard's state is taken with
+    every batch (see :class:`ShardsRun`); otherwise only when asked for.
+    """
+
+    _runs_sources_elsewhere = True  # its pass is a shard's, not the loader's
+    _unseen = True  # not shown in the pipe's repr: it changes no item
+
+    def __init__(self, datapipe: IterDataPipe[Any], eager: bool) -> None:
+        self.datapipe = datapipe
+        self.eager = eager
+        self._next_run: ShardsRun | None = None
+
+    def prepare(self, run: ShardsRun) -> None:
+        """Run the next pass as ``run`` says (seeds, resumed state) and keep its position there."""
+        self._next_run = run
+
+    def __iter__(self) -> Iterator[Any]:
+        run, self._next_run = self._next_run, None
+        if run is None:  # iterated by itself, not by the loader: a plain pass
+            return iter(self.datapipe)
+        stream = ShardStream(self.datapipe, run.config, None if run.resume is None else run.resume[0])
+        if not self.eager:
+            run.stream = stream
+            return stream.items()
+        return _logged(stream, run)
+
+    def __len__(self) -> int:
+        return len(self.datapipe)  # type: ignore[arg-type]
+
+
+def _logged(stream: ShardStream, run: ShardsRun) -> Iterator[Any]:
+    """The in-process shard's items, each recorded in ``run`` with the shard's state."""
+    for item, state in stream.items_with_states():
+        run.record(0, state, 0)
+        yield item
+    run.record(0, stream.state(), 0, item=False)
+
+
+# -- resuming: the same layout, or another ----------------------------------------------------------
+
+
+def plan(pipe: IterDataPipe[Any], saved: list[dict[str, Any]], layout: tuple[int, int, int],
+         seed: int, epoch: int) -> tuple[list[Any], int]:
+    """The states of this rank's shards (and the shard whose batch comes first) for a pass resuming
+    ``saved`` (the pass states of one or every rank, as :meth:`ShardsRun.state` made them) with
+    ``layout`` (world size, rank, shards per rank); ``seed`` and ``epoch`` are the saved pass's."""
+    world, rank, per_rank = layout
+    old_world, _, old_per_rank = saved[0]["layout"]
+    by_rank = {int(state["layout"][1]): state for state in saved}
+    if any(tuple(s["layout"][::2]) != (old_world, old_per_rank) for s in saved):
+        raise ValueError(f"{_WHERE}: the states given were saved by loaders of different layouts "
+                         f"({sorted({tuple(s['layout'][::2]) for s in saved})} as (ranks, shards per rank))")
+    if (old_world, old_per_rank) == (world, per_rank) and rank in by_rank:
+        mine = by_rank[rank]
+        return list(mine["shards"]), int(mine["next"])
+    if sorted(by_rank) != list(range(old_world)):
+        raise ValueError(
+            f"{_WHERE}: the state was saved by rank(s) {sorted(by_rank)} of {old_world} with {_shards(old_per_rank)} "
+            f"each; resuming rank {rank} of {world} with {_shards(per_rank)} needs the state of every rank that "
+            f"saved: give load_state_dict the list of all ranks' states (state_dict(all_ranks=True) gathers it)"
+        )
+    old = [shard for r in range(old_world) for shard in by_rank[r]["shards"]]
+    count = len(old)
+    old = [_settled(pipe, shard, PassConfig(seed, epoch, index, (count, index))) for index, shard in enumerate(old)]
+    new = redistribute(pipe, old, world * per_rank)
+    return new[rank * per_rank:(rank + 1) * per_rank], 0
+
+
+def _settled(pipe: IterDataPipe[Any], shard: dict[str, Any], config: PassConfig) -> dict[str, Any]:
+    """``shard``'s state with no items to skip: the items past its saved position recomputed here,
+    on its behalf (``config.placed``), and its state taken after them."""
+    if not shard.get("skip") or "error" in shard:
+        return shard
+    stream = ShardStream(pipe, config, shard)
+    items = stream.items()  # recomputes and drops the items to skip
+    try:
+        return stream.state()
+    finally:
+        items.close()
+
+
+def _shards(n: int) -> str:
+    return "1 process (num_workers=0)" if n == 1 else f"{n} workers"
+
+
+def _replay_problem(stage: Any) -> str | None:
+    """Why ``stage`` may give other items, or another order, when its pass is run again."""
+    if getattr(stage, "ordered", True) is False:
+        return "yields in completion order (ordered=False)"
+    if getattr(stage, "non_deterministic", False) is True:
+        return "lists files in no fixed order (non_deterministic=True)"
+    if getattr(stage, "_one_shot", False) or getattr(stage, "_async", False):
+        return "reads a one-shot or async iterable, which cannot be read again"
+    return None
+
+
+def redistribute(pipe: IterDataPipe[Any], old: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+    """The states of ``count`` new shards that together deliver exactly what the ``old`` shards
+    (states, in shard order) had not delivered yet (see the module's docstring).
+
+    Raises:
+        ValueError: the pipe has no ``sharding_filter``, or several; the stages above it may give
+            other items in another pass (the message names the stage); or a saved shard was not read
+            by the layout's placement (``apply_sharding`` or a sharding group filter).
+    """
+    keys = stage_keys(pipe)
+    sharding = [(key, stage) for key, stage in keys if is_sharding_stage(stage)]
+    if len(sharding) != 1:
+        found = "no sharding_filter()" if not sharding else f"{len(sharding)} sharding stages"
+        raise ValueError(
+            f"{_WHERE}: the state was saved with another number of workers or ranks, and the pipe has {found}: "
+            f"its items cannot be split again among the new ones. Resume with the same num_workers and world "
+            f"size, or put one .sharding_filter() right after the source"
+        )
+    key, shard_stage = sharding[0]
+    above = {id(s) for source in (getattr(shard_stage, "source_datapipe", None),) if source is not None
+             for s in walk(source)}
+    for name, stage in keys:
+        problem = _replay_problem(stage) if id(stage) in above else None
+        if problem is not None:
+            raise ValueError(
+                f"{_WHERE}: the state was saved with another number of workers or ranks; splitting what is left "
+                f"among the new ones reads the stages above {stage_label(shard_stage)} again, and {stage_label(stage)} "
+                f"{problem}, so the items left could differ from those saved. Resume with the same num_workers and "
+                f"world size, or make the stages above sharding_filter() deterministic"
+            )
+    upstream = {name for name, stage in keys if id(stage) in above}
+    kept: list[int] = []
+    layers: list[Any] | None = None
+    for index, shard in enumerate(old):
+        if "error" in shard:
+            raise ValueError(f"{_WHERE}: shard {index} of the state saved no position: {shard['error']}")
+        run = None if shard["main"] is None else shard["main"]["stages"].get(key)
+        if run is None:
+            kept.append(0)
+            continue
+        if list(run["shard"]) != [len(old), index]:
+            raise ValueError(
+                f"{_WHERE}: {stage_label(shard_stage)} of saved shard {index} read shard {run['shard'][1]} of "
+                f"{run['shard'][0]}, not the shard of its worker and rank ({index} of {len(old)}: apply_sharding or "
+                f"a sharding group filter was used), so its items cannot be split again; resume with the same "
+                f"num_workers and world size"
+            )
+        kept.append(int(run["kept"]))
+        mine = run.get("layers", [])
+        if layers is not None and mine != layers:
+            raise ValueError(f"{_WHERE}: the shards of the state disagree on the layouts before it (not saved together)")
+        layers = mine
+    new_layers = [*(layers or []), [len(old), kept]]
+    tails = [tail for shard in old for tail in shard["tails"]]
+    tails += [_closed(shard["main"], key, upstream) for shard in old
+              if shard["main"] is not None and not shard["done"] and set(shard["main"]["stages"]) != {key}]
+    graph = [type(stage).__qualname__ for _, stage in keys]
+    fresh = {"shard": None, "kept": 0, "layers": new_layers, "counters": [0] * (len(new_layers) + 1)}
+    return [{"tails": tails[j::count], "done": False,
+             "main": _pass.state_of(graph, {key: {**fresh, "shard": [count, j]}})} for j in range(count)]
+
+
+def _closed(main: dict[str, Any], key: str, upstream: set[str]) -> dict[str, Any]:
+    """``main``, a shard's pass state, with its sharding filter closed and nothing above it kept."""
+    stages = {name: state for name, state in main["stages"].items() if name not in upstream}
+    stages[key] = {"closed": True}
+    return _pass.state_of(main["graph"], stages)
