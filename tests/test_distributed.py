@@ -235,3 +235,94 @@ class TestTwoGlooRanks:
             assert sorted(results[0][key] + results[1][key]) == everything
         for epoch in range(2):
             assert sorted(results[0]["epochs"][epoch] + results[1]["epochs"][epoch]) == everything
+
+
+# -- checkpoints: two gloo ranks of 2 workers save, other layouts resume ----------------------------
+
+ELASTIC_N = 90
+
+
+def _elastic_loader(workers):
+    from datapipes import DataLoader as OurLoader
+
+    return OurLoader(seeded_pipe(ELASTIC_N), batch_size=4, seed=11, num_workers=workers,
+                     multiprocessing_context="fork")
+
+
+def _flat(batches):
+    return [x for b in batches for x in b.tolist()]
+
+
+def _elastic_rank(rank, world_size, folder, mode):
+    """One rank: ``save``: 2 workers, 3 batches, then every rank's state gathered (rank 0 writes it);
+    ``resume``: 2 workers resume the state the test saved, and take this rank's share of the rest."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{folder}/store-{mode}", rank=rank, world_size=world_size)
+    result = {"rank": rank}
+    try:
+        loader = _elastic_loader(2)
+        if mode == "save":
+            it = iter(loader)
+            result["delivered"] = _flat(next(it) for _ in range(3))
+            state = loader.state_dict(all_ranks=True)  # a collective: every rank gets every rank's state
+            result["ranks_in_state"] = [p["layout"][1] for p in state["pass"]]
+            if rank == 0:
+                torch.save(state, f"{folder}/saved-by-2-ranks.pt")
+            it.close()
+        else:
+            loader.load_state_dict(torch.load(f"{folder}/saved-by-1-rank.pt", weights_only=False))
+            result["delivered"] = _flat(loader)
+        dist.barrier()
+    finally:
+        with open(f"{folder}/{mode}{rank}.json", "w") as f:
+            json.dump(result, f)
+        dist.destroy_process_group()
+
+
+def _run_ranks(fn, args, nprocs, seconds=120):
+    ctx = tmp.start_processes(fn, args=args, nprocs=nprocs, join=False, start_method="spawn")
+    try:
+        deadline = time.monotonic() + seconds
+        while not ctx.join(timeout=1):
+            assert time.monotonic() < deadline, f"the ranks did not finish in {seconds} s"
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+            p.join(5)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+class TestElasticResumeAcrossGlooRanks:
+    """The issue's scenario: 2 ranks x 2 workers save mid-epoch; 1 rank x 3 workers resumes; and a
+    state saved by 1 rank resumes on 2 ranks. Every item is delivered exactly once in all."""
+
+    @staticmethod
+    def assert_exactly_once(delivered):
+        everything = [x * 10 for x in range(ELASTIC_N)]
+        assert sorted(delivered) == everything, sorted(set(everything) ^ set(delivered))
+        assert len(delivered) == len(set(delivered))
+
+    def test_two_ranks_to_one_rank_of_three_workers(self, tmp_path):
+        _run_ranks(_elastic_rank, (2, str(tmp_path), "save"), 2)
+        saved = [json.loads((tmp_path / f"save{r}.json").read_text()) for r in range(2)]
+        assert [s["ranks_in_state"] for s in saved] == [[0, 1], [0, 1]]
+        before = saved[0]["delivered"] + saved[1]["delivered"]
+        assert len(before) == 2 * 3 * 4
+        loader = _elastic_loader(3)
+        loader.load_state_dict(torch.load(tmp_path / "saved-by-2-ranks.pt", weights_only=False))
+        self.assert_exactly_once(before + _flat(loader))
+
+    def test_one_rank_to_two_ranks(self, tmp_path):
+        loader = _elastic_loader(2)
+        it = iter(loader)
+        before = _flat(next(it) for _ in range(5))
+        torch.save(loader.state_dict(), tmp_path / "saved-by-1-rank.pt")
+        it.close()
+        _run_ranks(_elastic_rank, (2, str(tmp_path), "resume"), 2)
+        after = [json.loads((tmp_path / f"resume{r}.json").read_text())["delivered"] for r in range(2)]
+        assert all(after)  # both ranks got a share
+        self.assert_exactly_once(before + after[0] + after[1])

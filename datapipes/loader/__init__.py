@@ -19,6 +19,9 @@ The package, one module per concern (each imports only those listed before it):
 - :mod:`.buffer`: :class:`TimedBuffer`, the buffer whose consumer waits at most ``timeout``;
 - :mod:`.distributed`: agreement across ranks: the loader's seed (broadcast from rank 0), the seeds
   of each shard, equal batch counts (``even_batches``);
+- :mod:`.shards`: where each shard of a pass (a worker process, or the loader's own process) stands,
+  the states the loader keeps of them, and resuming a state with another number of workers or
+  ranks;
 - :mod:`.workers`: :class:`WorkerProcesses`, torch's DataLoader running the pipe in worker processes;
 - :mod:`.dataloader`: the public :class:`DataLoader`, its two spellings, the pipe it builds.
 """

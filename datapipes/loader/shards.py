@@ -325,6 +325,15 @@ def redistribute(pipe: IterDataPipe[Any], old: list[dict[str, Any]], count: int)
             by the layout's placement (``apply_sharding`` or a sharding group filter).
     """
     keys = stage_keys(pipe)
+    graph = [type(stage).__qualname__ for _, stage in keys]
+    for shard in old:
+        saved = (shard.get("main") or {}).get("graph")
+        if saved is not None and saved != graph:
+            raise ValueError(
+                f"{_WHERE}: the state was saved from a pipe of another shape ({' <- '.join(saved)}; this loader runs "
+                f"{' <- '.join(graph)}). A loader with num_workers > 0 adds a sharding_filter() to a pipe that has "
+                f"none: put .sharding_filter() in the pipe itself to resume with another num_workers"
+            )
     sharding = [(key, stage) for key, stage in keys if is_sharding_stage(stage)]
     if len(sharding) != 1:
         found = "no sharding_filter()" if not sharding else f"{len(sharding)} sharding stages"
@@ -371,7 +380,6 @@ def redistribute(pipe: IterDataPipe[Any], old: list[dict[str, Any]], count: int)
     tails = [tail for shard in old for tail in shard["tails"]]
     tails += [_closed(shard["main"], key, upstream) for shard in old
               if shard["main"] is not None and not shard["done"] and set(shard["main"]["stages"]) != {key}]
-    graph = [type(stage).__qualname__ for _, stage in keys]
     fresh = {"shard": None, "kept": 0, "layers": new_layers, "counters": [0] * (len(new_layers) + 1)}
     return [{"tails": tails[j::count], "done": False,
              "main": _pass.state_of(graph, {key: {**fresh, "shard": [count, j]}})} for j in range(count)]

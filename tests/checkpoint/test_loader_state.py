@@ -26,6 +26,8 @@ from datapipes.loader import shards
 
 from helpers import plain_process  # noqa: F401 - an autouse fixture
 
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+
 N = 60
 
 
@@ -310,3 +312,17 @@ def test_torch_save_then_resume_in_a_fresh_process(tmp_path):
             assert flat(head) + rest == full
         else:
             assert_exactly_once(flat(head) + rest, full)
+
+
+def test_the_sharding_filter_a_loader_adds_for_its_workers_is_named(recwarn):
+    def bare():
+        return IterableWrapper(range(N)).map(times_ten)
+
+    _, state = stop_after(make(bare, 2), 2)  # the loader adds sharding_filter() at the end (a warning)
+    again = make(bare, 0)
+    again.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"another shape .*put .sharding_filter\(\) in the pipe itself"):
+        iter(again)
+    again = make(bare, 3)  # with workers it has the same filter, and splits what is left
+    again.load_state_dict(state)
+    assert len(flat(again)) == N - 8
