@@ -47,22 +47,39 @@ def _set_rng_state(rng: random.Random, state: list[Any]) -> None:
     rng.setstate((state[0], tuple(state[1]), state[2]))
 
 
+#: iterators whose position, and the items they yielded, can be read back from their sequence
+_RECOMPUTABLE = frozenset(type(iter(x)) for x in ([], (), range(0)))
+
+
+def _position(it: Iterator[Any]) -> int:
+    """How many items ``it`` (of :data:`_RECOMPUTABLE`) has yielded, as its ``__reduce__`` says."""
+    reduced: Any = it.__reduce__()
+    return int(reduced[2]) if len(reduced) > 2 else -1  # -1: exhausted
+
+
 class _ShuffleRun:
-    """The position of a ``shuffle`` pass: its generator's state (625 ints) and the buffered items
-    (at most ``buffer_size`` items: the state's cost), read when the state is taken from the
-    generator's own buffer, at no per-item cost. Phases: ``"fill"`` (nothing read yet), ``"swap"``
-    (the buffer is full: each new item replaces the one yielded), ``"drain"`` (the source ended: the
-    shuffled buffer is yielded; the state holds what is left of it), ``"end"``."""
+    """The position of a ``shuffle`` pass, read when the state is taken, at no per-item cost.
+    Phases: ``"fill"`` (nothing read yet), ``"swap"`` (the buffer is full: each new item replaces
+    the one yielded), ``"drain"`` (the source ended: the shuffled buffer is yielded), ``"end"``.
 
-    __slots__ = ("rng", "buf", "drain", "started", "resume", "final")
+    Where the buffer can be recomputed, it is not saved: over a list, tuple or range read directly
+    (``IterableWrapper(paths).shuffle()``) the state is the generator's state when the pass started
+    (625 ints) and how far the source was read; a resumed pass replays the draws on positions (about
+    0.1 µs per item read) and takes the buffered items from the sequence. Elsewhere the state holds
+    the generator's state and the buffered items (at most ``buffer_size``: the state's cost)."""
 
-    def __init__(self, rng: random.Random) -> None:
+    __slots__ = ("rng", "buf", "drain", "started", "resume", "final", "sequence", "source", "origin")
+
+    def __init__(self, rng: random.Random, sequence: Any = None, source: Iterator[Any] | None = None) -> None:
         self.rng = rng
         self.buf: list[Any] | None = None  # the buffer, once filled
         self.drain: Iterator[Any] | None = None  # the buffer's iterator, once draining
         self.started = False
         self.resume: dict[str, Any] | None = None
         self.final: dict[str, Any] | None = None
+        self.sequence = sequence  # the source's sequence, when the buffer can be recomputed from it
+        self.source = source  # ... and the source's iterator over it
+        self.origin: Any = None  # the generator's state when the pass (or the pass it resumes) started
 
     def state(self) -> dict[str, Any]:
         if self.final is not None:
@@ -70,25 +87,46 @@ class _ShuffleRun:
         if self.resume is not None and not self.started:
             return self.resume
         buf, drain = self.buf, self.drain
-        if buf is not None and drain is not None:
-            phase, items = "drain", buf[len(buf) - length_hint(drain):]
-        elif buf is not None:
-            phase, items = "swap", list(buf)
-        else:
-            phase, items = "fill", []
-        return {"phase": phase, "buffer": items, "rng": _rng_state(self.rng)}
+        if buf is None:
+            return {"phase": "fill", "buffer": [], "rng": _rng_state(self.rng)}
+        if self.sequence is not None:  # positions, not items
+            origin = self.origin
+            rng = [origin[0], list(origin[1]), origin[2]]
+            if drain is not None:
+                return {"phase": "drain", "read": len(self.sequence), "left": length_hint(drain), "rng": rng}
+            return {"phase": "swap", "read": _position(self.source), "rng": rng}  # type: ignore[arg-type]
+        if drain is not None:
+            return {"phase": "drain", "buffer": buf[len(buf) - length_hint(drain):], "rng": _rng_state(self.rng)}
+        return {"phase": "swap", "buffer": list(buf), "rng": _rng_state(self.rng)}
 
     def restore(self, state: dict[str, Any]) -> None:
         if self.started:
             raise RuntimeError(_STARTED)
         if not isinstance(state, dict) or state.get("phase") not in ("fill", "swap", "drain", "end"):
             raise ValueError(f"load_state_dict: not the state of a shuffle: {str(state)[:200]}")
+        if "read" in state and self.sequence is None:
+            raise ValueError("load_state_dict: this shuffle's state holds positions in a list, tuple or range read "
+                             "directly, and this pipe's shuffle reads another kind of source")
         self.resume = state
 
     def release(self) -> None:
         """Keep the state and let go of the buffer (the pass ended, or was closed or dropped)."""
         self.final = {"phase": "end", "buffer": [], "rng": _rng_state(self.rng)}
         self.buf = self.drain = None
+
+
+def _replayed(rng: random.Random, size: int, state: dict[str, Any], sequence: Any) -> list[Any]:
+    """The buffer a pass over ``sequence`` held where ``state`` (positions) says, its draws replayed on
+    positions with ``rng`` (left as the pass left it)."""
+    read = int(state["read"])
+    buf = list(range(min(size, read)))
+    rand = rng.random
+    for j in range(size, read):  # the swap phase's draws, as _buffer_shuffle makes them
+        buf[int(rand() * size)] = j
+    if state["phase"] == "drain":
+        rng.shuffle(buf)
+        buf = buf[len(buf) - int(state["left"]):]
+    return [sequence[i] for i in buf]
 
 
 def _buffer_shuffle(it: Iterator[Any], size: int, run: _ShuffleRun) -> Iterator[Any]:
@@ -99,7 +137,13 @@ def _buffer_shuffle(it: Iterator[Any], size: int, run: _ShuffleRun) -> Iterator[
     try:
         if resume is not None:  # a resumed pass goes on with the saved buffer and generator
             _set_rng_state(rng, resume["rng"])
-            phase, buf = resume["phase"], list(resume["buffer"])
+            if "read" in resume:
+                run.origin = rng.getstate()
+                phase, buf = resume["phase"], _replayed(rng, size, resume, run.sequence)
+            else:
+                phase, buf = resume["phase"], list(resume["buffer"])
+        elif run.sequence is not None:
+            run.origin = rng.getstate()
         if phase == "fill":
             buf = list(islice(it, size))
             phase = "swap" if len(buf) == size else "drain"
@@ -129,8 +173,14 @@ def _buffer_shuffle(it: Iterator[Any], size: int, run: _ShuffleRun) -> Iterator[
 def _shuffle_on(pipe: Shuffler) -> Iterator[Any]:
     # The seed is drawn when the pass starts (at iter()), before the source's iterator is created,
     # so the order of iter() calls decides which draw from torch's global generator each pass gets.
-    run = _ShuffleRun(random.Random(pipe._pass_seed()))
-    it = _buffer_shuffle(iter(pipe.datapipe), pipe.buffer_size, run)
+    rng = random.Random(pipe._pass_seed())
+    source = iter(pipe.datapipe)
+    sequence = getattr(pipe.datapipe, "iterable", None)
+    if type(sequence) in (list, tuple, range) and type(source) in _RECOMPUTABLE and _position(source) == 0:
+        run = _ShuffleRun(rng, sequence, source)  # the source is the sequence's own iterator
+    else:
+        run = _ShuffleRun(rng)
+    it = _buffer_shuffle(source, pipe.buffer_size, run)
     _pass.track(pipe, run)
     return it
 

@@ -409,12 +409,35 @@ class TestOrderStages:
             assert sorted(head + own) == list(range(40))
 
     def test_shuffle_state_holds_the_buffer_and_the_generator(self):
-        it = iter(ORDER["shuffle"]())
+        it = iter(seeded_shuffle(IterableWrapper(range(40)).map(abs), 7))  # a buffer of items it cannot recompute
         [next(it) for _ in range(10)]
         state = it.state_dict()["stages"]["0:Shuffler"]
         assert state["phase"] == "swap" and len(state["buffer"]) == 7
         assert len(state["rng"][1]) == 625
         assert plain(state)
+
+    @pytest.mark.parametrize("kind", [list, tuple, range])
+    def test_shuffle_over_a_sequence_saves_positions_not_items(self, kind):
+        def build():
+            return IterableWrapper(kind(range(200)) if kind is not range else range(200)).shuffle(buffer_size=50).set_seed(2)
+
+        it = iter(build())
+        [next(it) for _ in range(30)]
+        state = it.state_dict()["stages"]["0:Shuffler"]
+        assert state == {"phase": "swap", "read": 80, "rng": state["rng"]} and len(state["rng"][1]) == 625
+        for _ in range(160):
+            next(it)
+        state = it.state_dict()["stages"]["0:Shuffler"]
+        assert state["phase"] == "drain" and state["read"] == 200 and state["left"] == 10 and "buffer" not in state
+        check_resume(build, lambda n: range(0, n + 1, 7))
+
+    def test_a_state_of_positions_needs_a_sequence_source(self):
+        it = iter(IterableWrapper(list(range(20))).shuffle(buffer_size=5).set_seed(2))
+        next(it)
+        state = it.state_dict()
+        other = iter(IterableWrapper(list(range(20))).map(abs).shuffle(buffer_size=5).set_seed(2))
+        with pytest.raises(ValueError, match="another shape"):
+            other.load_state_dict(state)
 
     def test_sampler_own_generator_resumes_a_later_pass(self):
         build = ORDER["sampler own generator"]
