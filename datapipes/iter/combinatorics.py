@@ -91,7 +91,9 @@ class _ShuffleRun:
             return {"phase": "fill", "buffer": [], "rng": _rng_state(self.rng)}
         if self.sequence is not None:  # positions, not items
             origin = self.origin
-            rng = [origin[0], list(origin[1]), origin[2]]
+            if isinstance(origin, tuple):  # rng.getstate(): as plain data, once per pass
+                origin = self.origin = [origin[0], list(origin[1]), origin[2]]
+            rng = origin
             if drain is not None:
                 return {"phase": "drain", "read": len(self.sequence), "left": length_hint(drain), "rng": rng}
             return {"phase": "swap", "read": _position(self.source), "rng": rng}  # type: ignore[arg-type]

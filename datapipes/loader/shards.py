@@ -133,13 +133,13 @@ class ShardStream:
         item past the last state": states travel with the items of worker processes, and taking one
         costs what the pipe's state holds (a shuffle buffer's contents: a millisecond for 10,000
         items), so one is taken only while they have cost at most :data:`SNAPSHOT_BUDGET` of the
-        time so far. A resumed shard recomputes the items since (a bounded amount: about
+        CPU time this thread has spent so far. A resumed shard recomputes the items since (a bounded amount: about
         ``1 / SNAPSHOT_BUDGET`` times one state's cost). A pipe that could give other items when
         recomputed (see :func:`_replay_problem`) has its state taken with every item. ``encode``
         (``pickle.dumps`` for a worker process) is applied to each state, its cost counted.
         """
         every = any(_replay_problem(stage) for stage in walk(self.pipe))
-        clock = time.perf_counter
+        clock = time.thread_time  # the CPU time this thread spends (waiting for a consumer costs none)
         began = clock()
         spent = 0.0
         for item in self.items():
