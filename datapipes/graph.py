@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator
 
-__all__ = ["Node", "walk", "traverse", "stages", "chain_repr", "describe", "to_mermaid", "sources_of", "stage_label"]
+__all__ = ["Node", "walk", "traverse", "traverse_dps", "get_all_graph_pipes", "stages", "chain_repr", "describe",
+           "to_mermaid", "sources_of", "stage_label"]
 
 
 class Node:
@@ -90,6 +91,54 @@ def walk(pipe: Any, stop: Callable[[Any], bool] | None = None) -> Iterator[Any]:
 def traverse(pipe: Any) -> Iterator[Any]:
     """Every stage of ``pipe``'s graph once, the pipe first, then depth-first through its sources."""
     return walk(pipe)
+
+
+def traverse_dps(datapipe: Any) -> dict[int, tuple[Any, Any]]:
+    """The graph of ``datapipe`` as torch's ``torch.utils.data.graph.traverse_dps`` gives it: a nested
+    dict ``{id(pipe): (pipe, {id(source): (source, {...}), ...})}``, the pipe at the top. A stage
+    reached twice on one path (a cycle) appears once, with no sources below it; one shared by
+    several paths appears under each.
+
+    Raises:
+        RuntimeError: ``datapipe`` is not a pipe (torch's type and phrase: "Expected `IterDataPipe`
+            or `MapDataPipe`").
+
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> pipe = IterableWrapper(range(3)).map(abs)
+        >>> [(type(p).__name__, len(sub)) for p, sub in traverse_dps(pipe).values()]
+        [('Mapper', 1)]
+    """
+    return _traverse_dps(datapipe, set())
+
+
+def _traverse_dps(pipe: Any, path: set[int]) -> dict[int, tuple[Any, Any]]:
+    if not _is_pipe(pipe):
+        raise RuntimeError(f"Expected `IterDataPipe` or `MapDataPipe`, but {type(pipe)} is found")
+    if id(pipe) in path:
+        return {}
+    below: dict[int, tuple[Any, Any]] = {}
+    for source in sources_of(pipe):
+        below.update(_traverse_dps(source, path | {id(pipe)}))
+    return {id(pipe): (pipe, below)}
+
+
+def _is_pipe(pipe: Any) -> bool:
+    return any(k.__name__ in ("IterDataPipe", "MapDataPipe") for k in type(pipe).__mro__)
+
+
+def get_all_graph_pipes(graph: dict[int, tuple[Any, Any]]) -> list[Any]:
+    """Every pipe of a graph from :func:`traverse_dps`, each once, the top first (as torch's
+    ``torch.utils.data.graph_settings.get_all_graph_pipes``)."""
+    found: dict[int, Any] = {}
+
+    def visit(node: dict[int, tuple[Any, Any]]) -> None:
+        for key, (pipe, below) in node.items():
+            found.setdefault(key, pipe)
+            visit(below)
+
+    visit(graph)
+    return list(found.values())
 
 
 def stages(pipe: Any) -> list[Any]:

@@ -28,7 +28,7 @@ from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
 
-__all__ = ["Batcher", "Unbatcher", "BucketBatcher", "Grouper"]
+__all__ = ["Batcher", "Unbatcher", "UnBatcher", "BucketBatcher", "Grouper"]
 
 T = TypeVar("T")
 
@@ -381,6 +381,10 @@ class Unbatcher(IterDataPipe[Any]):
 
 
 # -- BucketBatcher ---------------------------------------------------------------------------------
+
+
+#: torch's spelling of :class:`Unbatcher` (``torch.utils.data.datapipes.iter.UnBatcher``)
+UnBatcher = Unbatcher
 
 
 class _Buffer:
