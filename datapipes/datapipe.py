@@ -231,8 +231,10 @@ DataPipe = IterDataPipe | MapDataPipe
 
 
 def len_unknown(pipe: Any, why: str) -> TypeError:
-    """The ``TypeError`` a stage's ``__len__`` raises when its length cannot be known."""
-    return TypeError(f"{stage_label(pipe)} has no len(): {why}")
+    """The ``TypeError`` a stage's ``__len__`` raises when its length cannot be known: why, then
+    torch's phrase ("<Class> instance doesn't have valid length"), which code ported from torch
+    DataPipes may match."""
+    return TypeError(f"{stage_label(pipe)} has no len(): {why}; {type(pipe).__name__} instance doesn't have valid length")
 
 
 def require_pipe(value: Any, stage: str, name: str = "datapipe", kind: type | tuple[type, ...] | None = None) -> None:

@@ -319,7 +319,7 @@ class TestGraphAndRepr:
     def test_stage_label_and_helpers(self):
         assert stage_label(IterableWrapper([])) == "IterableWrapper"
         err = len_unknown(IterableWrapper([]), "because")
-        assert isinstance(err, TypeError) and str(err) == "IterableWrapper has no len(): because"
+        assert isinstance(err, TypeError) and str(err) == "IterableWrapper has no len(): because; IterableWrapper instance doesn't have valid length"
         with pytest.raises(ValueError, match="X: n must be >= 1, got 0"):
             require_int(0, "X", "n", minimum=1)
         with pytest.raises(TypeError, match="X: n must be an int, got bool"):

@@ -9,6 +9,9 @@ The hot loops are bare generators chosen once at construction: no per-item branc
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import threading
 from concurrent.futures import Executor, ProcessPoolExecutor
 from itertools import islice
@@ -38,6 +41,37 @@ def _check_cols(input_col: _Col, output_col: _Col, stage: str) -> None:
             raise ValueError(f"{stage}: output_col must be a single column, got {output_col!r}")
     if isinstance(input_col, (list, tuple)) and len(input_col) == 0:
         raise ValueError(f"{stage}: input_col must name at least one column, got {input_col!r}")
+
+
+def check_arity(fn: Callable[..., Any], input_col: Any, stage: str, passed: tuple[str, ...] = ()) -> None:
+    """Raise ``ValueError`` when ``fn`` cannot take the columns ``input_col`` gives it (one, or one
+    per column of a list or tuple), as torch's ``validate_input_col`` does, its phrase kept after the
+    stage's name ("The function f takes 1 parameters, but 2 are required."). Keyword-only
+    parameters without a default are refused; ``passed`` names keywords the stage gives (``rng``).
+    Functions whose signature cannot be read (some built-ins) are not checked."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    need = len(input_col) if isinstance(input_col, (list, tuple)) else 1
+    params = [p for p in sig.parameters.values() if p.name not in passed]
+    kinds = inspect.Parameter
+    pos = [p for p in params if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)]
+    star = any(p.kind is kinds.VAR_POSITIONAL for p in params)
+    bare_kw = [p for p in params if p.kind is kinds.KEYWORD_ONLY and p.default is p.empty]
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    name = getattr(target, "__name__", repr(target))
+    if bare_kw:
+        raise ValueError(f"{stage}: The function {name} takes {len(bare_kw)} non-default keyword-only parameters, "
+                         f"which is not allowed.")
+    if len(params) < need and not star:
+        raise ValueError(f"{stage}: The function {name} takes {len(params)} parameters, but {need} are required.")
+    if len(params) >= need and len(pos) > need and any(p.default is p.empty for p in pos[need:]):
+        raise ValueError(f"{stage}: The function {name} takes {len(pos)} positional parameters, but {need} are "
+                         f"required.")
+    if len(params) >= need and len(pos) < need and not star:
+        raise ValueError(f"{stage}: The function {name} takes {len(pos)} positional parameters, but {need} are "
+                         f"required.")
 
 
 def _column_fn(fn: Callable[..., Any], input_col: _Col, output_col: _Col) -> Callable[[Any], Any]:
@@ -474,6 +508,7 @@ class Mapper(IterDataPipe[U]):
         require_pipe(datapipe, "Mapper")
         require_callable(fn, "Mapper", "fn")
         _check_cols(input_col, output_col, "Mapper")
+        check_arity(fn, input_col, "Mapper", ("rng",) if rng is not None else ())
         _check_concurrency("Mapper", fn, concurrency, ordered, executor, timeout, chunksize, rng)
         self.datapipe = datapipe
         self.fn = fn
@@ -603,6 +638,7 @@ class Filter(IterDataPipe[T]):
         require_callable(filter_fn, "Filter", "filter_fn")
         if isinstance(input_col, (list, tuple)):
             raise ValueError(f"Filter: input_col must be a single column, got {input_col!r}")
+        check_arity(filter_fn, input_col, "Filter")
         self.datapipe = datapipe
         self.filter_fn = filter_fn
         self.input_col = input_col
@@ -875,6 +911,8 @@ class FlatMapper(IterDataPipe[U]):
         require_callable(fn, "FlatMapper", "fn", optional=True)
         if fn is None and input_col is not None:
             raise ValueError("FlatMapper: input_col needs a fn")
+        if fn is not None:
+            check_arity(fn, input_col, "FlatMapper")
         self.datapipe = datapipe
         self.fn = fn
         self.input_col = input_col

@@ -88,10 +88,14 @@ _MISS = object()  # private sentinel: not in the routing table
 
 
 def _check_inputs(stage: str, datapipes: tuple[Any, ...]) -> None:
+    # torch's phrases end the messages (code ported from torch DataPipes may match them)
     if not datapipes:
-        raise ValueError(f"{stage}: needs at least one datapipe, got none")
+        raise ValueError(f"{stage}: no datapipes given: Expected at least one DataPipe, but got nothing")
     for k, dp in enumerate(datapipes):
-        require_pipe(dp, stage, f"datapipes[{k}]")
+        if not isinstance(dp, IterDataPipe):
+            expected = ("All inputs are required to be `IterDataPipe` for `ZipIterDataPipe`." if stage == "Zipper"
+                        else "Expected all inputs to be `IterDataPipe`")
+            raise TypeError(f"{stage}: datapipes[{k}] is of type {type(dp).__name__}: {expected}")
 
 
 def _input_lengths(pipe: Any) -> list[int]:
@@ -435,9 +439,10 @@ def _check_buffer_size(stage: str, buffer_size: Any) -> None:
     if buffer_size < 1 and buffer_size != -1:
         raise ValueError(f"{stage}: buffer_size must be >= 1, or -1 for an unbounded buffer, got {buffer_size}")
     if buffer_size == -1:
+        name = {"Forker": "fork", "Demultiplexer": "demux"}.get(stage, stage)
         _warn(
-            f"{stage}: buffer_size=-1 keeps an unbounded buffer: a child that runs far ahead of the "
-            "others makes memory grow without limit"
+            f"{stage}: Unlimited buffer size is set for `{name}`, please be aware of OOM at random places "
+            "(buffer_size=-1: a child that runs far ahead of the others makes memory grow without limit)"
         )
 
 

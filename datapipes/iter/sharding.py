@@ -359,9 +359,10 @@ def apply_sharding(
         sharding_group: the sharding group (``SHARDING_PRIORITIES``), default ``DEFAULT``.
 
     Raises:
-        TypeError / ValueError: bad arguments; or two sharding stages on one path of the graph
-            (one upstream of the other), which would shard twice and lose data. Nothing is
-            applied then.
+        TypeError / ValueError: bad arguments.
+        RuntimeError: two sharding stages on one path of the graph (one upstream of the other),
+            which would shard twice and lose data (torch's type and phrase). Nothing is applied
+            then.
 
     A graph without a sharding stage is returned unchanged.
 
@@ -384,10 +385,10 @@ def apply_sharding(
             continue
         seen.add(key)
         if is_sharding_stage(stage):
-            if above is not None:
-                raise ValueError(
-                    f"{where}: the graph shards twice on one path, which would lose data: "
-                    f"{above!r} is downstream of another sharding stage, {stage!r}"
+            if above is not None:  # torch's type and phrase
+                raise RuntimeError(
+                    f"{where}: Sharding twice on a single pipeline is likely unintended and will cause data loss. "
+                    f"Sharding already applied to {stage!r} while trying to apply to {above!r}"
                 )
             found[id(stage)] = stage
             above = stage

@@ -6,7 +6,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from ..datapipe import MapDataPipe, functional_datapipe, require_callable, require_pipe, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
-from ..iter.callable import _check_cols, _Col, _item_fn
+from ..iter.callable import _check_cols, _Col, _item_fn, check_arity
 from ._index import index_text
 
 __all__ = ["Mapper"]
@@ -79,6 +79,7 @@ class Mapper(MapDataPipe[U]):
         require_pipe(datapipe, "Mapper", kind=MapDataPipe)
         require_callable(fn, "Mapper", "fn")
         _check_cols(input_col, output_col, "Mapper")
+        check_arity(fn, input_col, "Mapper")
         self.datapipe = datapipe
         self.fn = fn
         self.input_col = input_col

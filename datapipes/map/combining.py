@@ -14,11 +14,12 @@ T = TypeVar("T")
 
 
 def _require_map_pipes(datapipes: tuple[Any, ...], stage: str) -> None:
+    # torch's phrases end the messages (code ported from torch DataPipes may match them)
     if not datapipes:
-        raise ValueError(f"{stage}: needs at least one datapipe, got none")
+        raise ValueError(f"{stage}: no datapipes given: Expected at least one DataPipe, but got nothing")
     for i, dp in enumerate(datapipes):
         if not isinstance(dp, MapDataPipe):
-            raise TypeError(f"{stage}: datapipes[{i}] must be a MapDataPipe, got {type(dp).__name__}")
+            raise TypeError(f"{stage}: datapipes[{i}] is of type {type(dp).__name__}: Expected all inputs to be `MapDataPipe`")
 
 
 @functional_datapipe("concat")

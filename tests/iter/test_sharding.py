@@ -192,7 +192,7 @@ class TestApplySharding:
     def test_sharding_twice_on_one_path_raises_and_applies_nothing(self):
         inner = IterableWrapper(range(8)).sharding_filter()
         outer = inner.map(lambda x: x).sharding_filter()
-        with pytest.raises(ValueError, match="shards twice on one path"):
+        with pytest.raises(RuntimeError, match="Sharding twice on a single pipeline is likely unintended"):
             apply_sharding(outer, 2, 0)
         assert inner.groups == outer.groups == {}
 

@@ -448,9 +448,9 @@ class TestConcater:
         assert info.value is source.error
 
     def test_bad_arguments(self):
-        with pytest.raises(ValueError, match="Concater: needs at least one datapipe, got none"):
+        with pytest.raises(ValueError, match="Concater: no datapipes given: Expected at least one DataPipe, but got nothing"):
             Concater()
-        with pytest.raises(TypeError, match=r"Concater: datapipes\[1\] must be a MapDataPipe, got IterableWrapper"):
+        with pytest.raises(TypeError, match=r"Concater: datapipes\[1\] is of type IterableWrapper: Expected all inputs to be `MapDataPipe`"):
             SequenceWrapper([1]).concat(IterableWrapper([2]))
 
     def test_empty(self):
@@ -517,9 +517,9 @@ class TestZipper:
         assert info.value is source.error
 
     def test_bad_arguments(self):
-        with pytest.raises(ValueError, match="Zipper: needs at least one datapipe, got none"):
+        with pytest.raises(ValueError, match="Zipper: no datapipes given: Expected at least one DataPipe, but got nothing"):
             Zipper()
-        with pytest.raises(TypeError, match=r"Zipper: datapipes\[0\] must be a MapDataPipe, got list"):
+        with pytest.raises(TypeError, match=r"Zipper: datapipes\[0\] is of type list: Expected all inputs to be `MapDataPipe`"):
             Zipper([1], SequenceWrapper([1]))
 
     def test_empty(self):
