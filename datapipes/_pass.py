@@ -310,6 +310,22 @@ class Pass:
         """A context in which ``iter(stage)`` creates ``stage``'s iterator as part of this pass."""
         return _Building(self)
 
+    def forget(self, root: Any) -> None:
+        """Drop what this pass holds of the stages of ``root``'s graph (their runs, loaded states not
+        applied yet, that it built them): a stage about to iterate ``root`` anew (``cycle``'s next
+        round) must not save, or be resumed into, the previous round's positions."""
+        graph = list(walk(root))
+        for stage in graph:
+            hook = getattr(stage, "_pass_forgotten", None)  # stages sharing state across passes (fork)
+            if hook is not None:
+                hook(self)
+        ids = {id(stage) for stage in graph}
+        with self._lock:
+            for key in ids:
+                self.runs.pop(key, None)
+                self.pending_states.pop(key, None)
+            self.built -= ids
+
     def claim(self, stage: Any) -> None:
         """Record that this pass built ``stage`` (see :func:`owner`)."""
         ref = weakref.ref(self)

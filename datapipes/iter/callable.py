@@ -215,10 +215,25 @@ def _map_skip(pipe: Mapper, it: Iterator[Any]) -> Iterator[Any]:
         raise
 
 
-def _map_seeded_raise(pipe: Mapper, it: Iterator[Any], seed: int) -> Iterator[Any]:
+def _seeded_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+    """A serial ``rng=`` map's position, read from its suspended generator: the pass seed and the
+    position of the next item (each item's generator derives from both)."""
+    return {"seed": local["seed"], "next": local["n"] + 1}
+
+
+def _seeded_start(run: _pass.FrameRun, seed: int) -> tuple[int, int]:
+    """(seed, position of the first item) for a serial ``rng=`` map's pass, resumed or not."""
+    run.started = True
+    resume = run.resume
+    if resume is None or "next" not in resume:
+        return seed, 0
+    return int(resume.get("seed", seed)), int(resume["next"])
+
+
+def _map_seeded_raise(pipe: Mapper, it: Iterator[Any], seed: int, run: _pass.FrameRun) -> Iterator[Any]:
     fn = _column_rng_fn(pipe.fn, pipe.input_col, pipe.output_col) if pipe.input_col is not None else pipe.fn
     kind = pipe.rng
-    n = 0
+    seed, n = _seeded_start(run, seed)
     try:
         for x in it:
             yield fn(x, rng=make_rng(kind, item_seed(seed, n)))
@@ -233,11 +248,12 @@ def _map_seeded_raise(pipe: Mapper, it: Iterator[Any], seed: int) -> Iterator[An
         raise
 
 
-def _map_seeded_skip(pipe: Mapper, it: Iterator[Any], seed: int) -> Iterator[Any]:
+def _map_seeded_skip(pipe: Mapper, it: Iterator[Any], seed: int, run: _pass.FrameRun) -> Iterator[Any]:
     fn = _column_rng_fn(pipe.fn, pipe.input_col, pipe.output_col) if pipe.input_col is not None else pipe.fn
     kind = pipe.rng
     failures = pipe._policy.new_pass(stage_label(pipe), pipe.failures)
-    n = -1
+    seed, n = _seeded_start(run, seed)
+    n -= 1
     try:
         for x in it:
             n += 1
@@ -528,9 +544,10 @@ class Mapper(IterDataPipe[U]):
         # Items that cross threads after to_cuda need a stream hand-over, decided here once.
         self._crossing_ops = None if serial else _check_crossing(datapipe, executor)
         self._run: Callable[..., Iterator[Any]]
-        # Serial: nothing of its own to save (a pass's position is its source's). Concurrent: the
-        # pass tracks the items in flight (threads, async, executors and processes alike).
-        self._stateless = serial
+        # Serial: nothing of its own to save (a pass's position is its source's), but with rng= the
+        # pass seed and the item position. Concurrent: the pass tracks the items in flight (threads,
+        # async, executors and processes alike).
+        self._stateless = serial and rng is None
         if not serial:
             self._run = _map_engine if self._crossing_ops is None else _map_engine_handover
         elif rng is not None:
@@ -541,6 +558,9 @@ class Mapper(IterDataPipe[U]):
     def __iter__(self) -> Iterator[U]:
         it = iter(self.datapipe)
         if self.rng is not None:
+            if self._run is _map_seeded_raise or self._run is _map_seeded_skip:  # serial: a FrameRun reads it
+                run = _pass.FrameRun(_seeded_state)
+                return _pass.track_generator(self, self._run(self, it, self._pass_seed(), run), run)
             return self._run(self, it, self._pass_seed())
         return self._run(self, it)
 

@@ -178,8 +178,10 @@ def _shuffle_on(pipe: Shuffler) -> Iterator[Any]:
     rng = random.Random(pipe._pass_seed())
     source = iter(pipe.datapipe)
     sequence = getattr(pipe.datapipe, "iterable", None)
-    if type(sequence) in (list, tuple, range) and type(source) in _RECOMPUTABLE and _position(source) == 0:
-        run = _ShuffleRun(rng, sequence, source)  # the source is the sequence's own iterator
+    if type(sequence) in (list, tuple, range) and type(source) in _RECOMPUTABLE:
+        # The source is the sequence's own iterator, which every pass starts at 0 (a resumed one
+        # may have moved it already, where the shuffle is built late): positions are absolute.
+        run = _ShuffleRun(rng, sequence, source)
     else:
         run = _ShuffleRun(rng)
     it = _buffer_shuffle(source, pipe.buffer_size, run)

@@ -631,6 +631,13 @@ class _Hub(ABC):
             if pass_ not in self._built:  # a child built after the shared pass started: planned already
                 self._plans[pass_] = state
 
+    def forget(self, pass_: _pass.Pass) -> None:
+        """Pipe pass ``pass_`` reads its source anew (``cycle``'s next round): the shared pass it
+        started and a saved one not started yet belong to the previous round."""
+        with self._lock:
+            self._plans.pop(pass_, None)
+            self._built.pop(pass_, None)
+
     def leave(self, p: Any, i: int) -> None:
         """Child ``i``'s iterator over pass ``p`` ended; end the pass when every child has left."""
         with self._lock:
@@ -733,6 +740,10 @@ class _HubChild(IterDataPipe[T]):
 
     def _sources(self) -> list[Any]:
         return [self._hub.datapipe]
+
+    def _pass_forgotten(self, pass_: _pass.Pass) -> None:
+        """See :meth:`datapipes._pass.Pass.forget`."""
+        self._hub.forget(pass_)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         return _rebuild_child, (type(self), self._hub, self.instance_id)

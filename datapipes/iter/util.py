@@ -511,6 +511,7 @@ def _cycle_run(source: IterDataPipe[Any], it: Iterator[Any], count: int | None, 
         if pass_ is None:  # iterated outside any pass machinery
             it = iter(source)
         else:
+            pass_.forget(source)
             with pass_.building():
                 it = iter(source)
 
