@@ -21,6 +21,7 @@ from .iter.fileio import FileOpener
 from .iter.image import ImageDecoder
 from .iter.parsing import JsonParser
 from .iter.remote import FSSpecFileOpener
+from .iter.storage import HttpReader, OnlineReader
 
 T_co = TypeVar("T_co", covariant=True)
 U = TypeVar("U")
@@ -285,6 +286,193 @@ class IterMethods(Generic[T_co]):
         drop_none: bool = ...,
         buffer_size: int = ...,
     ) -> list[IterDataPipe[T_co]]: ...
+
+    # -- joining.py --------------------------------------------------------------------------------
+    # zip_with_iter / zip_with_map: (source item, matched item) by default; merge_fn's result with
+    # one; keep_key=True pairs the key with either.
+    @overload
+    def zip_with_iter(
+        self,
+        ref_datapipe: IterDataPipe[U],
+        key_fn: Callable[[T_co], Hashable],
+        ref_key_fn: Callable[[U], Hashable] | None = ...,
+        keep_key: Literal[False] = ...,
+        buffer_size: int | None = ...,
+        merge_fn: None = ...,
+    ) -> IterDataPipe[tuple[T_co, U]]: ...
+    @overload
+    def zip_with_iter(
+        self,
+        ref_datapipe: IterDataPipe[U],
+        key_fn: Callable[[T_co], Hashable],
+        ref_key_fn: Callable[[U], Hashable] | None = ...,
+        keep_key: Literal[False] = ...,
+        buffer_size: int | None = ...,
+        *,
+        merge_fn: Callable[[T_co, U], V],
+    ) -> IterDataPipe[V]: ...
+    @overload
+    def zip_with_iter(
+        self,
+        ref_datapipe: IterDataPipe[U],
+        key_fn: Callable[[T_co], Hashable],
+        ref_key_fn: Callable[[U], Hashable] | None = ...,
+        keep_key: bool = ...,
+        buffer_size: int | None = ...,
+        merge_fn: Callable[[T_co, U], Any] | None = ...,
+    ) -> IterDataPipe[Any]: ...
+    @overload
+    def zip_with_map(
+        self,
+        map_datapipe: MapDataPipe[U],
+        key_fn: Callable[[T_co], Any],
+        merge_fn: None = ...,
+        keep_key: Literal[False] = ...,
+    ) -> IterDataPipe[tuple[T_co, U]]: ...
+    @overload
+    def zip_with_map(
+        self,
+        map_datapipe: MapDataPipe[U],
+        key_fn: Callable[[T_co], Any],
+        merge_fn: Callable[[T_co, U], V],
+        keep_key: Literal[False] = ...,
+    ) -> IterDataPipe[V]: ...
+    @overload
+    def zip_with_map(
+        self,
+        map_datapipe: MapDataPipe[U],
+        key_fn: Callable[[T_co], Any],
+        merge_fn: Callable[[T_co, U], Any] | None = ...,
+        keep_key: bool = ...,
+    ) -> IterDataPipe[Any]: ...
+    def unzip(
+        self, sequence_length: int, buffer_size: int = ..., columns_to_skip: Sequence[int] | None = ...
+    ) -> list[IterDataPipe[Any]]: ...
+    def zip_longest(self, *datapipes: IterDataPipe[Any], fill_value: Any = ...) -> IterDataPipe[tuple[Any, ...]]: ...
+    def mux_longest(self, *datapipes: IterDataPipe[U]) -> IterDataPipe[T_co | U]: ...
+    def round_robin_demux(self, num_instances: int, buffer_size: int = ...) -> list[IterDataPipe[T_co]]: ...
+    def add_index(self, index_name: Hashable = ...) -> IterDataPipe[dict[Any, Any]]: ...
+    def repeat(self, times: int) -> IterDataPipe[T_co]: ...
+    # slice / flatten / drop reshape each item: the element type is the item's kind, not tracked.
+    def slice(
+        self, index: int | list[Hashable], stop: int | None = ..., step: int | None = ...
+    ) -> IterDataPipe[Any]: ...
+    def flatten(self, indices: Hashable | list[Hashable] | None = ...) -> IterDataPipe[Any]: ...
+    def drop(self, indices: Hashable | list[Hashable]) -> IterDataPipe[Any]: ...
+    def set_length(self, length: int) -> IterDataPipe[T_co]: ...
+
+    # -- transforming.py ---------------------------------------------------------------------------
+    def in_batch_shuffle(self: IterMethods[Sequence[U]]) -> IterDataPipe[list[U]]: ...
+    # fn=None flattens each item (or its input_col columns); with input_col, fn receives columns.
+    @overload
+    def shuffled_flatmap(
+        self: IterMethods[Iterable[U]], fn: None = ..., input_col: None = ..., buffer_size: int = ...
+    ) -> IterDataPipe[U]: ...
+    @overload
+    def shuffled_flatmap(
+        self, fn: Callable[[T_co], Iterable[U]], input_col: None = ..., buffer_size: int = ...
+    ) -> IterDataPipe[U]: ...
+    @overload
+    def shuffled_flatmap(
+        self, fn: Callable[..., Iterable[Any]] | None = ..., input_col: _Col | None = ..., buffer_size: int = ...
+    ) -> IterDataPipe[Any]: ...
+    def max_token_bucketize(
+        self,
+        max_token_count: int,
+        len_fn: Callable[[T_co], Any] = ...,
+        min_len: int = ...,
+        max_len: int | None = ...,
+        buffer_size: int = ...,
+        include_padding: bool = ...,
+    ) -> IterDataPipe[list[T_co]]: ...
+    # items are (file name, line) pairs; the default joiner joins str lines with newlines
+    @overload
+    def lines_to_paragraphs(self: IterMethods[tuple[V, str]]) -> IterDataPipe[tuple[V, str]]: ...
+    @overload
+    def lines_to_paragraphs(
+        self: IterMethods[tuple[V, Any]], joiner: Callable[[list[Any]], U] = ...
+    ) -> IterDataPipe[tuple[V, U]]: ...
+    def rows2columnar(self, column_names: Sequence[Hashable] | None = ...) -> IterDataPipe[dict[Any, list[Any]]]: ...
+    def shard_expand(self: IterMethods[str]) -> IterDataPipe[str]: ...
+    @overload
+    def map_batches(
+        self, fn: Callable[[list[T_co]], Iterable[U]], batch_size: int, input_col: None = ...
+    ) -> IterDataPipe[U]: ...
+    @overload
+    def map_batches(
+        self, fn: Callable[[list[Any]], Iterable[U]], batch_size: int, input_col: _Col | None = ...
+    ) -> IterDataPipe[U]: ...
+    @overload
+    def threadpool_map(
+        self,
+        fn: Callable[[T_co], U],
+        input_col: None = ...,
+        output_col: None = ...,
+        scheduled_tasks: int = ...,
+        max_workers: int | None = ...,
+        **threadpool_kwargs: Any,
+    ) -> IterDataPipe[U]: ...
+    @overload
+    def threadpool_map(
+        self,
+        fn: Callable[..., Any],
+        input_col: _Col | None = ...,
+        output_col: _Col | None = ...,
+        scheduled_tasks: int = ...,
+        max_workers: int | None = ...,
+        **threadpool_kwargs: Any,
+    ) -> IterDataPipe[Any]: ...
+
+    # -- storage.py: on-disk cache, hashes, HTTP, single compressed files, TFRecord ---------------
+    # (needs at the top of _methods.pyi: `from .iter.storage import HttpReader, OnlineReader`;
+    # Callable, IO, Any, torch are imported there already)
+    def on_disk_cache(
+        self,
+        filepath_fn: Callable[[T_co], str] | None = ...,
+        hash_dict: dict[str, str] | None = ...,
+        hash_type: Literal["sha256", "md5"] = ...,
+        extra_check_fn: Callable[[str], bool] | None = ...,
+    ) -> IterDataPipe[T_co]: ...
+    def end_caching(
+        self,
+        mode: Literal["wb", "w", "wt"] = ...,
+        filepath_fn: Callable[[Any], str] | None = ...,
+        *,
+        same_filepath_fn: bool = ...,
+        skip_read: bool = ...,
+        timeout: float | None = ...,
+    ) -> IterDataPipe[str]: ...
+    def check_hash(
+        self, hash_dict: dict[str, str], hash_type: Literal["sha256", "md5"] = ..., rewind: bool = ...
+    ) -> IterDataPipe[T_co]: ...
+    def read_from_http(
+        self,
+        timeout: float | tuple[float | None, float | None] | None = ...,
+        skip_on_error: bool = ...,
+        *,
+        retries: int = ...,
+        backoff: float = ...,
+        **kwargs: Any,
+    ) -> HttpReader: ...
+    def read_from_remote(
+        self,
+        *,
+        timeout: float | tuple[float | None, float | None] | None = ...,
+        skip_on_error: bool = ...,
+        retries: int = ...,
+        backoff: float = ...,
+        **kwargs: Any,
+    ) -> OnlineReader: ...
+    def load_from_bz2(self, length: int = ...) -> IterDataPipe[tuple[str, IO[bytes]]]: ...
+    def load_from_xz(self, length: int = ...) -> IterDataPipe[tuple[str, IO[bytes]]]: ...
+    def extract(self, file_type: str | None = ...) -> IterDataPipe[tuple[str, IO[bytes]]]: ...
+    def load_from_tfrecord(
+        self,
+        spec: dict[str, tuple[tuple[int, ...] | None, torch.dtype | None]] | None = ...,
+        length: int = ...,
+        *,
+        length_check: bool = ...,
+    ) -> IterDataPipe[dict[str, Any]]: ...
 
     # -- util.py, sharding.py ----------------------------------------------------------------------
     def header(self, limit: int | None = ...) -> IterDataPipe[T_co]: ...

@@ -13,10 +13,13 @@ from . import (
     fileio as _fileio,
     grouping as _grouping,
     image as _image,
+    joining as _joining,
     parsing as _parsing,
     prefetch as _prefetch,
     remote as _remote,
     sharding as _sharding,
+    storage as _storage,
+    transforming as _transforming,
     util as _util,
 )
 from .archive import *  # noqa: F401,F403
@@ -27,10 +30,13 @@ from .device import *  # noqa: F401,F403
 from .fileio import *  # noqa: F401,F403
 from .grouping import *  # noqa: F401,F403
 from .image import *  # noqa: F401,F403
+from .joining import *  # noqa: F401,F403
 from .parsing import *  # noqa: F401,F403
 from .prefetch import *  # noqa: F401,F403
 from .remote import *  # noqa: F401,F403
 from .sharding import *  # noqa: F401,F403
+from .storage import *  # noqa: F401,F403
+from .transforming import *  # noqa: F401,F403
 from .util import *  # noqa: F401,F403
 
 __all__ = sorted(
@@ -39,7 +45,7 @@ __all__ = sorted(
             m.__all__
             for m in (
                 _archive, _callable, _combinatorics, _combining, _device, _fileio, _grouping,
-                _image, _parsing, _prefetch, _remote, _sharding, _util,
+                _image, _joining, _parsing, _prefetch, _remote, _sharding, _storage, _transforming, _util,
             )
         )
     )
