@@ -10,6 +10,7 @@
 not exported by ``from datapipes import *`` (they would shadow the builtins).
 """
 
+from ._chunk import DataChunk
 from ._collate import collate
 from .datapipe import IterDataPipe, MapDataPipe, functional_datapipe
 from .errors import ErrorPolicy, FailureLog
@@ -22,6 +23,7 @@ from . import map  # noqa: A004 - a submodule, deliberately not in __all__
 __version__ = "0.1.0"
 
 __all__ = [
+    "DataChunk",
     "DataLoader",
     "ErrorPolicy",
     "FailureLog",

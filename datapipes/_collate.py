@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from ._chunk import DataChunk
+
 __all__ = ["collate", "map_collated", "map_converted", "map_tensors"]
 
 _Path = tuple[Any, ...]  # the keys, field names and indices leading from a sample to a field
@@ -470,7 +472,7 @@ def map_tensors(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
         return {k: map_tensors(v, fn) for k, v in obj.items()}
     if t is tuple:
         return tuple([map_tensors(v, fn) for v in obj])
-    if t is list:
+    if t is list or t is DataChunk:
         return [map_tensors(v, fn) for v in obj]
     if t in _LEAVES:
         return obj
@@ -540,7 +542,7 @@ def map_converted(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
         return {k: map_converted(v, fn) for k, v in obj.items()}
     if t is tuple:
         return tuple([map_converted(v, fn) for v in obj])
-    if t is list:
+    if t is list or t is DataChunk:
         return [map_converted(v, fn) for v in obj]
     if t in _PLAIN:
         return obj

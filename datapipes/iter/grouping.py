@@ -24,6 +24,7 @@ from itertools import islice
 from typing import Any, Callable, Hashable, Iterable, Iterator, TypeVar
 
 from .. import _pass
+from .._chunk import DataChunk
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
@@ -68,10 +69,11 @@ def _full_batches(it: Iterator[Any], n: int) -> Iterator[list[Any]]:
 
 def _batch_keep(pipe: Batcher, it: Iterator[Any] | None = None) -> Iterator[list[Any]]:
     n = pipe.batch_size
+    make = pipe.wrapper_class  # DataChunk or list: each batch built in C from the source
     if it is None:  # the map-style Batcher's iteration, which reads its source by position
         it = iter(pipe.datapipe)
     try:
-        while len(batch := list(islice(it, n))) == n:
+        while len(batch := make(islice(it, n))) == n:
             yield batch
         if batch:
             yield batch
@@ -82,10 +84,11 @@ def _batch_keep(pipe: Batcher, it: Iterator[Any] | None = None) -> Iterator[list
 
 def _batch_drop(pipe: Batcher, it: Iterator[Any] | None = None) -> Iterator[list[Any]]:
     n = pipe.batch_size
+    make = pipe.wrapper_class  # DataChunk or list
     if it is None:  # the map-style Batcher's iteration, which reads its source by position
         it = iter(pipe.datapipe)
     try:
-        while len(batch := list(islice(it, n))) == n:
+        while len(batch := make(islice(it, n))) == n:
             yield batch
     except BaseException:
         abandon(it)
@@ -123,8 +126,10 @@ class Batcher(IterDataPipe[Any]):
         datapipe: the source pipe.
         batch_size: the number of items per batch, at least 1.
         drop_last: drop the last batch when it holds fewer than ``batch_size`` items.
-        wrapper_class: called on each batch (a new ``list``) before it is yielded, e.g. ``tuple``
-            or torch's ``DataChunk``. ``list`` (the default) yields the list itself.
+        wrapper_class: what each batch is made as: :class:`~datapipes.DataChunk` (the default, as
+            torch's: a ``list`` with torch's ``DataChunk`` methods) or ``list``, built directly
+            from the source; any other callable (e.g. ``tuple``) is called on each batch (a new
+            ``list``) before it is yielded.
 
     Yields:
         Lists of ``batch_size`` items in source order; the last one may be shorter unless
@@ -155,7 +160,7 @@ class Batcher(IterDataPipe[Any]):
         datapipe: IterDataPipe[T],
         batch_size: int,
         drop_last: bool = False,
-        wrapper_class: Callable[[list[T]], Any] = list,
+        wrapper_class: Callable[[list[T]], Any] = DataChunk,
     ) -> None:
         require_pipe(datapipe, "Batcher")
         require_int(batch_size, "Batcher", "batch_size", minimum=1)
@@ -165,7 +170,7 @@ class Batcher(IterDataPipe[Any]):
         self.drop_last = _require_flag(drop_last, "Batcher", "drop_last")
         self.wrapper_class = wrapper_class
         self._run: Callable[[Batcher, Iterator[Any] | None], Iterator[Any]]
-        if wrapper_class is list:
+        if wrapper_class is list or wrapper_class is DataChunk:
             self._run = _batch_drop if self.drop_last else _batch_keep
         else:
             self._run = _batch_wrap
@@ -213,7 +218,7 @@ def _unbatch_one(pipe: Unbatcher, it: Iterator[Any], run: _pass.FrameRun) -> Ite
                 yield from list(resume["rest"])
                 n += 1
         for batch in it:
-            if type(batch) is not list and type(batch) is not tuple:
+            if type(batch) is not list and type(batch) is not DataChunk and type(batch) is not tuple:
                 if not isinstance(batch, _BATCH):
                     raise _not_a_batch(pipe, batch, (n,))
                 batch = list(batch)  # a subclass's own __iter__ (torch's DataChunk), once: its rest stays readable

@@ -129,7 +129,7 @@ class InBatchShuffler(IterDataPipe[list[T]]):
     Seeds: a random stage, as :class:`~datapipes.iter.Shuffler`: same seed (:meth:`set_seed`), same
     order; each ``set_epoch(n)`` reshuffles; unseeded passes draw their seed from torch's global
     generator. ``set_shuffle(False)`` passes the batches through unchanged. Unlike torchdata, which
-    yields ``DataChunk`` objects, each batch is a plain ``list`` (as ``batch`` yields).
+    yields ``DataChunk`` objects, each batch is a plain ``list``.
 
     ``len()`` is the source's length.
 

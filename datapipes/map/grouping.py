@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, TypeVar
 
+from .._chunk import DataChunk
 from ..datapipe import MapDataPipe, functional_datapipe, require_callable, require_int, require_pipe, stage_label
 from ..errors import add_stage_note
 from ..iter.grouping import _batch_drop, _batch_keep, _batch_wrap, _count_batches, _require_flag
@@ -22,8 +23,9 @@ class Batcher(MapDataPipe[Any]):
         datapipe: the source map-style pipe, read by position ``0 .. len - 1``.
         batch_size: the number of items per batch, at least 1.
         drop_last: leave out the last batch when it holds fewer than ``batch_size`` items.
-        wrapper_class: called on each batch (a new ``list``) before it is returned, e.g. ``tuple``
-            or torch's ``DataChunk``. ``list`` (the default) returns the list itself.
+        wrapper_class: what each batch is made as: :class:`~datapipes.DataChunk` (the default, as
+            torch's) or ``list``; any other callable (e.g. ``tuple``) is called on each batch (a
+            new ``list``) before it is returned.
 
     Yields:
         Batch ``i`` is ``wrapper_class([datapipe[j] for j in range(i * batch_size, (i + 1) *
@@ -58,7 +60,7 @@ class Batcher(MapDataPipe[Any]):
         datapipe: MapDataPipe[T],
         batch_size: int,
         drop_last: bool = False,
-        wrapper_class: Callable[[list[T]], Any] = list,
+        wrapper_class: Callable[[list[T]], Any] = DataChunk,
     ) -> None:
         require_pipe(datapipe, "Batcher", kind=MapDataPipe)
         require_int(batch_size, "Batcher", "batch_size", minimum=1)
@@ -68,7 +70,7 @@ class Batcher(MapDataPipe[Any]):
         self.batch_size = batch_size
         self.drop_last = drop_last
         self.wrapper_class = wrapper_class
-        if wrapper_class is list:
+        if wrapper_class is list or wrapper_class is DataChunk:
             self._run = _batch_drop if drop_last else _batch_keep
         else:
             self._run = _batch_wrap
@@ -82,6 +84,8 @@ class Batcher(MapDataPipe[Any]):
         batch = [dp[j] for j in range(start, min(start + bs, n))]
         if self.wrapper_class is list:
             return batch
+        if self.wrapper_class is DataChunk:
+            return DataChunk(batch)
         try:
             return self.wrapper_class(batch)
         except Exception as e:

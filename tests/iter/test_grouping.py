@@ -50,10 +50,13 @@ class TestBatcher:
         assert list(IterableWrapper(range(5)).batch(2, wrapper_class=tuple)) == [(0, 1), (2, 3), (4,)]
         assert list(IterableWrapper(range(5)).batch(2, drop_last=True, wrapper_class=tuple)) == [(0, 1), (2, 3)]
 
-    def test_each_batch_is_a_new_list(self):
+    def test_each_batch_is_a_new_data_chunk_as_in_torch(self):
+        from datapipes import DataChunk
+
         batches = list(IterableWrapper(range(4)).batch(2))
         assert batches[0] is not batches[1]
-        assert all(type(b) is list for b in batches)
+        assert all(type(b) is DataChunk for b in batches) and batches == [[0, 1], [2, 3]]
+        assert all(type(b) is list for b in IterableWrapper(range(4)).batch(2, wrapper_class=list))
 
     def test_torch_keyword_call(self):
         pipe = Batcher(datapipe=IterableWrapper(range(5)), batch_size=2, drop_last=False)

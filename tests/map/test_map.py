@@ -344,9 +344,13 @@ class TestBatcher:
         flat = [x for b in items for x in b]
         assert flat == list(range(len(flat))) and all(type(b) is wrapper_class for b in items)
 
-    def test_default_batch_is_a_list(self):
+    def test_default_batch_is_a_data_chunk_as_in_torch(self):
+        from datapipes import DataChunk
+
         pipe = SequenceWrapper([1, 2, 3]).batch(2)
-        assert type(pipe[0]) is list and type(next(iter(pipe))) is list
+        assert type(pipe[0]) is DataChunk and type(next(iter(pipe))) is DataChunk and pipe[1] == [3]
+        plain = SequenceWrapper([1, 2, 3]).batch(2, wrapper_class=list)
+        assert type(plain[0]) is list and type(next(iter(plain))) is list
 
     def test_len_at_call_time(self):
         data = [1, 2, 3]
