@@ -9,6 +9,7 @@ from . import (
     callable as _callable,
     combinatorics as _combinatorics,
     combining as _combining,
+    decoding as _decoding,
     device as _device,
     fileio as _fileio,
     grouping as _grouping,
@@ -26,6 +27,7 @@ from .archive import *  # noqa: F401,F403
 from .callable import *  # noqa: F401,F403
 from .combinatorics import *  # noqa: F401,F403
 from .combining import *  # noqa: F401,F403
+from .decoding import *  # noqa: F401,F403
 from .device import *  # noqa: F401,F403
 from .fileio import *  # noqa: F401,F403
 from .grouping import *  # noqa: F401,F403
@@ -44,7 +46,7 @@ __all__ = sorted(
         *(
             m.__all__
             for m in (
-                _archive, _callable, _combinatorics, _combining, _device, _fileio, _grouping,
+                _archive, _callable, _combinatorics, _combining, _decoding, _device, _fileio, _grouping,
                 _image, _joining, _parsing, _prefetch, _remote, _sharding, _storage, _transforming, _util,
             )
         )
