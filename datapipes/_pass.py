@@ -27,6 +27,8 @@ Seeds, for random stage ``i`` (in graph order, as :func:`datapipes.graph.travers
 - a stage seeded by the user (``set_seed``, recorded on the pipe with its ``set_epoch``):
   ``derive(stage seed, "epoch", epoch)``; upstream of a sharding stage inside a DataLoader worker,
   the epoch moves on with each pass of the worker (persistent workers reshuffle);
+- an unseeded stage given a seed by torch DataLoader's ``apply_random_seed`` (which it runs before
+  each epoch from a seed every worker and rank shares): that seed, for its next pass only;
 - an unseeded stage upstream of a sharded sharding stage: ``derive(agreed root, "shared pass",
   passes, "stage", j)`` (``j`` its place in the sharding stage's upstream), where the root is the
   seed agreed by ``datapipes.DataLoader`` or the torch DataLoader's base seed; over several ranks
@@ -230,6 +232,8 @@ class Pass:
         for stage in random:
             if stage._seed is not None:
                 self._seeds[id(stage)] = derive_seed(stage._seed, "epoch", stage._epoch)
+            elif "_lent_seed" in stage.__dict__:  # torch's DataLoader lent it, for this pass only
+                self._seeds[id(stage)] = stage.__dict__.pop("_lent_seed")
         for stage in sharding:
             self._share_upstream_seeds(stage)
 
@@ -252,6 +256,8 @@ class Pass:
         unseeded = []
         upstream = [s for src in sources_of(stage) for s in _pass_graph(src) if s._is_random]
         for index, s in enumerate(dict.fromkeys(upstream)):
+            if s._seed is None and id(s) in self._seeds:
+                continue  # lent by torch's DataLoader, from a seed every worker and rank shares
             if s._seed is not None:
                 self._seeds[id(s)] = derive_seed(s._seed, "epoch", s._epoch + passes)
             elif root is None:

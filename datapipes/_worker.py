@@ -15,8 +15,12 @@ every shard agrees on:
 - else, inside a torch DataLoader worker of a single rank, the loader's base seed
   (``get_worker_info().seed - get_worker_info().id``), which the loader draws per epoch from torch's
   global generator in the main process (``torch.manual_seed`` reproduces it);
-- else, across several ranks, nothing: a plain ``torch.utils.data.DataLoader`` cannot agree on a
-  seed across ranks, so the pass raises and asks for ``set_seed``.
+- else, across several ranks, nothing, and the pass raises and asks for ``set_seed``.
+
+torch's DataLoader itself lends every unseeded random stage a seed per epoch, drawn from one seed
+it broadcasts to every rank and worker (``apply_random_seed``, see ``IterDataPipe._lend_seed``);
+the pass takes that seed first, so under torch's DataLoader the roots above are a fallback (for a
+pass that was not lent one, e.g. a second pass of a persistent worker within one epoch).
 
 A stage seeded by the user (``pipe.set_seed``) agrees by construction and keeps its seed. Persistent
 workers (``persistent_workers=True``) keep their base seed, and ``set_epoch`` in the main process
@@ -258,6 +262,15 @@ def forget_warnings() -> None:
     _warned.clear()
 
 
+def _unwrapped(dataset: Any) -> Any:
+    """The pipe inside torch DataLoader's serialization wrapper (which it puts around every
+    DataPipe, ours included); ``dataset`` itself when it is not wrapped."""
+    return getattr(dataset, "_datapipe", dataset) if type(dataset).__module__ == _TORCH_DATAPIPE_MODULE else dataset
+
+
+_TORCH_DATAPIPE_MODULE = "torch.utils.data.datapipes.datapipe"
+
+
 def worker_pass(pipe: Any) -> None:
     """Called when a pass of ``pipe`` starts inside a torch DataLoader worker (by the base class).
 
@@ -267,7 +280,7 @@ def worker_pass(pipe: Any) -> None:
     """
     global _checked
     info = get_worker_info()
-    if _checked or info is None or pipe is not info.dataset:
+    if _checked or info is None or pipe is not _unwrapped(info.dataset):
         return
     _checked = True
     if info.num_workers < 2 or info.id != 0:

@@ -20,10 +20,13 @@ import copy
 import functools
 import inspect
 import pickle
+import sys
 from typing import Any, Callable, Iterator, TypeVar
 
 import cloudpickle
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
+from torch.utils.data import graph_settings as _torch_graph_settings
+from torch.utils.data.datapipes import datapipe as _torch_datapipe
 
 from . import _pass, _worker
 from ._checks import require_callable, require_int
@@ -114,13 +117,28 @@ class _DataPipeMixin(Node):
         any. Each pass has its own: ``it.stats()`` on a pass's iterator reads that pass's."""
         return _pass.latest_stats(self)
 
+    #: torch's base class whose pickling hooks this pipe honours (see :meth:`__reduce_ex__`)
+    _torch_base: Any = None
+
     # -- pickling: lambdas and local functions travel through cloudpickle --------------------------
-    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+    def __reduce_ex__(self, protocol: Any) -> Any:
         # The standard protocol (create, then set state) lets the outer pickler's memo keep pipes
         # shared between branches (fork children, a reused source) shared, and cycles intact. Only
         # the values plain pickle cannot reach by name go by value through cloudpickle.
+        # torch's graph walk (torch.utils.data.graph.traverse_dps, which torch's DataLoader runs to
+        # seed, shuffle and shard a pipe) pickles the graph with hooks set on torch's base classes:
+        # honour them, so torch finds our stages as it finds its own.
+        torch_base = self._torch_base
+        hook = torch_base.reduce_ex_hook
+        if hook is not None:
+            try:
+                return hook(self)
+            except NotImplementedError:
+                pass
         cls = type(self)
         state = self.__getstate__()
+        if torch_base.getstate_hook is not None:
+            state = torch_base.getstate_hook(state)
         if isinstance(state, dict):
             state = {k: _portable(v) for k, v in state.items()}
         return _new_instance, (cls if _by_reference(cls) else _ByValue(cls),), state
@@ -146,6 +164,8 @@ class _DataPipeMixin(Node):
         """
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+        if sys._getframe(1).f_code is _TORCH_APPLY_RANDOM_SEED:
+            return self._lend_seed(seed)
         for index, stage in enumerate(s for s in traverse(self) if s._is_random):
             stage._seed = None if seed is None else derive_seed(seed, "stage", index)
         return self
@@ -157,6 +177,17 @@ class _DataPipeMixin(Node):
         for stage in traverse(self):
             if stage._is_random:
                 stage._epoch = epoch
+        return self
+
+    def _lend_seed(self, seed: int | None) -> Any:
+        """torch's ``apply_random_seed`` (run by ``torch.utils.data.DataLoader`` before each epoch, in
+        the main process and in every worker, from a seed shared by all of them) seeds one random stage
+        at a time, for its next pass only, as torch's own ``Shuffler.set_seed`` does. Here that seed is
+        *lent*: the next pass of an unseeded random stage uses it (so every worker and rank shuffles
+        alike, and each epoch anew); a stage seeded with :meth:`set_seed` keeps its seed, and
+        a stage that draws no random numbers ignores it."""
+        if self._is_random and self._seed is None:
+            self._lent_seed = seed
         return self
 
     def _pass_seed(self) -> int:
@@ -192,7 +223,13 @@ class IterDataPipe(IterableDataset[T_co], IterMethods[T_co], _DataPipeMixin):
     Subclasses implement ``__iter__`` (a new, independent pass each call) and, where the length can
     be known from the sources at call time, ``__len__``; where it cannot, ``__len__`` raises
     ``TypeError`` naming the stage (:func:`len_unknown`).
+
+    Every pipe is also a (virtual) ``torch.utils.data.IterDataPipe``, so torch's DataLoader treats it
+    as one of its own DataPipes: ``shuffle=`` turns its shuffles on and off, and workers and ranks
+    shard it through its ``sharding_filter``.
     """
+
+    _torch_base = _torch_datapipe.IterDataPipe
 
     #: functional name -> class, for the methods registered on IterDataPipe
     _functions: dict[str, type] = {}
@@ -216,6 +253,8 @@ class MapDataPipe(Dataset[T_co], MapMethods[T_co], _DataPipeMixin):
     #: functional name -> class, for the methods registered on MapDataPipe
     _functions: dict[str, type] = {}
 
+    _torch_base = _torch_datapipe.MapDataPipe
+
     def __getitem__(self, index: Any) -> T_co:
         raise TypeError(f"{type(self).__name__} is a MapDataPipe but defines no __getitem__")
 
@@ -228,6 +267,13 @@ class MapDataPipe(Dataset[T_co], MapMethods[T_co], _DataPipeMixin):
 
 
 DataPipe = IterDataPipe | MapDataPipe
+
+# Our pipes are torch's DataPipes as far as isinstance (and so torch's DataLoader) can tell.
+_torch_datapipe.IterDataPipe.register(IterDataPipe)
+_torch_datapipe.MapDataPipe.register(MapDataPipe)
+
+#: The code of torch's ``apply_random_seed``: a ``set_seed`` call from it lends a seed (``_lend_seed``).
+_TORCH_APPLY_RANDOM_SEED = _torch_graph_settings.apply_random_seed.__code__
 
 
 def len_unknown(pipe: Any, why: str) -> TypeError:

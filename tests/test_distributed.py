@@ -197,8 +197,12 @@ def _rank_main(rank, world_size, folder):
         spawned = DataLoader(pipe, batch_size=None, num_workers=1, multiprocessing_context="spawn")
         result["spawned"] = [int(x) for x in spawned]
         result["in_process"] = list(pipe)
-        try:
-            list(DataLoader(unseeded_pipe(), batch_size=None, num_workers=2, multiprocessing_context="fork"))
+        # Unseeded: torch's DataLoader lends every rank and worker the seed it broadcasts per epoch.
+        result["unseeded"] = [
+            int(x) for x in DataLoader(unseeded_pipe(), batch_size=None, num_workers=2, multiprocessing_context="fork")
+        ]
+        try:  # iterated directly, nothing agrees on a seed across the ranks
+            list(unseeded_pipe())
             result["error"] = None
         except RuntimeError as e:
             result["error"] = str(e)
@@ -231,6 +235,7 @@ class TestTwoGlooRanks:
             assert r["epochs"][0] != r["epochs"][1]  # set_epoch reshuffles
             assert "Shuffler(10000) upstream of sharding_filter() has no seed" in r["error"]
             assert "set_seed" in r["error"]
+        assert sorted(results[0]["unseeded"] + results[1]["unseeded"]) == list(range(N))
         for key in ("in_process", "spawned"):
             assert sorted(results[0][key] + results[1][key]) == everything
         for epoch in range(2):
