@@ -465,10 +465,10 @@ class Mapper(IterDataPipe[U]):
 
     Raises:
         Whatever ``fn`` raises, as the same object, with a note naming the stage and the item's
-        position (fail fast: the first failure in output order; in-flight work is cancelled); an
-        ``ExceptionGroup`` once ``max_failures`` is exceeded; ``TimeoutError`` past ``timeout``. With
-        ``executor="process"`` the exception is a pickled copy carrying the worker's traceback as a
-        note.
+            position (fail fast: the first failure in output order; in-flight work is cancelled); an
+            ``ExceptionGroup`` once ``max_failures`` is exceeded; ``TimeoutError`` past ``timeout``. With
+            ``executor="process"`` the exception is a pickled copy carrying the worker's traceback as a
+            note.
         ValueError: at construction, ``executor="process"`` (or a ``ProcessPoolExecutor``) downstream
             of ``to_cuda``: CUDA tensors are not sent to worker processes.
 
@@ -491,13 +491,14 @@ class Mapper(IterDataPipe[U]):
 
     ``len()`` is the source's length.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper([1, 2, 3]).map(lambda x: x * 2))
-    [2, 4, 6]
-    >>> list(IterableWrapper([(1, "a"), (2, "b")]).map(str.upper, input_col=1))
-    [(1, 'A'), (2, 'B')]
-    >>> list(IterableWrapper(range(5)).map(lambda x: x * x, concurrency=4))
-    [0, 1, 4, 9, 16]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper([1, 2, 3]).map(lambda x: x * 2))
+        [2, 4, 6]
+        >>> list(IterableWrapper([(1, "a"), (2, "b")]).map(str.upper, input_col=1))
+        [(1, 'A'), (2, 'B')]
+        >>> list(IterableWrapper(range(5)).map(lambda x: x * x, concurrency=4))
+        [0, 1, 4, 9, 16]
 
     See also: :class:`FlatMapper` for one-to-many functions, :class:`Filter`,
     :class:`~datapipes.iter.Prefetcher`.
@@ -636,9 +637,10 @@ class Filter(IterDataPipe[T]):
 
     ``len()`` raises ``TypeError``: how many items pass cannot be known before iterating.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper(range(6)).filter(lambda x: x % 2 == 0))
-    [0, 2, 4]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper(range(6)).filter(lambda x: x % 2 == 0))
+        [0, 2, 4]
     """
 
     _stateless = True  # a pass's position is its source's
@@ -911,9 +913,10 @@ class FlatMapper(IterDataPipe[U]):
     holds the item and the count of outputs yielded, and the resumed pass calls ``fn`` on the item
     again and skips them, which is exact for a ``fn`` that gives the same outputs for the same item.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper([1, 2, 3]).flatmap(lambda x: [x] * x))
-    [1, 2, 2, 3, 3, 3]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper([1, 2, 3]).flatmap(lambda x: [x] * x))
+        [1, 2, 2, 3, 3, 3]
     """
 
     _repr_fields = ("fn",)
@@ -991,15 +994,16 @@ class Collator(IterDataPipe[Any]):
 
     Raises:
         Whatever the collate function raises, as the same object, with a note naming the stage and
-        the batch's position. The default's errors name the field and the sample that disagree,
-        e.g. ``collate: field 'image' (sample 3): shape (3, 224, 200) differs from (3, 224, 224) of
-        sample 0``.
+            the batch's position. The default's errors name the field and the sample that disagree,
+            e.g. ``collate: field 'image' (sample 3): shape (3, 224, 200) differs from (3, 224, 224) of
+            sample 0``.
 
     ``len()`` is the source's length.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper([(1, "a"), (2, "b"), (3, "c")]).batch(2).collate())
-    [(tensor([1, 2]), ['a', 'b']), (tensor([3]), ['c'])]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper([(1, "a"), (2, "b"), (3, "c")]).batch(2).collate())
+        [(tensor([1, 2]), ['a', 'b']), (tensor([3]), ['c'])]
 
     See also: :func:`datapipes._collate.collate`, :class:`~datapipes.iter.Batcher`,
     :class:`~datapipes.iter.PinMemory`, :class:`~datapipes.iter.DeviceMover`.

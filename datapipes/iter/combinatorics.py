@@ -220,12 +220,13 @@ class Shuffler(IterDataPipe[T]):
     Checkpoint: the state holds the buffered items and the generator's state, so a resumed pass,
     seeded or not, goes on with the order of the pass it resumes.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> pipe = IterableWrapper(range(10)).shuffle(buffer_size=4).set_seed(0)
-    >>> list(pipe) == list(pipe), sorted(pipe) == list(range(10))
-    (True, True)
-    >>> list(pipe.set_shuffle(False))
-    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> pipe = IterableWrapper(range(10)).shuffle(buffer_size=4).set_seed(0)
+        >>> list(pipe) == list(pipe), sorted(pipe) == list(range(10))
+        (True, True)
+        >>> list(pipe.set_shuffle(False))
+        [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
 
     See also: :class:`Sampler` for torch samplers, the map-style ``shuffle`` for a full permutation
     of an indexable dataset.
@@ -557,8 +558,8 @@ def _check_weights(weights: Any) -> tuple[list[Hashable], list[float]]:
 
 @functional_datapipe("random_split")
 class RandomSplitter(IterDataPipe[T]):
-    """Split the items at random into named groups, the same way at every pass (functional name:
-    ``random_split``).
+    """Split the items at random into named groups, the same way at every pass
+    (functional name: ``random_split``).
 
     Calling ``RandomSplitter(...)`` (or ``pipe.random_split(...)``) returns the children, not a
     ``RandomSplitter``: a list of pipes in the order of ``weights``, or the one pipe for ``target``.
@@ -590,14 +591,15 @@ class RandomSplitter(IterDataPipe[T]):
     A child's ``len()`` is its group's size when the weights scale to whole numbers summing to the
     total length (it assumes the source yields ``total_length`` items); ``TypeError`` otherwise.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> train, valid = IterableWrapper(range(10)).random_split(weights={"train": 0.5, "valid": 0.5}, seed=0)
-    >>> list(train), list(valid)
-    ([2, 3, 5, 7, 8], [0, 1, 4, 6, 9])
-    >>> len(train)
-    5
-    >>> list(IterableWrapper(range(10)).random_split({"train": 0.5, "valid": 0.5}, seed=0, target="valid"))
-    [0, 1, 4, 6, 9]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> train, valid = IterableWrapper(range(10)).random_split(weights={"train": 0.5, "valid": 0.5}, seed=0)
+        >>> list(train), list(valid)
+        ([2, 3, 5, 7, 8], [0, 1, 4, 6, 9])
+        >>> len(train)
+        5
+        >>> list(IterableWrapper(range(10)).random_split({"train": 0.5, "valid": 0.5}, seed=0, target="valid"))
+        [0, 1, 4, 6, 9]
 
     See also: :class:`Shuffler`; ``demux`` for a split decided by a function of the item.
     """

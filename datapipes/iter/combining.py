@@ -278,8 +278,8 @@ _MUX = _mux if _chain_reduces() else _mux_stored
 
 @functional_datapipe("concat")
 class Concater(IterDataPipe[T]):
-    """Yield every item of the first pipe, then of the second, and so on (functional name:
-    ``concat``), like :func:`itertools.chain`.
+    """Yield every item of the first pipe, then of the second, and so on
+    (functional name: ``concat``), like :func:`itertools.chain`.
 
     Args:
         *datapipes: the pipes, at least one. ``a.concat(b, c)`` is ``Concater(a, b, c)``.
@@ -293,9 +293,10 @@ class Concater(IterDataPipe[T]):
 
     ``len()`` is the sum of the inputs' lengths; ``TypeError`` naming the input when one is unknown.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper(range(3)).concat(IterableWrapper("ab")))
-    [0, 1, 2, 'a', 'b']
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper(range(3)).concat(IterableWrapper("ab")))
+        [0, 1, 2, 'a', 'b']
 
     See also: :class:`Multiplexer` to interleave instead, :class:`Zipper`.
     """
@@ -334,9 +335,10 @@ class Zipper(IterDataPipe[tuple[Any, ...]]):
 
     ``len()`` is the shortest input's length; ``TypeError`` naming the input when one is unknown.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper(range(3)).zip(IterableWrapper("abcd")))
-    [(0, 'a'), (1, 'b'), (2, 'c')]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper(range(3)).zip(IterableWrapper("abcd")))
+        [(0, 'a'), (1, 'b'), (2, 'c')]
 
     See also: :class:`Multiplexer`, :class:`Concater`.
     """
@@ -377,9 +379,10 @@ class Multiplexer(IterDataPipe[T]):
     ``len()`` is the shortest input's length times the number of inputs; ``TypeError`` naming the
     input when one is unknown.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper(range(3)).mux(IterableWrapper(range(10, 15))))
-    [0, 10, 1, 11, 2, 12]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper(range(3)).mux(IterableWrapper(range(10, 15))))
+        [0, 10, 1, 11, 2, 12]
 
     See also: :class:`Zipper`, :class:`Concater`.
     """
@@ -944,8 +947,9 @@ class ForkerChild(_HubChild[T]):
 
 @functional_datapipe("fork")
 class Forker(IterDataPipe[T]):
-    """Split a pipe into ``num_instances`` children that each yield every item (functional name:
-    ``fork``). ``Forker(...)`` and ``pipe.fork(...)`` return the list of children, not a pipe.
+    """Split a pipe into ``num_instances`` children that each yield every item
+    (functional name: ``fork``). ``Forker(...)`` and ``pipe.fork(...)`` return the list of
+    children, not a pipe.
 
     The children share one pass over ``datapipe``: items read by the leading child are buffered
     until the slowest child has read them too. The module docstring describes when a pass starts,
@@ -975,12 +979,13 @@ class Forker(IterDataPipe[T]):
 
     ``len()`` of each child is the source's length.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> a, b = IterableWrapper(range(3)).fork(2)
-    >>> list(a.zip(b.map(lambda x: x * 10)))
-    [(0, 0), (1, 10), (2, 20)]
-    >>> list(a), list(b)
-    ([0, 1, 2], [0, 1, 2])
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> a, b = IterableWrapper(range(3)).fork(2)
+        >>> list(a.zip(b.map(lambda x: x * 10)))
+        [(0, 0), (1, 10), (2, 20)]
+        >>> list(a), list(b)
+        ([0, 1, 2], [0, 1, 2])
 
     See also: :class:`Demultiplexer` to send each item to one child.
     """
@@ -1234,13 +1239,14 @@ class Demultiplexer(IterDataPipe[T]):
 
     ``len()`` of a child raises ``TypeError``: the split is known only after iterating.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> evens, odds = IterableWrapper(range(7)).demux(2, lambda x: x % 2)
-    >>> list(evens), list(odds)
-    ([0, 2, 4, 6], [1, 3, 5])
-    >>> small, = IterableWrapper(range(7)).demux(1, lambda x: 0 if x < 3 else None, drop_none=True)
-    >>> list(small)
-    [0, 1, 2]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> evens, odds = IterableWrapper(range(7)).demux(2, lambda x: x % 2)
+        >>> list(evens), list(odds)
+        ([0, 2, 4, 6], [1, 3, 5])
+        >>> small, = IterableWrapper(range(7)).demux(1, lambda x: 0 if x < 3 else None, drop_none=True)
+        >>> list(small)
+        [0, 1, 2]
 
     See also: :class:`Forker` to send every item to every child, :class:`Filter`.
     """

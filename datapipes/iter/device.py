@@ -297,8 +297,8 @@ def _pin_unavailable() -> str | None:
 
 @functional_datapipe("pin_memory")
 class PinMemory(IterDataPipe[T]):
-    """Copy the tensors of each item to pinned memory on a background thread (functional name:
-    ``pin_memory``), so host-to-GPU copies downstream can be asynchronous.
+    """Copy the tensors of each item to pinned memory on a background thread
+    (functional name: ``pin_memory``), so host-to-GPU copies downstream can be asynchronous.
 
     Args:
         source_datapipe: the upstream pipe, usually ``collate()``'s output.
@@ -333,11 +333,12 @@ class PinMemory(IterDataPipe[T]):
 
     ``len()`` is the upstream's length.
 
-    >>> import torch
-    >>> from datapipes.iter import IterableWrapper
-    >>> pipe = IterableWrapper([torch.zeros(2), torch.ones(2)]).pin_memory()
-    >>> [t.tolist() for t in pipe]  # pinned where CUDA is; passed through with a warning elsewhere
-    [[0.0, 0.0], [1.0, 1.0]]
+    Example:
+        >>> import torch
+        >>> from datapipes.iter import IterableWrapper
+        >>> pipe = IterableWrapper([torch.zeros(2), torch.ones(2)]).pin_memory()
+        >>> [t.tolist() for t in pipe]  # pinned where CUDA is; passed through with a warning elsewhere
+        [[0.0, 0.0], [1.0, 1.0]]
 
     See also: :class:`DeviceMover` (``to_device``), :class:`CudaMover` (``to_cuda``, which pins what
     is not pinned by itself, on the consumer's thread), :class:`~datapipes.iter.Collator`.
@@ -618,12 +619,13 @@ class DeviceMover(IterDataPipe[Any]):
 
     ``len()`` is the upstream's length.
 
-    >>> import numpy as np
-    >>> from datapipes.iter import IterableWrapper
-    >>> samples = IterableWrapper([(np.zeros(2, np.float32), 0), (np.ones(2, np.float32), 1)])
-    >>> list(samples.batch(2).to_device("cpu"))  # a list of samples becomes batched tensors
-    [(tensor([[0., 0.],
-            [1., 1.]]), tensor([0, 1]))]
+    Example:
+        >>> import numpy as np
+        >>> from datapipes.iter import IterableWrapper
+        >>> samples = IterableWrapper([(np.zeros(2, np.float32), 0), (np.ones(2, np.float32), 1)])
+        >>> list(samples.batch(2).to_device("cpu"))  # a list of samples becomes batched tensors
+        [(tensor([[0., 0.],
+                [1., 1.]]), tensor([0, 1]))]
 
     See also: :class:`CudaMover` (``to_cuda``), :class:`PinMemory` (``pin_memory``),
     :func:`datapipes.collate`.
@@ -703,10 +705,11 @@ class CudaMover(DeviceMover):
 
     ``len()`` is the upstream's length.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> pipe = IterableWrapper(range(4)).batch(2).to_cuda()  # built anywhere; runs where CUDA is
-    >>> pipe
-    IterableWrapper -> Batcher(2) -> CudaMover(None)
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> pipe = IterableWrapper(range(4)).batch(2).to_cuda()  # built anywhere; runs where CUDA is
+        >>> pipe
+        IterableWrapper -> Batcher(2) -> CudaMover(None)
 
     See also: :class:`DeviceMover` (``to_device``), :class:`PinMemory` (``pin_memory``).
     """

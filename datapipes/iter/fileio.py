@@ -501,15 +501,16 @@ class FileLister(IterDataPipe[str]):
 
     ``len()`` is ``length`` when given; otherwise ``TypeError`` (listing is lazy, as in torch).
 
-    >>> import os, tempfile
-    >>> from pathlib import Path
-    >>> from datapipes.iter import FileLister
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     for name in ("b.csv", "a.csv", "sub/c.csv", "sub/d.txt"):
-    ...         Path(d, name).parent.mkdir(exist_ok=True)
-    ...         _ = Path(d, name).write_text("x")
-    ...     [os.path.relpath(p, d) for p in FileLister(d, "*.csv", recursive=True)]
-    ['a.csv', 'b.csv', 'sub/c.csv']
+    Example:
+        >>> import os, tempfile
+        >>> from pathlib import Path
+        >>> from datapipes.iter import FileLister
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     for name in ("b.csv", "a.csv", "sub/c.csv", "sub/d.txt"):
+        ...         Path(d, name).parent.mkdir(exist_ok=True)
+        ...         _ = Path(d, name).write_text("x")
+        ...     [os.path.relpath(p, d) for p in FileLister(d, "*.csv", recursive=True)]
+        ['a.csv', 'b.csv', 'sub/c.csv']
 
     See also: :class:`FileOpener`, :class:`FSSpecFileLister` for URLs.
     """
@@ -606,14 +607,15 @@ class FileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
 
     ``len()`` is ``length`` when given, else the source's length (unknown with ``on_error="skip"``).
 
-    >>> import os, tempfile
-    >>> from pathlib import Path
-    >>> from datapipes.iter import IterableWrapper
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     _ = Path(d, "a.bin").write_bytes(b"\\x00\\x01")
-    ...     pipe = IterableWrapper([os.path.join(d, "a.bin")]).open_files(mode="b")
-    ...     [stream.read() for _, stream in pipe]
-    [b'\\x00\\x01']
+    Example:
+        >>> import os, tempfile
+        >>> from pathlib import Path
+        >>> from datapipes.iter import IterableWrapper
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     _ = Path(d, "a.bin").write_bytes(b"\\x00\\x01")
+        ...     pipe = IterableWrapper([os.path.join(d, "a.bin")]).open_files(mode="b")
+        ...     [stream.read() for _, stream in pipe]
+        [b'\\x00\\x01']
 
     See also: :class:`FileLister`, :class:`FSSpecFileOpener` for URLs and remote files,
     :class:`StreamWrapper`.
@@ -717,14 +719,15 @@ class Saver(IterDataPipe[str]):
 
     ``len()`` is the source's length.
 
-    >>> import os, tempfile
-    >>> from pathlib import Path
-    >>> from datapipes.iter import IterableWrapper
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     pipe = IterableWrapper([("a.txt", "hello"), ("sub/b.txt", "world")])
-    ...     paths = list(pipe.save_to_disk(filepath_fn=lambda name: os.path.join(d, name)))
-    ...     [Path(p).read_text() for p in paths]
-    ['hello', 'world']
+    Example:
+        >>> import os, tempfile
+        >>> from pathlib import Path
+        >>> from datapipes.iter import IterableWrapper
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     pipe = IterableWrapper([("a.txt", "hello"), ("sub/b.txt", "world")])
+        ...     paths = list(pipe.save_to_disk(filepath_fn=lambda name: os.path.join(d, name)))
+        ...     [Path(p).read_text() for p in paths]
+        ['hello', 'world']
 
     See also: :class:`FSSpecSaver` for URLs.
     """

@@ -142,11 +142,12 @@ class Batcher(IterDataPipe[Any]):
     ``len()`` is ``ceil(len(datapipe) / batch_size)`` (``floor`` with ``drop_last``), computed from
     the source at call time.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper(range(7)).batch(3))
-    [[0, 1, 2], [3, 4, 5], [6]]
-    >>> list(IterableWrapper(range(7)).batch(3, drop_last=True, wrapper_class=tuple))
-    [(0, 1, 2), (3, 4, 5)]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper(range(7)).batch(3))
+        [[0, 1, 2], [3, 4, 5], [6]]
+        >>> list(IterableWrapper(range(7)).batch(3, drop_last=True, wrapper_class=tuple))
+        [(0, 1, 2), (3, 4, 5)]
 
     See also: :class:`Unbatcher`, :class:`BucketBatcher`, :class:`Grouper`.
     """
@@ -350,11 +351,12 @@ class Unbatcher(IterDataPipe[Any]):
     ``DataChunk``) is iterated once into a list. A pass's state holds the position of the source's
     next item and the elements of the current one not yet yielded (at most one item's elements).
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper([[0, 1], [2]]).unbatch())
-    [0, 1, 2]
-    >>> list(IterableWrapper([[[0, 1], [2]], [[3]]]).unbatch(unbatch_level=-1))
-    [0, 1, 2, 3]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper([[0, 1], [2]]).unbatch())
+        [0, 1, 2]
+        >>> list(IterableWrapper([[[0, 1], [2]], [[3]]]).unbatch(unbatch_level=-1))
+        [0, 1, 2, 3]
 
     See also: :class:`Batcher`, :class:`~datapipes.iter.FlatMapper`.
     """
@@ -632,13 +634,14 @@ class BucketBatcher(IterDataPipe[list[T]]):
 
     ``len()`` is ``ceil(len(datapipe) / batch_size)`` (``floor`` with ``drop_last``).
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> words = IterableWrapper(["bbb", "a", "cccc", "dd", "eeeee", "f"])
-    >>> pipe = words.bucketbatch(batch_size=2, key=len).set_seed(0)
-    >>> sorted(pipe)  # the batches come in a random order, the same for the same seed
-    [['a', 'f'], ['cccc', 'eeeee'], ['dd', 'bbb']]
-    >>> list(pipe) == list(pipe)
-    True
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> words = IterableWrapper(["bbb", "a", "cccc", "dd", "eeeee", "f"])
+        >>> pipe = words.bucketbatch(batch_size=2, key=len).set_seed(0)
+        >>> sorted(pipe)  # the batches come in a random order, the same for the same seed
+        [['a', 'f'], ['cccc', 'eeeee'], ['dd', 'bbb']]
+        >>> list(pipe) == list(pipe)
+        True
 
     See also: :class:`Batcher`, :class:`~datapipes.iter.Shuffler`.
     """
@@ -802,8 +805,8 @@ class Grouper(IterDataPipe[Any]):
 
     Raises:
         Whatever ``group_key_fn`` raises, as the same object, with a note naming the stage and the
-        item's position. An unhashable key raises Python's own ``TypeError`` object
-        (``unhashable type: 'list'``) with two notes: the stage and item position, and the key's type.
+            item's position. An unhashable key raises Python's own ``TypeError`` object
+            (``unhashable type: 'list'``) with two notes: the stage and item position, and the key's type.
         RuntimeError: the buffer is full and its largest group is smaller than
             ``guaranteed_group_size`` (without ``drop_remaining``).
 
@@ -814,12 +817,13 @@ class Grouper(IterDataPipe[Any]):
 
     A pass's state holds the groups held, keys and items (at most ``buffer_size`` items).
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> files = IterableWrapper(["a.png", "b.png", "a.json", "b.json", "a.jpg", "c.json"])
-    >>> list(files.groupby(lambda f: f.split(".")[0]))
-    [['a.png', 'a.json', 'a.jpg'], ['b.png', 'b.json'], ['c.json']]
-    >>> list(files.groupby(lambda f: f.split(".")[0], group_size=2, keep_key=True))
-    [('a', ['a.png', 'a.json']), ('b', ['b.png', 'b.json']), ('a', ['a.jpg']), ('c', ['c.json'])]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> files = IterableWrapper(["a.png", "b.png", "a.json", "b.json", "a.jpg", "c.json"])
+        >>> list(files.groupby(lambda f: f.split(".")[0]))
+        [['a.png', 'a.json', 'a.jpg'], ['b.png', 'b.json'], ['c.json']]
+        >>> list(files.groupby(lambda f: f.split(".")[0], group_size=2, keep_key=True))
+        [('a', ['a.png', 'a.json']), ('b', ['b.png', 'b.json']), ('a', ['a.jpg']), ('c', ['c.json'])]
 
     See also: :class:`BucketBatcher`, :class:`~datapipes.iter.Demultiplexer`.
     """

@@ -166,15 +166,16 @@ class ImageDecoder(IterDataPipe[Any]):
 
     ``len()`` is the source's length.
 
-    >>> import io
-    >>> from PIL import Image
-    >>> from datapipes.iter import IterableWrapper
-    >>> buf = io.BytesIO(); Image.new("RGB", (8, 6), "red").save(buf, "PNG"); png = buf.getvalue()
-    >>> pairs = IterableWrapper([("r.png", io.BytesIO(png))])
-    >>> [(path, a.shape, a[0, 0].tolist()) for path, a in pairs.decode_image(size=(3, 4))]
-    [('r.png', (3, 4, 3), [255, 0, 0])]
-    >>> [a.shape for a in IterableWrapper([png]).decode_image(mode="L", layout="chw")]
-    [(1, 6, 8)]
+    Example:
+        >>> import io
+        >>> from PIL import Image
+        >>> from datapipes.iter import IterableWrapper
+        >>> buf = io.BytesIO(); Image.new("RGB", (8, 6), "red").save(buf, "PNG"); png = buf.getvalue()
+        >>> pairs = IterableWrapper([("r.png", io.BytesIO(png))])
+        >>> [(path, a.shape, a[0, 0].tolist()) for path, a in pairs.decode_image(size=(3, 4))]
+        [('r.png', (3, 4, 3), [255, 0, 0])]
+        >>> [a.shape for a in IterableWrapper([png]).decode_image(mode="L", layout="chw")]
+        [(1, 6, 8)]
 
     See also: :class:`~datapipes.iter.FileOpener`, :class:`~datapipes.iter.TarArchiveLoader`.
     """

@@ -236,12 +236,13 @@ class IterKeyZipper(IterDataPipe[Any]):
     Unlike torchdata, at most ``buffer_size`` items wait (torchdata holds one more), and the
     matching reference item is never counted against the buffer.
 
-    >>> from operator import itemgetter
-    >>> from datapipes.iter import IterableWrapper
-    >>> src = IterableWrapper([("a", 100), ("b", 200), ("c", 300)])
-    >>> ref = IterableWrapper([("b", 2), ("a", 1), ("d", 4), ("c", 3)])
-    >>> list(src.zip_with_iter(ref, key_fn=itemgetter(0), merge_fn=lambda s, r: s[1] + r[1], keep_key=True))
-    [('a', 101), ('b', 202), ('c', 303)]
+    Example:
+        >>> from operator import itemgetter
+        >>> from datapipes.iter import IterableWrapper
+        >>> src = IterableWrapper([("a", 100), ("b", 200), ("c", 300)])
+        >>> ref = IterableWrapper([("b", 2), ("a", 1), ("d", 4), ("c", 3)])
+        >>> list(src.zip_with_iter(ref, key_fn=itemgetter(0), merge_fn=lambda s, r: s[1] + r[1], keep_key=True))
+        [('a', 101), ('b', 202), ('c', 303)]
 
     See also: :class:`MapKeyZipper` to look items up in a map-style pipe, :class:`Zipper`.
     """
@@ -319,8 +320,8 @@ _MAP_KEY_ZIP_LINES = call_lines(_map_key_zip, "key_fn") | call_lines(_map_key_zi
 
 @functional_datapipe("zip_with_map")
 class MapKeyZipper(IterDataPipe[Any]):
-    """Pair each item of the source with ``map_datapipe[key_fn(item)]`` (functional name:
-    ``zip_with_map``).
+    """Pair each item of the source with ``map_datapipe[key_fn(item)]``
+    (functional name: ``zip_with_map``).
 
     Args:
         source_iterdatapipe: the source pipe.
@@ -343,12 +344,13 @@ class MapKeyZipper(IterDataPipe[Any]):
 
     ``len()`` is the source's length.
 
-    >>> from operator import itemgetter
-    >>> from datapipes.iter import IterableWrapper
-    >>> from datapipes.map import SequenceWrapper
-    >>> prices = SequenceWrapper({"a": 100, "b": 200, "c": 300})
-    >>> list(IterableWrapper([("a", 1), ("c", 3)]).zip_with_map(prices, key_fn=itemgetter(0)))
-    [(('a', 1), 100), (('c', 3), 300)]
+    Example:
+        >>> from operator import itemgetter
+        >>> from datapipes.iter import IterableWrapper
+        >>> from datapipes.map import SequenceWrapper
+        >>> prices = SequenceWrapper({"a": 100, "b": 200, "c": 300})
+        >>> list(IterableWrapper([("a", 1), ("c", 3)]).zip_with_map(prices, key_fn=itemgetter(0)))
+        [(('a', 1), 100), (('c', 3), 300)]
 
     See also: :class:`IterKeyZipper` to match against an iterable-style pipe.
     """
@@ -470,13 +472,14 @@ class UnZipper(IterDataPipe[Any]):
 
     ``len()`` of each child is the source's length.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> a, b, c = IterableWrapper([(i, i + 10, i + 20) for i in range(3)]).unzip(sequence_length=3)
-    >>> list(a), list(b), list(c)
-    ([0, 1, 2], [10, 11, 12], [20, 21, 22])
-    >>> b, = IterableWrapper([(1, 2, 3)]).unzip(3, columns_to_skip=[0, 2])
-    >>> list(b)
-    [2]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> a, b, c = IterableWrapper([(i, i + 10, i + 20) for i in range(3)]).unzip(sequence_length=3)
+        >>> list(a), list(b), list(c)
+        ([0, 1, 2], [10, 11, 12], [20, 21, 22])
+        >>> b, = IterableWrapper([(1, 2, 3)]).unzip(3, columns_to_skip=[0, 2])
+        >>> list(b)
+        [2]
 
     See also: :class:`Forker`, :class:`Zipper` (its inverse).
     """
@@ -545,9 +548,10 @@ class ZipperLongest(IterDataPipe[tuple[Any, ...]]):
 
     ``len()`` is the longest input's length; ``TypeError`` naming the input when one is unknown.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper(range(3)).zip_longest(IterableWrapper("abcd"), fill_value=-1))
-    [(0, 'a'), (1, 'b'), (2, 'c'), (-1, 'd')]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper(range(3)).zip_longest(IterableWrapper("abcd"), fill_value=-1))
+        [(0, 'a'), (1, 'b'), (2, 'c'), (-1, 'd')]
 
     See also: :class:`Zipper`, which stops at the shortest input.
     """
@@ -623,9 +627,10 @@ class MultiplexerLongest(IterDataPipe[T]):
 
     ``len()`` is the sum of the inputs' lengths; ``TypeError`` naming the input when one is unknown.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper(range(3)).mux_longest(IterableWrapper("a"), IterableWrapper([10, 11])))
-    [0, 'a', 10, 1, 11, 2]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper(range(3)).mux_longest(IterableWrapper("a"), IterableWrapper([10, 11])))
+        [0, 'a', 10, 1, 11, 2]
 
     See also: :class:`Multiplexer`, which stops at the first exhausted input.
     """
@@ -699,9 +704,9 @@ class RoundRobinDemultiplexerChild(_HubChild[T]):
 
 @functional_datapipe("round_robin_demux")
 class RoundRobinDemultiplexer(IterDataPipe[Any]):
-    """Split a pipe into ``num_instances`` children, dealing its items out in turn (functional
-    name: ``round_robin_demux``). ``RoundRobinDemultiplexer(...)`` and ``pipe.round_robin_demux(...)``
-    return the list of children, not a pipe.
+    """Split a pipe into ``num_instances`` children, dealing its items out in turn
+    (functional name: ``round_robin_demux``). ``RoundRobinDemultiplexer(...)`` and
+    ``pipe.round_robin_demux(...)`` return the list of children, not a pipe.
 
     Child ``i`` yields the source's items ``i, i + n, i + 2n, ...``. The children share one pass
     over the source, as :class:`Demultiplexer`'s do (same buffer, same rules for when a pass starts,
@@ -727,10 +732,11 @@ class RoundRobinDemultiplexer(IterDataPipe[Any]):
 
     ``len()`` of child ``i`` is ``len(source) // n``, plus one for the first ``len(source) % n``.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> a, b = IterableWrapper(range(5)).round_robin_demux(2)
-    >>> list(a), list(b), len(a), len(b)
-    ([0, 2, 4], [1, 3], 3, 2)
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> a, b = IterableWrapper(range(5)).round_robin_demux(2)
+        >>> list(a), list(b), len(a), len(b)
+        ([0, 2, 4], [1, 3], 3, 2)
 
     See also: :class:`Demultiplexer` to route by a function, :class:`MultiplexerLongest` (its inverse).
     """
@@ -913,9 +919,10 @@ class IndexAdder(IterDataPipe[dict[Any, Any]]):
 
     ``len()`` is the source's length.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper([{"a": 1}, {"a": 2}]).add_index("order"))
-    [{'a': 1, 'order': 0}, {'a': 2, 'order': 1}]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper([{"a": 1}, {"a": 2}]).add_index("order"))
+        [{'a': 1, 'order': 0}, {'a': 2, 'order': 1}]
 
     See also: :class:`Enumerator` for ``(index, item)`` pairs.
     """
@@ -985,9 +992,10 @@ class Repeater(IterDataPipe[T]):
 
     ``len()`` is ``times * len(source)``.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper(range(3)).repeat(2))
-    [0, 0, 1, 1, 2, 2]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper(range(3)).repeat(2))
+        [0, 0, 1, 1, 2, 2]
 
     See also: :class:`Cycler` to repeat the whole pass instead.
     """
@@ -1133,13 +1141,14 @@ class Slicer(IterDataPipe[T]):
 
     ``len()`` is the source's length.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper([(0, 10, 100), (1, 11, 111)]).slice(0, 2))
-    [(0, 10), (1, 11)]
-    >>> list(IterableWrapper([(0, 10, 100), (1, 11, 111)]).slice([0, -1]))
-    [(0, 100), (1, 111)]
-    >>> list(IterableWrapper([{"a": 1, "b": 2}]).slice(["a"]))
-    [{'a': 1}]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper([(0, 10, 100), (1, 11, 111)]).slice(0, 2))
+        [(0, 10), (1, 11)]
+        >>> list(IterableWrapper([(0, 10, 100), (1, 11, 111)]).slice([0, -1]))
+        [(0, 100), (1, 111)]
+        >>> list(IterableWrapper([{"a": 1, "b": 2}]).slice(["a"]))
+        [{'a': 1}]
 
     See also: :class:`Dropper` to drop columns, :class:`Flattener`.
     """
@@ -1242,11 +1251,12 @@ class Flattener(IterDataPipe[T]):
 
     ``len()`` is the source's length.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper([(0, 10, (100, 1000)), (1, 11, (111, 1001))]).flatten(2))
-    [(0, 10, 100, 1000), (1, 11, 111, 1001)]
-    >>> list(IterableWrapper([{"a": 1, "b": {"c": 2, "d": 3}}]).flatten())
-    [{'a': 1, 'c': 2, 'd': 3}]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper([(0, 10, (100, 1000)), (1, 11, (111, 1001))]).flatten(2))
+        [(0, 10, 100, 1000), (1, 11, 111, 1001)]
+        >>> list(IterableWrapper([{"a": 1, "b": {"c": 2, "d": 3}}]).flatten())
+        [{'a': 1, 'c': 2, 'd': 3}]
 
     See also: :class:`Slicer`, :class:`Dropper`, :class:`Unbatcher` to flatten the stream itself.
     """
@@ -1309,11 +1319,12 @@ class Dropper(IterDataPipe[T]):
 
     ``len()`` is the source's length.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper([(0, 10, 100), (1, 11, 111)]).drop([0, -1]))
-    [(10,), (11,)]
-    >>> list(IterableWrapper([{"a": 1, "b": 2}]).drop("a"))
-    [{'b': 2}]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper([(0, 10, 100), (1, 11, 111)]).drop([0, -1]))
+        [(10,), (11,)]
+        >>> list(IterableWrapper([{"a": 1, "b": 2}]).drop("a"))
+        [{'b': 2}]
 
     See also: :class:`Slicer` to keep columns instead.
     """
@@ -1352,10 +1363,11 @@ class LengthSetter(IterDataPipe[T]):
     Raises:
         TypeError / ValueError: ``length`` is not an int >= 0.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> pipe = IterableWrapper(range(10)).filter(lambda x: x < 5).set_length(5)
-    >>> list(pipe), len(pipe)
-    ([0, 1, 2, 3, 4], 5)
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> pipe = IterableWrapper(range(10)).filter(lambda x: x < 5).set_length(5)
+        >>> list(pipe), len(pipe)
+        ([0, 1, 2, 3, 4], 5)
 
     See also: :class:`Header` to also cut the pass at a length.
     """

@@ -518,8 +518,8 @@ def _check_fmtparams(stage: str, fmtparams: dict[str, Any], reader: Callable[...
 
 @functional_datapipe("parse_csv")
 class CSVParser(IterDataPipe[Any]):
-    """Parse the CSV files of ``(path, stream)`` pairs and yield their rows (functional name:
-    ``parse_csv``).
+    """Parse the CSV files of ``(path, stream)`` pairs and yield their rows
+    (functional name: ``parse_csv``).
 
     Args:
         source_datapipe: a pipe of ``(path, stream)`` pairs (binary or text streams).
@@ -549,13 +549,14 @@ class CSVParser(IterDataPipe[Any]):
     Each stream is closed when its file is done (or on an error, or when the pass is closed).
     ``len()`` raises ``TypeError``: the number of rows is known only after reading.
 
-    >>> import io
-    >>> from datapipes.iter import IterableWrapper
-    >>> files = IterableWrapper([("a.csv", io.BytesIO(b"key,n\\na,1\\n"))])
-    >>> list(files.parse_csv(skip_lines=1))
-    [['a', '1']]
-    >>> list(IterableWrapper([("b.tsv", io.StringIO("x\\ty\\n"))]).parse_csv(delimiter="\\t", return_path=True))
-    [('b.tsv', ['x', 'y'])]
+    Example:
+        >>> import io
+        >>> from datapipes.iter import IterableWrapper
+        >>> files = IterableWrapper([("a.csv", io.BytesIO(b"key,n\\na,1\\n"))])
+        >>> list(files.parse_csv(skip_lines=1))
+        [['a', '1']]
+        >>> list(IterableWrapper([("b.tsv", io.StringIO("x\\ty\\n"))]).parse_csv(delimiter="\\t", return_path=True))
+        [('b.tsv', ['x', 'y'])]
 
     See also: :class:`CSVFilesParser` (``parse_csv_files``, yields ``(path, row)``),
     :class:`CSVDictParser`, :class:`LineReader`.
@@ -604,15 +605,23 @@ class CSVParser(IterDataPipe[Any]):
 
 @functional_datapipe("parse_csv_files")
 class CSVFilesParser(CSVParser):
-    """Parse the CSV files of ``(path, stream)`` pairs and yield ``(path, row)`` pairs (functional
-    name: ``parse_csv_files``, as in the torch DataPipes guide).
+    """Parse the CSV files of ``(path, stream)`` pairs and yield ``(path, row)`` pairs
+    (functional name: ``parse_csv_files``, as in the torch DataPipes guide).
 
     The same reader as :class:`CSVParser` (same arguments), with ``return_path=True`` by default.
 
-    >>> import io
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper([("a.csv", io.StringIO("1,2\\n3,4\\n"))]).parse_csv_files())
-    [('a.csv', ['1', '2']), ('a.csv', ['3', '4'])]
+    Args:
+        source_datapipe: a pipe of ``(path, stream)`` pairs (binary or text streams).
+        skip_lines, decode, encoding, errors, as_tuple, on_error, max_failures: as
+            :class:`CSVParser`.
+        return_path: yield ``(path, row)`` (the default); ``False``: ``row`` alone.
+        fmtparams: passed to ``csv.reader``, as :class:`CSVParser`.
+
+    Example:
+        >>> import io
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper([("a.csv", io.StringIO("1,2\\n3,4\\n"))]).parse_csv_files())
+        [('a.csv', ['1', '2']), ('a.csv', ['3', '4'])]
 
     See also: :class:`CSVParser` (``parse_csv``, yields rows), :class:`CSVDictParser`.
     """
@@ -712,12 +721,13 @@ class CSVDictParser(CSVParser):
 
     Raises:
         csv.Error: a malformed row, or a row with more or fewer fields than the header, with a note
-        naming the stage, the file and the line. Otherwise as :class:`CSVParser`.
+            naming the stage, the file and the line. Otherwise as :class:`CSVParser`.
 
-    >>> import io
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper([("a.csv", io.BytesIO(b"key,n\\na,1\\n\\nb,2\\n"))]).parse_csv_as_dict())
-    [{'key': 'a', 'n': '1'}, {'key': 'b', 'n': '2'}]
+    Example:
+        >>> import io
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper([("a.csv", io.BytesIO(b"key,n\\na,1\\n\\nb,2\\n"))]).parse_csv_as_dict())
+        [{'key': 'a', 'n': '1'}, {'key': 'b', 'n': '2'}]
 
     See also: :class:`CSVParser`.
     """
@@ -799,8 +809,8 @@ def _json(pipe: JsonParser, it: Iterator[Any], run: _CountRun) -> Iterator[tuple
 
 @functional_datapipe("parse_json_files")
 class JsonParser(IterDataPipe[tuple[str, Any]]):
-    """Parse one JSON document per ``(path, stream)`` pair and yield ``(path, object)`` (functional
-    name: ``parse_json_files``).
+    """Parse one JSON document per ``(path, stream)`` pair and yield ``(path, object)``
+    (functional name: ``parse_json_files``).
 
     Args:
         source_datapipe: a pipe of ``(path, stream)`` pairs (binary streams in UTF-8/16/32, or text).
@@ -820,10 +830,11 @@ class JsonParser(IterDataPipe[tuple[str, Any]]):
 
     ``len()`` is the source's length.
 
-    >>> import io
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper([("a.json", io.BytesIO(b'{"x": [1, 2]}'))]).parse_json_files())
-    [('a.json', {'x': [1, 2]})]
+    Example:
+        >>> import io
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper([("a.json", io.BytesIO(b'{"x": [1, 2]}'))]).parse_json_files())
+        [('a.json', {'x': [1, 2]})]
 
     See also: :class:`LineReader` (``readlines``) then ``map(json.loads)`` for JSON lines files.
     """
@@ -934,13 +945,14 @@ class LineReader(IterDataPipe[Any]):
 
     ``len()`` raises ``TypeError``: the number of lines is known only after reading.
 
-    >>> import io
-    >>> from datapipes.iter import IterableWrapper
-    >>> files = IterableWrapper([("a.txt", io.StringIO("one\\ntwo\\n")), ("b.txt", io.BytesIO(b"3\\r\\n"))])
-    >>> list(files.readlines())
-    [('a.txt', 'one'), ('a.txt', 'two'), ('b.txt', b'3')]
-    >>> list(IterableWrapper([("b.txt", io.BytesIO(b"x\\ny\\n"))]).readlines(decode=True, return_path=False))
-    ['x', 'y']
+    Example:
+        >>> import io
+        >>> from datapipes.iter import IterableWrapper
+        >>> files = IterableWrapper([("a.txt", io.StringIO("one\\ntwo\\n")), ("b.txt", io.BytesIO(b"3\\r\\n"))])
+        >>> list(files.readlines())
+        [('a.txt', 'one'), ('a.txt', 'two'), ('b.txt', b'3')]
+        >>> list(IterableWrapper([("b.txt", io.BytesIO(b"x\\ny\\n"))]).readlines(decode=True, return_path=False))
+        ['x', 'y']
 
     See also: :class:`CSVParser`, :class:`JsonParser`.
     """

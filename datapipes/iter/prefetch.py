@@ -63,9 +63,10 @@ class Prefetcher(IterDataPipe[T]):
 
     ``len()`` is the upstream's length.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper(range(5)).map(lambda x: x + 1).prefetch(2))
-    [1, 2, 3, 4, 5]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper(range(5)).map(lambda x: x + 1).prefetch(2))
+        [1, 2, 3, 4, 5]
 
     See also: :class:`~datapipes.iter.Mapper` with ``concurrency`` to run one function on several
     workers.

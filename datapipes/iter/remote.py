@@ -205,14 +205,15 @@ class FSSpecFileLister(IterDataPipe[str]):
 
     ``len()`` raises ``TypeError``: the number of files is known only after listing.
 
-    >>> import fsspec
-    >>> from datapipes.iter import FSSpecFileLister
-    >>> fs = fsspec.filesystem("memory")
-    >>> for name in ("b.txt", "a.txt", "c.csv"):
-    ...     fs.pipe(f"/doc-lister/{name}", b"x")
-    >>> list(FSSpecFileLister("memory://doc-lister", masks="*.txt"))
-    ['memory://doc-lister/a.txt', 'memory://doc-lister/b.txt']
-    >>> fs.rm("/doc-lister", recursive=True)
+    Example:
+        >>> import fsspec
+        >>> from datapipes.iter import FSSpecFileLister
+        >>> fs = fsspec.filesystem("memory")
+        >>> for name in ("b.txt", "a.txt", "c.csv"):
+        ...     fs.pipe(f"/doc-lister/{name}", b"x")
+        >>> list(FSSpecFileLister("memory://doc-lister", masks="*.txt"))
+        ['memory://doc-lister/a.txt', 'memory://doc-lister/b.txt']
+        >>> fs.rm("/doc-lister", recursive=True)
 
     See also: :class:`FSSpecFileOpener`, :class:`FileLister` for plain local folders.
     """
@@ -429,13 +430,14 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
 
     ``len()`` is the source's length (unknown with ``on_error="skip"``).
 
-    >>> import fsspec
-    >>> from datapipes.iter import IterableWrapper
-    >>> fsspec.filesystem("memory").pipe("/doc-opener/a.txt", b"hello")
-    >>> pipe = IterableWrapper(["memory://doc-opener/a.txt"]).open_files_by_fsspec(mode="rb")
-    >>> [(url, stream.read()) for url, stream in pipe]
-    [('memory://doc-opener/a.txt', b'hello')]
-    >>> fsspec.filesystem("memory").rm("/doc-opener", recursive=True)
+    Example:
+        >>> import fsspec
+        >>> from datapipes.iter import IterableWrapper
+        >>> fsspec.filesystem("memory").pipe("/doc-opener/a.txt", b"hello")
+        >>> pipe = IterableWrapper(["memory://doc-opener/a.txt"]).open_files_by_fsspec(mode="rb")
+        >>> [(url, stream.read()) for url, stream in pipe]
+        [('memory://doc-opener/a.txt', b'hello')]
+        >>> fsspec.filesystem("memory").rm("/doc-opener", recursive=True)
 
     See also: :class:`FSSpecFileLister`, :class:`FSSpecSaver`, :class:`FileOpener`.
     """
@@ -536,15 +538,16 @@ class FSSpecSaver(IterDataPipe[str]):
 
     ``len()`` is the source's length.
 
-    >>> import fsspec
-    >>> from datapipes.iter import IterableWrapper
-    >>> pipe = IterableWrapper([("a.txt", b"DATA1"), ("b.txt", b"DATA2")])
-    >>> list(pipe.save_by_fsspec(mode="wb", filepath_fn=lambda name: "memory://doc-saver/" + name))
-    ['memory://doc-saver/a.txt', 'memory://doc-saver/b.txt']
-    >>> fs = fsspec.filesystem("memory")
-    >>> fs.cat("/doc-saver/b.txt")
-    b'DATA2'
-    >>> fs.rm("/doc-saver", recursive=True)
+    Example:
+        >>> import fsspec
+        >>> from datapipes.iter import IterableWrapper
+        >>> pipe = IterableWrapper([("a.txt", b"DATA1"), ("b.txt", b"DATA2")])
+        >>> list(pipe.save_by_fsspec(mode="wb", filepath_fn=lambda name: "memory://doc-saver/" + name))
+        ['memory://doc-saver/a.txt', 'memory://doc-saver/b.txt']
+        >>> fs = fsspec.filesystem("memory")
+        >>> fs.cat("/doc-saver/b.txt")
+        b'DATA2'
+        >>> fs.rm("/doc-saver", recursive=True)
 
     See also: :class:`Saver` for local files, :class:`FSSpecFileOpener`.
     """

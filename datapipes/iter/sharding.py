@@ -222,11 +222,12 @@ class ShardingFilter(IterDataPipe[T]):
     uses it to split what is left of a pass among another number of workers or ranks (see
     :mod:`datapipes.loader.shards`).
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> pipe = IterableWrapper(range(10)).sharding_filter()
-    >>> pipe.apply_sharding(4, 1)
-    >>> list(pipe), len(pipe)
-    ([1, 5, 9], 3)
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> pipe = IterableWrapper(range(10)).sharding_filter()
+        >>> pipe.apply_sharding(4, 1)
+        >>> list(pipe), len(pipe)
+        ([1, 5, 9], 3)
 
     See also: :func:`apply_sharding` to shard every ``sharding_filter`` of a graph.
     """

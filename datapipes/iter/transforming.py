@@ -135,12 +135,13 @@ class InBatchShuffler(IterDataPipe[list[T]]):
 
     Checkpoint: the state holds the generator's state; the batches are the source's.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> pipe = IterableWrapper(range(9)).batch(3).in_batch_shuffle().set_seed(0)
-    >>> [sorted(b) for b in pipe], list(pipe) == list(pipe)
-    ([[0, 1, 2], [3, 4, 5], [6, 7, 8]], True)
-    >>> list(pipe.set_shuffle(False))
-    [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> pipe = IterableWrapper(range(9)).batch(3).in_batch_shuffle().set_seed(0)
+        >>> [sorted(b) for b in pipe], list(pipe) == list(pipe)
+        ([[0, 1, 2], [3, 4, 5], [6, 7, 8]], True)
+        >>> list(pipe.set_shuffle(False))
+        [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
 
     See also: :class:`~datapipes.iter.Shuffler`, :class:`~datapipes.iter.BucketBatcher`.
     """
@@ -371,16 +372,17 @@ class ShuffledFlatMapper(IterDataPipe[Any]):
     count of elements yielded, and a resumed pass calls ``fn`` on the item again and skips them,
     which is exact for a ``fn`` that gives the same elements for the same item.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> source = IterableWrapper([[1, 2, 3, 4], "abcd", "ABCD"])
-    >>> pipe = source.shuffled_flatmap(buffer_size=2).set_seed(0)
-    >>> out = list(pipe)
-    >>> sorted(map(str, out)) == sorted("1234abcdABCD"), out == list(pipe)
-    (True, True)
-    >>> [x for x in out if x in list("abcd")]  # each iterable keeps its order
-    ['a', 'b', 'c', 'd']
-    >>> list(IterableWrapper([(0, "ab"), (1, "cd")]).shuffled_flatmap(str.upper, input_col=1).set_shuffle(False))
-    ['A', 'B', 'C', 'D']
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> source = IterableWrapper([[1, 2, 3, 4], "abcd", "ABCD"])
+        >>> pipe = source.shuffled_flatmap(buffer_size=2).set_seed(0)
+        >>> out = list(pipe)
+        >>> sorted(map(str, out)) == sorted("1234abcdABCD"), out == list(pipe)
+        (True, True)
+        >>> [x for x in out if x in list("abcd")]  # each iterable keeps its order
+        ['a', 'b', 'c', 'd']
+        >>> list(IterableWrapper([(0, "ab"), (1, "cd")]).shuffled_flatmap(str.upper, input_col=1).set_shuffle(False))
+        ['A', 'B', 'C', 'D']
 
     See also: :class:`~datapipes.iter.FlatMapper`, :class:`InBatchShuffler`.
     """
@@ -571,12 +573,13 @@ class MaxTokenBucketizer(IterDataPipe[list[T]]):
 
     Checkpoint: the state holds the heap (at most ``buffer_size`` items) and the batch being filled.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> source = IterableWrapper(["1", "11", "1", "1111", "111", "1", "11", "11", "111"])
-    >>> list(source.max_token_bucketize(max_token_count=5))
-    [['1', '1', '1', '11'], ['11', '11'], ['111'], ['111'], ['1111']]
-    >>> list(source.max_token_bucketize(max_token_count=4, buffer_size=4))
-    [['1', '1', '1'], ['11', '11'], ['11'], ['111'], ['111'], ['1111']]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> source = IterableWrapper(["1", "11", "1", "1111", "111", "1", "11", "11", "111"])
+        >>> list(source.max_token_bucketize(max_token_count=5))
+        [['1', '1', '1', '11'], ['11', '11'], ['111'], ['111'], ['1111']]
+        >>> list(source.max_token_bucketize(max_token_count=4, buffer_size=4))
+        [['1', '1', '1'], ['11', '11'], ['11'], ['111'], ['111'], ['1111']]
 
     See also: :class:`~datapipes.iter.BucketBatcher`, :class:`~datapipes.iter.Batcher`.
     """
@@ -692,8 +695,8 @@ def _paragraph_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any
 
 @functional_datapipe("lines_to_paragraphs")
 class ParagraphAggregator(IterDataPipe[tuple[Any, Any]]):
-    """Join consecutive lines of the same file into paragraphs (functional name:
-    ``lines_to_paragraphs``).
+    """Join consecutive lines of the same file into paragraphs
+    (functional name: ``lines_to_paragraphs``).
 
     Items are ``(file name, line)`` pairs, as ``readlines`` yields them. Consecutive non-empty lines
     of one file make a paragraph; a paragraph ends at an empty line or where the file name changes.
@@ -713,11 +716,12 @@ class ParagraphAggregator(IterDataPipe[tuple[Any, Any]]):
 
     Checkpoint: the state holds the file name and lines of the paragraph being gathered.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> lines = IterableWrapper([("f1", "Line1"), ("f1", "Line2"), ("f2", "Line2,1"), ("f2", "Line2,2"),
-    ...                          ("f2", ""), ("f2", "Line2,3")])
-    >>> list(lines.lines_to_paragraphs(joiner=lambda ls: " ".join(ls)))
-    [('f1', 'Line1 Line2'), ('f2', 'Line2,1 Line2,2'), ('f2', 'Line2,3')]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> lines = IterableWrapper([("f1", "Line1"), ("f1", "Line2"), ("f2", "Line2,1"), ("f2", "Line2,2"),
+        ...                          ("f2", ""), ("f2", "Line2,3")])
+        >>> list(lines.lines_to_paragraphs(joiner=lambda ls: " ".join(ls)))
+        [('f1', 'Line1 Line2'), ('f2', 'Line2,1 Line2,2'), ('f2', 'Line2,3')]
 
     See also: :class:`~datapipes.iter.LineReader`.
     """
@@ -803,14 +807,15 @@ class Rows2Columnar(IterDataPipe[dict[Any, list[Any]]]):
 
     ``len()`` is the source's length.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> rows = IterableWrapper([[{"a": 1}, {"b": 2, "a": 1}], [{"a": 1, "b": 200}, {"b": 2, "c": 3, "a": 100}]])
-    >>> [dict(d) for d in rows.rows2columnar()]
-    [{'a': [1, 1], 'b': [2]}, {'a': [1, 100], 'b': [200, 2], 'c': [3]}]
-    >>> [dict(d) for d in rows.rows2columnar(column_names=["a"])]
-    [{'a': [1, 1]}, {'a': [1, 100]}]
-    >>> [dict(d) for d in IterableWrapper([[[0, 1], [2, 3]]]).rows2columnar(["x", "y"])]
-    [{'x': [0, 2], 'y': [1, 3]}]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> rows = IterableWrapper([[{"a": 1}, {"b": 2, "a": 1}], [{"a": 1, "b": 200}, {"b": 2, "c": 3, "a": 100}]])
+        >>> [dict(d) for d in rows.rows2columnar()]
+        [{'a': [1, 1], 'b': [2]}, {'a': [1, 100], 'b': [200, 2], 'c': [3]}]
+        >>> [dict(d) for d in rows.rows2columnar(column_names=["a"])]
+        [{'a': [1, 1]}, {'a': [1, 100]}]
+        >>> [dict(d) for d in IterableWrapper([[[0, 1], [2, 3]]]).rows2columnar(["x", "y"])]
+        [{'x': [0, 2], 'y': [1, 3]}]
     """
 
     _stateless = True  # one dict per batch: its position is its source's
@@ -925,11 +930,12 @@ class ShardExpander(IterDataPipe[str]):
 
     Checkpoint: the state holds the names of the current spec not yet yielded.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper(["ds-{00..05}.tar"]).shard_expand())
-    ['ds-00.tar', 'ds-01.tar', 'ds-02.tar', 'ds-03.tar', 'ds-04.tar', 'ds-05.tar']
-    >>> list(IterableWrapper(["{a,b}-{1..2}-{8..10}"]).shard_expand())
-    ['{a,b}-1-8', '{a,b}-1-9', '{a,b}-1-10', '{a,b}-2-8', '{a,b}-2-9', '{a,b}-2-10']
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper(["ds-{00..05}.tar"]).shard_expand())
+        ['ds-00.tar', 'ds-01.tar', 'ds-02.tar', 'ds-03.tar', 'ds-04.tar', 'ds-05.tar']
+        >>> list(IterableWrapper(["{a,b}-{1..2}-{8..10}"]).shard_expand())
+        ['{a,b}-1-8', '{a,b}-1-9', '{a,b}-1-10', '{a,b}-2-8', '{a,b}-2-9', '{a,b}-2-10']
 
     See also: :class:`~datapipes.iter.FileLister`, :class:`~datapipes.iter.FSSpecFileLister`.
     """
@@ -1051,11 +1057,12 @@ class BatchMapper(IterDataPipe[U]):
     returned a list or tuple; otherwise the batch and the count of outputs yielded, and a resumed
     pass calls ``fn`` on it again and skips them (exact for a ``fn`` that gives the same outputs).
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper(range(5)).map_batches(lambda batch: [x + 1 for x in batch], batch_size=3))
-    [1, 2, 3, 4, 5]
-    >>> list(IterableWrapper([(1, "a"), (2, "b"), (3, "c")]).map_batches(lambda xs: [sum(xs)], 2, input_col=0))
-    [3, 3]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper(range(5)).map_batches(lambda batch: [x + 1 for x in batch], batch_size=3))
+        [1, 2, 3, 4, 5]
+        >>> list(IterableWrapper([(1, "a"), (2, "b"), (3, "c")]).map_batches(lambda xs: [sum(xs)], 2, input_col=0))
+        [3, 3]
 
     See also: :class:`~datapipes.iter.FlatMapper`, :class:`~datapipes.iter.Batcher`.
     """
@@ -1139,11 +1146,12 @@ class ThreadPoolMapper(Mapper[U]):
 
     Checkpoint: as a concurrent ``map``, a pass's state holds the items in flight.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper(range(5)).threadpool_map(lambda x: x * 10, max_workers=4))
-    [0, 10, 20, 30, 40]
-    >>> list(IterableWrapper([(i, i) for i in range(3)]).threadpool_map(lambda x: x * 10, input_col=1, output_col=-1))
-    [(0, 0, 0), (1, 1, 10), (2, 2, 20)]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper(range(5)).threadpool_map(lambda x: x * 10, max_workers=4))
+        [0, 10, 20, 30, 40]
+        >>> list(IterableWrapper([(i, i) for i in range(3)]).threadpool_map(lambda x: x * 10, input_col=1, output_col=-1))
+        [(0, 0, 0), (1, 1, 10), (2, 2, 20)]
 
     See also: :class:`~datapipes.iter.Mapper` (``concurrency=``, ``ordered=False``, ``on_error``,
     ``timeout`` ...), :class:`~datapipes.iter.Prefetcher`.

@@ -57,12 +57,13 @@ class Mapper(MapDataPipe[U]):
 
     ``len()`` is the source's length at call time.
 
-    >>> from datapipes.map import SequenceWrapper
-    >>> pipe = SequenceWrapper([1, 2, 3]).map(lambda x: x * 10)
-    >>> pipe[2], list(pipe)
-    (30, [10, 20, 30])
-    >>> SequenceWrapper([(1, "a"), (2, "b")]).map(str.upper, input_col=1)[0]
-    (1, 'A')
+    Example:
+        >>> from datapipes.map import SequenceWrapper
+        >>> pipe = SequenceWrapper([1, 2, 3]).map(lambda x: x * 10)
+        >>> pipe[2], list(pipe)
+        (30, [10, 20, 30])
+        >>> SequenceWrapper([(1, "a"), (2, "b")]).map(str.upper, input_col=1)[0]
+        (1, 'A')
 
     See also: :class:`datapipes.iter.Mapper`, the iterable-style map with an error policy.
     """

@@ -41,12 +41,13 @@ class Shuffler(IterDataPipe[T]):
     ``len()`` is the number of indices (the source's length at call time when ``indices`` is
     ``None``).
 
-    >>> from datapipes.map import SequenceWrapper
-    >>> pipe = SequenceWrapper(range(10)).shuffle().set_seed(0)
-    >>> sorted(pipe) == list(range(10)), list(pipe) == list(pipe), len(pipe)
-    (True, True, 10)
-    >>> sorted(SequenceWrapper({"a": 1, "b": 2}).shuffle(indices=["a", "b"]))
-    [1, 2]
+    Example:
+        >>> from datapipes.map import SequenceWrapper
+        >>> pipe = SequenceWrapper(range(10)).shuffle().set_seed(0)
+        >>> sorted(pipe) == list(range(10)), list(pipe) == list(pipe), len(pipe)
+        (True, True, 10)
+        >>> sorted(SequenceWrapper({"a": 1, "b": 2}).shuffle(indices=["a", "b"]))
+        [1, 2]
 
     See also: :class:`datapipes.iter.Shuffler`, the buffered shuffle of an iterable-style pipe.
     """

@@ -24,8 +24,8 @@ def _require_map_pipes(datapipes: tuple[Any, ...], stage: str) -> None:
 
 @functional_datapipe("concat")
 class Concater(MapDataPipe[T]):
-    """Join sources end to end: the items of the first, then of the second, ... (functional name:
-    ``concat``).
+    """Join sources end to end: the items of the first, then of the second, ...
+    (functional name: ``concat``).
 
     Args:
         *datapipes: one or more map-style pipes, read by position ``0 .. len - 1``.
@@ -41,10 +41,11 @@ class Concater(MapDataPipe[T]):
 
     ``len()`` is the sum of the sources' lengths at call time.
 
-    >>> from datapipes.map import SequenceWrapper
-    >>> pipe = SequenceWrapper([1, 2]).concat(SequenceWrapper([3]), SequenceWrapper([4, 5]))
-    >>> list(pipe), pipe[2], pipe[-1], len(pipe)
-    ([1, 2, 3, 4, 5], 3, 5, 5)
+    Example:
+        >>> from datapipes.map import SequenceWrapper
+        >>> pipe = SequenceWrapper([1, 2]).concat(SequenceWrapper([3]), SequenceWrapper([4, 5]))
+        >>> list(pipe), pipe[2], pipe[-1], len(pipe)
+        ([1, 2, 3, 4, 5], 3, 5, 5)
 
     See also: :class:`Zipper`, :class:`datapipes.iter.Concater`.
     """
@@ -81,17 +82,18 @@ class Zipper(MapDataPipe[tuple[Any, ...]]):
 
     Raises:
         ValueError: no datapipes. TypeError: one is not a ``MapDataPipe``, or an index is not an
-        int. IndexError: an index out of range of the shortest source (negative indices count
-        from the end of the zipped pipe), naming the stage and ending in torch's words, with the
-        shortest source: ``Zipper (length 2): Index 7 is out of range for one of the input
-        MapDataPipes SequenceWrapper.``
+            int. IndexError: an index out of range of the shortest source (negative indices count
+            from the end of the zipped pipe), naming the stage and ending in torch's words, with the
+            shortest source: ``Zipper (length 2): Index 7 is out of range for one of the input
+            MapDataPipes SequenceWrapper.``
 
     ``len()`` is the shortest source's length at call time.
 
-    >>> from datapipes.map import SequenceWrapper
-    >>> pipe = SequenceWrapper([1, 2, 3]).zip(SequenceWrapper("ab"))
-    >>> list(pipe), pipe[-1], len(pipe)
-    ([(1, 'a'), (2, 'b')], (2, 'b'), 2)
+    Example:
+        >>> from datapipes.map import SequenceWrapper
+        >>> pipe = SequenceWrapper([1, 2, 3]).zip(SequenceWrapper("ab"))
+        >>> list(pipe), pipe[-1], len(pipe)
+        ([(1, 'a'), (2, 'b')], (2, 'b'), 2)
 
     See also: :class:`Concater`, :class:`datapipes.iter.Zipper`.
     """

@@ -141,12 +141,13 @@ class IterToMapConverter(MapDataPipe[V]):
     its loaded map (it is loaded before pickling, as in torchdata), so DataLoader workers do not
     read the source again.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> pipe = IterableWrapper([("a", 1), ("b", 2)]).to_map_datapipe()
-    >>> pipe["b"], len(pipe), list(pipe)
-    (2, 2, [1, 2])
-    >>> IterableWrapper(["x", "yy"]).to_map_datapipe(lambda s: (len(s), s))[2]
-    'yy'
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> pipe = IterableWrapper([("a", 1), ("b", 2)]).to_map_datapipe()
+        >>> pipe["b"], len(pipe), list(pipe)
+        (2, 2, [1, 2])
+        >>> IterableWrapper(["x", "yy"]).to_map_datapipe(lambda s: (len(s), s))[2]
+        'yy'
 
     See also: :class:`MapToIterConverter` (``to_iter_datapipe``), the other way round.
     """
@@ -201,8 +202,8 @@ def _iter_indices(pipe: MapToIterConverter[Any]) -> Iterator[Any]:
 
 @functional_datapipe("to_iter_datapipe", source=MapDataPipe)
 class MapToIterConverter(IterDataPipe[T]):
-    """Read a map-style pipe in order, as an iterable-style pipe (functional name:
-    ``to_iter_datapipe``, on :class:`~datapipes.MapDataPipe`).
+    """Read a map-style pipe in order, as an iterable-style pipe
+    (functional name: ``to_iter_datapipe``, on :class:`~datapipes.MapDataPipe`).
 
     Args:
         datapipe: the source map-style pipe.
@@ -220,11 +221,12 @@ class MapToIterConverter(IterDataPipe[T]):
 
     ``len()`` is ``len(datapipe)`` at call time, or ``len(indices)``.
 
-    >>> from datapipes.map import SequenceWrapper
-    >>> list(SequenceWrapper("abc").to_iter_datapipe())
-    ['a', 'b', 'c']
-    >>> list(SequenceWrapper("abc").to_iter_datapipe(indices=[2, 0]).map(str.upper))
-    ['C', 'A']
+    Example:
+        >>> from datapipes.map import SequenceWrapper
+        >>> list(SequenceWrapper("abc").to_iter_datapipe())
+        ['a', 'b', 'c']
+        >>> list(SequenceWrapper("abc").to_iter_datapipe(indices=[2, 0]).map(str.upper))
+        ['C', 'A']
 
     See also: :class:`IterToMapConverter` (``to_map_datapipe``), the other way round.
     """

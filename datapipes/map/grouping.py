@@ -33,20 +33,21 @@ class Batcher(MapDataPipe[Any]):
 
     Raises:
         TypeError: an index that is not an int. IndexError: an index out of range (negative
-        indices count from the end), naming the stage and ending in torch's words:
-        ``Batcher(3) (length 3): Index 7 is out of bound.`` Whatever ``wrapper_class`` raises, as
-        the same object with a note naming the stage and the batch index; the source's errors
-        unchanged.
+            indices count from the end), naming the stage and ending in torch's words:
+            ``Batcher(3) (length 3): Index 7 is out of bound.`` Whatever ``wrapper_class`` raises, as
+            the same object with a note naming the stage and the batch index; the source's errors
+            unchanged.
 
     ``len()`` is ``ceil(len(datapipe) / batch_size)`` (``floor`` with ``drop_last``), computed from
     the source at call time.
 
-    >>> from datapipes.map import SequenceWrapper
-    >>> pipe = SequenceWrapper(range(7)).batch(3)
-    >>> pipe[1], pipe[-1], len(pipe)
-    ([3, 4, 5], [6], 3)
-    >>> list(SequenceWrapper(range(7)).batch(3, drop_last=True, wrapper_class=tuple))
-    [(0, 1, 2), (3, 4, 5)]
+    Example:
+        >>> from datapipes.map import SequenceWrapper
+        >>> pipe = SequenceWrapper(range(7)).batch(3)
+        >>> pipe[1], pipe[-1], len(pipe)
+        ([3, 4, 5], [6], 3)
+        >>> list(SequenceWrapper(range(7)).batch(3, drop_last=True, wrapper_class=tuple))
+        [(0, 1, 2), (3, 4, 5)]
 
     See also: :class:`datapipes.iter.Batcher`.
     """
