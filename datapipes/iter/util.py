@@ -12,11 +12,14 @@ import copy
 import inspect
 import itertools
 import sys
+import warnings
 from collections import deque
 from collections.abc import AsyncIterator as _AsyncIteratorABC
 from collections.abc import Iterator as _IteratorABC
 from operator import itemgetter, length_hint
 from typing import Any, AsyncIterable, Callable, Generator, Iterable, Iterator, TypeVar, cast
+
+import numpy
 
 from .. import _pass
 from .._engine import abandon, close_iterator, iterate_async
@@ -73,6 +76,58 @@ def _runs_code_when_iterated(iterable: Any) -> bool:
         return False
     method = getattr(type(iterable), "__iter__", None)
     return inspect.isfunction(method) and not inspect.isgeneratorfunction(method)
+
+
+# -- IterableWrapper(deepcopy=True): a pass cannot change the source ------------------------------
+
+#: Types whose objects cannot change in place: an item of one of these is yielded without a copy.
+_IMMUTABLE = frozenset(
+    {int, float, complex, bool, str, bytes, type(None), type(Ellipsis), range}
+    | {type(t(0)) for t in (numpy.int8, numpy.int16, numpy.int32, numpy.int64, numpy.uint8, numpy.uint16,
+                            numpy.uint32, numpy.uint64, numpy.float16, numpy.float32, numpy.float64, numpy.bool_)}
+)
+
+
+def _may_change(iterable: Any) -> bool:
+    """Whether a pass over ``iterable`` may yield an item it could change in place. A ``range``,
+    ``str`` or ``bytes`` cannot; a list or tuple cannot when every item is of an :data:`_IMMUTABLE`
+    type (checked in C, about 20 ns per item); anything else is assumed to."""
+    kind = type(iterable)
+    if kind is range or kind is str or kind is bytes:
+        return False
+    if kind is list or kind is tuple:
+        return not set(map(type, iterable)) <= _IMMUTABLE
+    return True
+
+
+def _copies(it: Iterator[T], stage: Any) -> Iterator[T]:
+    """The items of ``it``, each mutable one deep-copied as it is read; an item that cannot be
+    copied passes as it is, with torch's warning (once per pass). Closing closes ``it``."""
+    deep = copy.deepcopy
+    immutable = _IMMUTABLE
+    warned = False
+    try:
+        for item in it:
+            if type(item) in immutable:
+                yield item
+                continue
+            try:
+                copied = deep(item)
+            except Exception as e:  # noqa: BLE001 - any failure of __deepcopy__/__reduce__: pass it as it is
+                if not warned:
+                    warned = True
+                    warnings.warn(
+                        f"{stage_label(stage)}: an item of type {type(item).__name__} cannot be deep-copied "
+                        f"({type(e).__name__}: {e}), so it is yielded as it is (and others like it, without "
+                        f"another warning in this pass). The input iterable can not be deepcopied, please be "
+                        f"aware of in-place modification would affect source data.",
+                        UserWarning,
+                        stacklevel=2,
+                    )
+                copied = item
+            yield copied
+    finally:
+        close_iterator(it)
 
 
 # -- the position of a pass over a source (checkpoint and resume) -----------------------------------
@@ -264,9 +319,14 @@ class IterableWrapper(IterDataPipe[T]):
             wrap a list, or a class whose ``__iter__`` builds the generator, to iterate again.
             An async iterable (an async generator listing a bucket, say) is driven on the engine's
             event-loop thread with a small bounded read-ahead, and closed when the pass is.
-        deepcopy: copy the iterable at the start of each pass (its first ``next()``), so a pass
-            that mutates items does not change the next one. Off by default (copying is slow and
-            rarely needed).
+        deepcopy: yield deep copies of the items (``True``, the default, as torch's), so a pass
+            that mutates its items in place does not change the source, and the next pass sees the
+            items as they were. Items that cannot change (numbers, strings, bytes, ``None``) are not
+            copied: a ``range``, ``str`` or ``bytes`` source, or a list or tuple holding only such
+            items, costs nothing (the list's items are checked at each ``iter()``, about 20 ns
+            each); any other item costs one ``copy.deepcopy`` when it is read. An item that cannot
+            be deep-copied (an open file, a lock) is yielded as it is, with one warning per pass.
+            ``False`` yields the source's own objects.
 
     Yields:
         The items of ``iterable``, in order. Nothing is read before the first ``next()``: an
@@ -294,7 +354,7 @@ class IterableWrapper(IterDataPipe[T]):
 
     _defer = False  # iter() of the iterable waits for the first next() (set by __init__)
 
-    def __init__(self, iterable: Iterable[T] | AsyncIterable[T], deepcopy: bool = False) -> None:
+    def __init__(self, iterable: Iterable[T] | AsyncIterable[T], deepcopy: bool = True) -> None:
         kind = type(iterable)
         self._async = hasattr(kind, "__aiter__") and not hasattr(kind, "__iter__")
         if not (self._async or hasattr(kind, "__iter__") or hasattr(kind, "__getitem__")):
@@ -331,14 +391,14 @@ class IterableWrapper(IterDataPipe[T]):
         # Nothing is copied, read or opened before the first next().
         iterable = self.iterable
         run = _SourceRun(hasattr(type(iterable), "__len__"))
-        if self.deepcopy:
-            it: Iterator[T] = _deferred(lambda: iter(copy.deepcopy(iterable)), run)
-        elif self._defer:
-            it = _deferred(lambda: iter(iterable), run)
+        if self._defer:
+            it: Iterator[T] = _deferred(lambda: iter(iterable), run)
         else:
             own = iter(iterable)
             # A sequence's own iterator is the pass, at no cost per item; any other is counted.
             it = run.open_now(own) if _indexed(own, run.sized) else _deferred(lambda: own, run)
+        if self.deepcopy and _may_change(iterable):
+            it = _copies(it, self)
         _pass.track(self, run)
         return it
 
@@ -421,11 +481,12 @@ class Header(IterDataPipe[T]):
     ``len()`` is ``min(limit, len(source))``; ``TypeError`` where the source has no length (unlike
     torchdata, which guesses ``limit`` with a warning: the source may be shorter).
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper(range(100)).header(3))
-    [0, 1, 2]
-    >>> len(IterableWrapper(range(2)).header(3))
-    2
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper(range(100)).header(3))
+        [0, 1, 2]
+        >>> len(IterableWrapper(range(2)).header(3))
+        2
 
     See also: :class:`Cycler`.
     """
@@ -530,11 +591,12 @@ class Cycler(IterDataPipe[T]):
 
     ``len()`` is ``count * len(source)``; ``TypeError`` when cycling forever.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper(range(3)).cycle(2))
-    [0, 1, 2, 0, 1, 2]
-    >>> list(IterableWrapper("ab").cycle().header(5))
-    ['a', 'b', 'a', 'b', 'a']
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper(range(3)).cycle(2))
+        [0, 1, 2, 0, 1, 2]
+        >>> list(IterableWrapper("ab").cycle().header(5))
+        ['a', 'b', 'a', 'b', 'a']
 
     See also: :class:`Header` to take a finite prefix of an endless cycle.
     """
@@ -616,9 +678,10 @@ class Enumerator(IterDataPipe[tuple[int, T]]):
 
     ``len()`` is the source's length.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper("abc").enumerate(starting_index=1))
-    [(1, 'a'), (2, 'b'), (3, 'c')]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper("abc").enumerate(starting_index=1))
+        [(1, 'a'), (2, 'b'), (3, 'c')]
     """
 
     def __init__(self, source_datapipe: IterDataPipe[T], starting_index: int = 0) -> None:
@@ -824,10 +887,11 @@ class InMemoryCacheHolder(IterDataPipe[T]):
     saved while reading the cache replays the source (exact where the source repeats its items)
     and fills it.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> pipe = IterableWrapper(range(4)).map(lambda x: x * x).in_memory_cache()
-    >>> list(pipe), list(pipe)
-    ([0, 1, 4, 9], [0, 1, 4, 9])
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> pipe = IterableWrapper(range(4)).map(lambda x: x * x).in_memory_cache()
+        >>> list(pipe), list(pipe)
+        ([0, 1, 4, 9], [0, 1, 4, 9])
     """
 
     #: once filled, later passes read the cache and never build the source (see datapipes._pass.unbuilt)

@@ -454,7 +454,7 @@ class TestRepeater:
 
     def test_same_object(self):
         item = [1]
-        a, b, c = W([item]).repeat(3)
+        a, b, c = W([item], deepcopy=False).repeat(3)
         assert a is b is c is item
 
     def test_arguments(self):

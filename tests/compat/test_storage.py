@@ -690,7 +690,7 @@ class TestCompressedLoaders:
 
     def test_closing_closes_the_compressed_stream(self, cls, name, compress):
         raw = io.BytesIO(compress(b"A"))
-        [(_, stream)] = list(getattr(IterableWrapper([("a", raw)]), name)())
+        [(_, stream)] = list(getattr(IterableWrapper([("a", raw)], deepcopy=False), name)())
         stream.close()
         assert raw.closed
 

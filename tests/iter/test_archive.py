@@ -108,7 +108,7 @@ class TestTarArchiveLoader:
     def test_members_stay_valid_after_the_archive_moves_on(self):
         tar = make_tar([(f"{i}.bin", os.urandom(700)) for i in range(20)])
         source = io.BytesIO(tar)
-        members = list(IterableWrapper([("x.tar", source)]).load_from_tar())
+        members = list(IterableWrapper([("x.tar", source)], deepcopy=False).load_from_tar())
         assert source.closed  # the archive's stream is closed once read
         random.Random(0).shuffle(members)
         for path, stream in members:
@@ -154,7 +154,7 @@ class TestTarArchiveLoader:
     def test_closes_streams_on_error(self):
         bad = io.BytesIO(b"garbage" * 200)
         with pytest.raises(tarfile.ReadError):
-            list(IterableWrapper([("x.tar", bad)]).load_from_tar())
+            list(IterableWrapper([("x.tar", bad)], deepcopy=False).load_from_tar())
         assert bad.closed
 
     def test_len(self):
@@ -320,7 +320,7 @@ class TestDecompressor:
     def test_lazy_and_closes_the_source(self):
         blob = gzip.compress(os.urandom(1 << 20))
         source = io.BytesIO(blob)
-        (path, reader), = list(IterableWrapper([("r.gz", source)]).decompress())
+        (path, reader), = list(IterableWrapper([("r.gz", source)], deepcopy=False).decompress())
         assert reader.read(10) and source.tell() < len(blob) // 4
         reader.close()
         assert source.closed
@@ -345,7 +345,7 @@ class TestDecompressor:
     def test_unknown_extension_names_file(self):
         s = io.BytesIO(b"x")
         with pytest.raises(ValueError, match="cannot tell the compression of 'data.bin'") as info:
-            list(IterableWrapper([("data.bin", s)]).decompress())
+            list(IterableWrapper([("data.bin", s)], deepcopy=False).decompress())
         assert s.closed and notes(info.value)
 
     def test_zstd(self):

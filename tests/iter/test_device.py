@@ -114,7 +114,7 @@ class TestPinMemory:
     @pytest.mark.usefixtures("no_cuda")
     def test_passes_through_without_cuda_and_warns_once_per_process(self):
         items = [nested(i) for i in range(3)]
-        pipe = IterableWrapper(items).pin_memory()
+        pipe = IterableWrapper(items, deepcopy=False).pin_memory()
         with pytest.warns(RuntimeWarning, match=r"^PinMemory\(2\): pinning is skipped, items pass through unpinned: "
                                                 r"CUDA is not available \(torch.cuda.is_available\(\) is False\)$") as record:
             first = list(pipe.map(lambda x: x))
@@ -123,7 +123,7 @@ class TestPinMemory:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             assert list(pipe) == items  # a second pass: no second warning
-            assert list(IterableWrapper(items).pin_memory(buffer_size=1)) == items  # nor from another pipe
+            assert list(IterableWrapper(items, deepcopy=False).pin_memory(buffer_size=1)) == items  # nor from another pipe
 
     @pytest.mark.usefixtures("no_cuda")
     def test_pass_through_starts_no_thread(self):
@@ -332,7 +332,7 @@ class TestDeviceMover:
                        expected=[plain(i) for i in range(3)], build=lambda src: src.to_device("cpu", collate=False),
                        probe_data=probe)
         items = [nested(i) for i in range(3)]
-        pipe = IterableWrapper(items).to_device("cpu", collate=False)
+        pipe = IterableWrapper(items, deepcopy=False).to_device("cpu", collate=False)
         for got, want in zip(pipe, items):
             assert all(g is w for g, w in zip(tensors_of(got), tensors_of(want)))  # already there: no copy
             assert type(got["pair"]) is Pair and type(got["batch"]) is Batch and got["pair"].b is want["pair"].b
@@ -345,7 +345,7 @@ class TestDeviceMover:
 
     def test_default_converts_an_item_without_stacking_it(self):
         items = [nested(i) for i in range(3)]
-        for got, want in zip(DeviceMover(source_datapipe=IterableWrapper(items), device=torch.device("cpu")), items):
+        for got, want in zip(DeviceMover(source_datapipe=IterableWrapper(items, deepcopy=False), device=torch.device("cpu")), items):
             assert all(g is w for g, w in zip(tensors_of(got), tensors_of(want)))  # a batch already: kept
             b = got["pair"].b
             assert type(b) is torch.Tensor and b.dtype == torch.float64 and b.tolist() == [1.0, 1.0]
@@ -681,7 +681,7 @@ class TestConversion:
 
     def test_tensors_and_dicts_of_tensors_pass_as_they_are(self):
         t, d = torch.arange(6).reshape(2, 3), {"x": torch.ones(2, 2), "n": torch.tensor([1, 2])}
-        out = list(IterableWrapper([t, d, (t, "a")]).to_device("cpu"))
+        out = list(IterableWrapper([t, d, (t, "a")], deepcopy=False).to_device("cpu"))
         assert out[0] is t and out[1]["x"] is d["x"] and out[1]["n"] is d["n"] and out[2][0] is t
 
     def test_batches_of_collated_batches_are_stacked(self):
@@ -704,14 +704,14 @@ class TestConversion:
         items = [np.arange(4)[::-1], read_only, {"s": np.float32(1.5), "names": np.array(["a", "b"])}]
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # a read-only array is copied, not aliased with a warning
-            out = list(IterableWrapper(items).to_device("cpu"))
+            out = list(IterableWrapper(items, deepcopy=False).to_device("cpu"))
         assert out[0].tolist() == [3, 2, 1, 0] and out[1].tolist() == [0, 1, 2]
         out[1][0] = 9
         assert read_only[0] == 0
         assert out[2]["s"].dtype == torch.float32 and out[2]["s"].item() == 1.5
         assert isinstance(out[2]["names"], np.ndarray)  # strings have no tensor: left as they are
         writable = np.zeros(2)
-        assert np.shares_memory(list(IterableWrapper([writable]).to_device("cpu"))[0].numpy(), writable)  # no copy
+        assert np.shares_memory(list(IterableWrapper([writable], deepcopy=False).to_device("cpu"))[0].numpy(), writable)  # no copy
 
     def test_items_without_any_tensor_raise_naming_stage_item_and_type(self):
         got = []

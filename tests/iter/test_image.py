@@ -44,7 +44,7 @@ class TestImageDecoder:
         want = np.asarray(Image.open(io.BytesIO(PNG)))
         streams = [io.BytesIO(PNG), io.BytesIO(PNG)]
         items = [PNG, bytearray(PNG), memoryview(PNG), streams[0], ("p.png", streams[1]), ("q.png", PNG)]
-        out = list(IterableWrapper(items).decode_image())
+        out = list(IterableWrapper(items, deepcopy=False).decode_image())
         for a in out[:4]:
             assert np.array_equal(a, want)
         assert [p for p, _ in out[4:]] == ["p.png", "q.png"]
@@ -100,7 +100,7 @@ class TestImageDecoder:
     def test_corrupt_jpeg_names_file(self):
         bad = io.BytesIO(JPEG[:400])
         with pytest.raises(OSError) as info:
-            list(IterableWrapper([("ok.jpg", io.BytesIO(JPEG)), ("bad.jpg", bad)]).decode_image())
+            list(IterableWrapper([("ok.jpg", io.BytesIO(JPEG)), ("bad.jpg", bad)], deepcopy=False).decode_image())
         assert notes(info.value) == ["[datapipes] raised in stage ImageDecoder at file 'bad.jpg', item 1"]
         assert bad.closed
         with pytest.raises(UnidentifiedImageError) as info:

@@ -138,7 +138,7 @@ class TestCSVParser:
         big = b"".join(b"%d,row\n" % i for i in range(100_000))
         for errors in ("ignore", "strict"):
             stream = Tracked(big)
-            it = iter(IterableWrapper([("big.csv", stream)]).parse_csv(errors=errors))
+            it = iter(IterableWrapper([("big.csv", stream)], deepcopy=False).parse_csv(errors=errors))
             assert next(it) == ["0", "row"]
             assert stream.high <= 64 * 1024 < len(big)
             it.close()
@@ -146,11 +146,11 @@ class TestCSVParser:
 
     def test_closes_streams(self):
         streams = [io.BytesIO(b"1\n2\n"), io.BytesIO(b"3\n")]
-        assert list(IterableWrapper([("a", streams[0]), ("b", streams[1])]).parse_csv()) == [["1"], ["2"], ["3"]]
+        assert list(IterableWrapper([("a", streams[0]), ("b", streams[1])], deepcopy=False).parse_csv()) == [["1"], ["2"], ["3"]]
         assert all(s.closed for s in streams)
         bad = io.BytesIO(b'"open\n')
         with pytest.raises(csv.Error):
-            list(IterableWrapper([("bad.csv", bad)]).parse_csv(strict=True))
+            list(IterableWrapper([("bad.csv", bad)], deepcopy=False).parse_csv(strict=True))
         assert bad.closed
 
     def test_unterminated_quote_names_file_and_lines(self):
@@ -225,11 +225,11 @@ class TestCSVParser:
     def test_the_failure_is_the_very_exception_object(self):
         err = ConnectionResetError("reset")
         with pytest.raises(ConnectionResetError) as info:
-            list(IterableWrapper([("a.csv", Raising(b"1,2\n", err))]).parse_csv())
+            list(IterableWrapper([("a.csv", Raising(b"1,2\n", err))], deepcopy=False).parse_csv())
         assert info.value is err
         assert notes(err) == ["[datapipes] raised in stage CSVParser at file 'a.csv', line 2"]
         err = ConnectionResetError("reset")
-        pipe = IterableWrapper([("a.csv", Raising(b"1,2\n", err)), ("b.csv", io.BytesIO(b"3\n"))]).parse_csv(on_error="skip")
+        pipe = IterableWrapper([("a.csv", Raising(b"1,2\n", err)), ("b.csv", io.BytesIO(b"3\n"))], deepcopy=False).parse_csv(on_error="skip")
         assert list(pipe) == [["1", "2"], ["3"]]
         assert pipe.failures.recent[0].exception is err
 
@@ -395,7 +395,7 @@ class TestJsonParser:
 
     def test_closes_streams(self):
         s = io.BytesIO(b"{}")
-        list(IterableWrapper([("a.json", s)]).parse_json_files())
+        list(IterableWrapper([("a.json", s)], deepcopy=False).parse_json_files())
         assert s.closed
 
     def test_invalid_json_names_file_and_line(self):
@@ -465,7 +465,7 @@ class TestLineReader:
 
     def test_reads_lazily(self):
         stream = Tracked(b"line\n" * 100_000)
-        it = iter(IterableWrapper([("big.txt", stream)]).readlines(decode=True))
+        it = iter(IterableWrapper([("big.txt", stream)], deepcopy=False).readlines(decode=True))
         assert next(it) == ("big.txt", "line")
         assert stream.high <= 64 * 1024
         it.close()

@@ -4,6 +4,9 @@ InMemoryCacheHolder [in_memory_cache]."""
 import copy
 import gc
 import pickle
+import threading
+import types
+from collections import deque
 
 import numpy as np
 import pytest
@@ -89,18 +92,64 @@ class TestIterableWrapper:
 
         assert list(IterableWrapper(Seq())) == [0, 10, 20]
 
-    def test_deepcopy_option_isolates_passes(self):
+    def test_deepcopy_by_default_isolates_passes(self):
         def mutate(item):
             item.append("seen")
             return item
 
-        plain = IterableWrapper([[1], [2]]).map(mutate)
-        list(plain)
-        assert list(plain) == [[1, "seen", "seen"], [2, "seen", "seen"]]  # the same objects again
-        copied = IterableWrapper([[1], [2]], deepcopy=True).map(mutate)
+        copied = IterableWrapper([[1], [2]]).map(mutate)  # deepcopy=True, as torch's default
         assert list(copied) == [[1, "seen"], [2, "seen"]]
         assert list(copied) == [[1, "seen"], [2, "seen"]]
         assert copied.datapipe.iterable == [[1], [2]]
+        plain = IterableWrapper([[1], [2]], deepcopy=False).map(mutate)
+        list(plain)
+        assert list(plain) == [[1, "seen", "seen"], [2, "seen", "seen"]]  # the same objects again
+
+    @pytest.mark.parametrize("source", [
+        [{"a": 1}, {"a": 2}],                  # a list of dicts
+        ({"a": 1}, {"a": 2}),                  # a tuple
+        {0: None, 1: None},                    # keys of a dict: immutable, nothing to copy
+        deque([{"a": 1}, {"a": 2}]),           # another sequence
+        [1, "x", {"a": 2}],                    # mostly immutable items, one dict
+    ])
+    def test_deepcopy_copies_what_could_change(self, source):
+        pipe = IterableWrapper(source)
+        items = list(pipe)
+        for got, original in zip(items, source):
+            assert got == original
+            assert (got is original) == (not isinstance(original, dict))
+        for item in items:  # mutating what a pass yielded leaves the source alone
+            if isinstance(item, dict):
+                item["a"] = "changed"
+        assert list(pipe) == list(source)
+
+    def test_deepcopy_costs_nothing_for_immutable_sources(self):
+        items = [1, 2.5, "s", b"b", None, True, np.int64(3), np.float32(1.5)]
+        for source in (items, tuple(items), range(5), "abc", b"xy"):
+            pipe = IterableWrapper(source)
+            it = iter(pipe)
+            assert type(it) is not types.GeneratorType  # the sequence's own iterator: no copying stage
+            assert list(it) == list(source)
+
+    def test_deepcopy_of_an_uncopyable_item_warns_once_per_pass_and_yields_it(self):
+        lock = threading.Lock()
+        other = threading.Lock()
+        pipe = IterableWrapper([lock, {"a": 1}, other])
+        with pytest.warns(UserWarning, match=r"IterableWrapper.*type lock cannot be deep-copied.*"
+                                              r"The input iterable can not be deepcopied") as record:
+            items = list(pipe)
+        assert items[0] is lock and items[2] is other and items[1] == {"a": 1}
+        assert len([w for w in record if "deep-copied" in str(w.message)]) == 1
+
+    def test_deepcopy_keeps_resume_exact(self):
+        source = [{"i": i} for i in range(10)]
+        it = iter(IterableWrapper(source))
+        first = [next(it) for _ in range(4)]
+        state = it.state_dict()
+        it.close()
+        resumed = iter(IterableWrapper(source))
+        resumed.load_state_dict(state)
+        assert first + list(resumed) == source
 
     def test_copy_deepcopy_of_the_pipe(self):
         data = [[1], [2]]
