@@ -1,8 +1,8 @@
 """Map-style pipes (``MapDataPipe``): indexable, with a length known at call time.
 
 Importing this package registers every pipe's functional name: ``map``, ``batch``, ``concat``,
-``zip``, ``shuffle`` and ``to_iter_datapipe`` on :class:`MapDataPipe`, and ``to_map_datapipe`` on
-:class:`~datapipes.IterDataPipe`.
+``zip``, ``shuffle``, ``in_memory_cache``, ``unzip`` and ``to_iter_datapipe`` on
+:class:`MapDataPipe`, and ``to_map_datapipe`` on :class:`~datapipes.IterDataPipe`.
 
 >>> from datapipes.map import SequenceWrapper
 >>> pipe = SequenceWrapper(range(10)).map(lambda x: x * x).batch(4)
@@ -11,8 +11,8 @@ Importing this package registers every pipe's functional name: ``map``, ``batch`
 >>> list(pipe.to_iter_datapipe())
 [[0, 1, 4, 9], [16, 25, 36, 49], [64, 81]]
 
-Indices. ``pipe[i]`` reads one item on demand; nothing is cached (except the loaded dict of
-:class:`IterToMapConverter`). The positional pipes (:class:`Batcher`, :class:`Concater`,
+Indices. ``pipe[i]`` reads one item on demand; nothing is cached (except by
+:class:`InMemoryCacheHolder`, and the loaded dict of :class:`IterToMapConverter`). The positional pipes (:class:`Batcher`, :class:`Concater`,
 :class:`Zipper`) take ints (anything with ``__index__``) and count negative indices from the end,
 as a list does; an index out of range raises ``IndexError`` whose message names the stage and its
 length and ends in torch's words for that stage (``Concater (length 5): Index 7 is out of

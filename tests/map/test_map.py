@@ -100,8 +100,8 @@ class TestRegistry:
 
     def test_all_exports(self):
         assert set(dmap.__all__) == {
-            "Batcher", "Concater", "IterToMapConverter", "MapDataPipe", "MapToIterConverter", "Mapper",
-            "SequenceWrapper", "Shuffler", "Zipper",
+            "Batcher", "Concater", "InMemoryCacheHolder", "IterToMapConverter", "MapDataPipe",
+            "MapToIterConverter", "Mapper", "SequenceWrapper", "Shuffler", "UnZipper", "Zipper",
         }
 
     def test_repr_and_graph(self):
