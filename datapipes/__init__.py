@@ -20,6 +20,12 @@ from .profiling import profile
 from . import iter  # noqa: A004 - a submodule, deliberately not in __all__
 from . import map  # noqa: A004 - a submodule, deliberately not in __all__
 
+# torchdata exports MapToIterConverter from its iter package too. It lives with the map-style pipes
+# (which import the iterable-style ones, not the other way round), so it joins datapipes.iter here,
+# where both are imported: ``from datapipes.iter import MapToIterConverter`` works as in torchdata.
+iter.MapToIterConverter = map.MapToIterConverter  # type: ignore[attr-defined]
+iter.__all__ = sorted({*iter.__all__, "MapToIterConverter"})
+
 __version__ = "0.1.0"
 
 __all__ = [

@@ -54,7 +54,7 @@ from .._engine import abandon
 from ..errors import add_stage_note, policy_and_log
 from .parsing import _REWRAP, _close, _item, _next_count, _on_fail, _open_item, _pair, _read_run, _ReadRun, _reopener, _STARTED
 
-__all__ = ["Decompressor", "TarArchiveLoader", "WebDatasetGrouper", "ZipArchiveLoader"]
+__all__ = ["Decompressor", "TarArchiveLoader", "WebDataset", "WebDatasetGrouper", "ZipArchiveLoader"]
 
 
 def _member_path(archive: Any, name: str) -> str:
@@ -192,14 +192,15 @@ class TarArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         archive and the member or entry; the stream's own errors (``OSError``, ``EOFError``) the
         same way. TypeError: an item is not a ``(path, stream)`` pair.
 
-    >>> import io, tarfile
-    >>> from datapipes.iter import IterableWrapper
-    >>> buf = io.BytesIO()
-    >>> with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-    ...     info = tarfile.TarInfo("a/b.txt"); info.size = 2
-    ...     tar.addfile(info, io.BytesIO(b"hi"))
-    >>> [(p, s.read()) for p, s in IterableWrapper([("x.tar.gz", io.BytesIO(buf.getvalue()))]).load_from_tar()]
-    [('x.tar.gz/a/b.txt', b'hi')]
+    Example:
+        >>> import io, tarfile
+        >>> from datapipes.iter import IterableWrapper
+        >>> buf = io.BytesIO()
+        >>> with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        ...     info = tarfile.TarInfo("a/b.txt"); info.size = 2
+        ...     tar.addfile(info, io.BytesIO(b"hi"))
+        >>> [(p, s.read()) for p, s in IterableWrapper([("x.tar.gz", io.BytesIO(buf.getvalue()))]).load_from_tar()]
+        [('x.tar.gz/a/b.txt', b'hi')]
 
     See also: :class:`WebDatasetGrouper` to group members into samples, :class:`ZipArchiveLoader`.
     """
@@ -310,13 +311,14 @@ class ZipArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         corrupt compressed data; each with a note naming the stage, the archive and the member.
         TypeError: an item is not a ``(path, stream)`` pair.
 
-    >>> import io, zipfile
-    >>> from datapipes.iter import IterableWrapper
-    >>> buf = io.BytesIO()
-    >>> with zipfile.ZipFile(buf, "w") as zf:
-    ...     zf.writestr("d/a.txt", b"A")
-    >>> [(p, s.read()) for p, s in IterableWrapper([("x.zip", io.BytesIO(buf.getvalue()))]).load_from_zip()]
-    [('x.zip/d/a.txt', b'A')]
+    Example:
+        >>> import io, zipfile
+        >>> from datapipes.iter import IterableWrapper
+        >>> buf = io.BytesIO()
+        >>> with zipfile.ZipFile(buf, "w") as zf:
+        ...     zf.writestr("d/a.txt", b"A")
+        >>> [(p, s.read()) for p, s in IterableWrapper([("x.zip", io.BytesIO(buf.getvalue()))]).load_from_zip()]
+        [('x.zip/d/a.txt', b'A')]
 
     See also: :class:`TarArchiveLoader`.
     """
@@ -465,10 +467,11 @@ class WebDatasetGrouper(IterDataPipe[dict[str, Any]]):
 
     ``len()`` raises ``TypeError``: the number of samples is known only after grouping.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> files = IterableWrapper([("s/a.jpg", 1), ("s/a.cls", 2), ("s/b.jpg", 3)])
-    >>> list(files.webdataset())
-    [{'__key__': 's/a', '.jpg': 1, '.cls': 2}, {'__key__': 's/b', '.jpg': 3}]
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> files = IterableWrapper([("s/a.jpg", 1), ("s/a.cls", 2), ("s/b.jpg", 3)])
+        >>> list(files.webdataset())
+        [{'__key__': 's/a', '.jpg': 1, '.cls': 2}, {'__key__': 's/b', '.jpg': 3}]
 
     See also: :class:`TarArchiveLoader`.
     """
@@ -484,6 +487,10 @@ class WebDatasetGrouper(IterDataPipe[dict[str, Any]]):
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of samples is known only after grouping")
+
+
+#: torchdata's name for :class:`WebDatasetGrouper` (``webdataset``).
+WebDataset = WebDatasetGrouper
 
 
 # -- decompression ---------------------------------------------------------------------------------
@@ -726,11 +733,12 @@ class Decompressor(IterDataPipe[tuple[Any, Any]]):
 
     ``len()`` is the source's length.
 
-    >>> import gzip, io
-    >>> from datapipes.iter import IterableWrapper
-    >>> files = IterableWrapper([("a.txt.gz", io.BytesIO(gzip.compress(b"x\\ny\\n")))])
-    >>> list(files.decompress().readlines(return_path=False))
-    [b'x', b'y']
+    Example:
+        >>> import gzip, io
+        >>> from datapipes.iter import IterableWrapper
+        >>> files = IterableWrapper([("a.txt.gz", io.BytesIO(gzip.compress(b"x\\ny\\n")))])
+        >>> list(files.decompress().readlines(return_path=False))
+        [b'x', b'y']
 
     See also: :class:`TarArchiveLoader`, :class:`~datapipes.iter.LineReader`.
     """

@@ -544,11 +544,12 @@ class OnDiskCacheHolder(IterDataPipe[Any]):
 
     ``len()`` raises ``TypeError``: which items are cached is known only when they are looked up.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> list(IterableWrapper(["a"]).on_disk_cache())
-    Traceback (most recent call last):
-    ...
-    RuntimeError: OnDiskCacheHolder: Please call `end_caching()` before iteration.
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper(["a"]).on_disk_cache())
+        Traceback (most recent call last):
+        ...
+        RuntimeError: OnDiskCacheHolder: Please call `end_caching()` before iteration.
 
     See also: :class:`EndOnDiskCacheHolder`, :class:`~datapipes.iter.InMemoryCacheHolder`.
     """
@@ -669,14 +670,15 @@ class EndOnDiskCacheHolder(IterDataPipe[str]):
 
     ``len()`` raises ``TypeError``: an item may give several files.
 
-    >>> import os, tempfile
-    >>> from datapipes.iter import IterableWrapper
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     local = lambda url: os.path.join(d, url.rsplit("/", 1)[-1])
-    ...     urls = IterableWrapper(["https://example.com/x.txt"]).on_disk_cache(filepath_fn=local)
-    ...     pipe = urls.map(lambda url: (url, b"payload")).end_caching(same_filepath_fn=True)
-    ...     [(os.path.basename(p), open(p, "rb").read()) for p in pipe]
-    [('x.txt', b'payload')]
+    Example:
+        >>> import os, tempfile
+        >>> from datapipes.iter import IterableWrapper
+        >>> with tempfile.TemporaryDirectory() as d:
+        ...     local = lambda url: os.path.join(d, url.rsplit("/", 1)[-1])
+        ...     urls = IterableWrapper(["https://example.com/x.txt"]).on_disk_cache(filepath_fn=local)
+        ...     pipe = urls.map(lambda url: (url, b"payload")).end_caching(same_filepath_fn=True)
+        ...     [(os.path.basename(p), open(p, "rb").read()) for p in pipe]
+        [('x.txt', b'payload')]
 
     See also: :class:`OnDiskCacheHolder`, :class:`HttpReader`.
     """
@@ -812,8 +814,8 @@ def _check_hashes(pipe: HashChecker, it: Iterator[Any]) -> Iterator[tuple[Any, A
 
 @functional_datapipe("check_hash")
 class HashChecker(IterDataPipe[tuple[Any, Any]]):
-    """Check the hash of each file of ``(path, data)`` pairs against ``hash_dict`` (functional name:
-    ``check_hash``).
+    """Check the hash of each file of ``(path, data)`` pairs against ``hash_dict``
+    (functional name: ``check_hash``).
 
     Args:
         source_datapipe: a pipe of ``(path, data)`` pairs: ``data`` is ``bytes``, ``str`` (hashed
@@ -835,12 +837,13 @@ class HashChecker(IterDataPipe[tuple[Any, Any]]):
 
     ``len()`` is the source's length.
 
-    >>> import hashlib, io
-    >>> from datapipes.iter import IterableWrapper
-    >>> digest = hashlib.sha256(b"abc").hexdigest()
-    >>> pipe = IterableWrapper([("a.bin", io.BytesIO(b"abc"))]).check_hash({"a.bin": digest})
-    >>> [(path, stream.read()) for path, stream in pipe]
-    [('a.bin', b'abc')]
+    Example:
+        >>> import hashlib, io
+        >>> from datapipes.iter import IterableWrapper
+        >>> digest = hashlib.sha256(b"abc").hexdigest()
+        >>> pipe = IterableWrapper([("a.bin", io.BytesIO(b"abc"))]).check_hash({"a.bin": digest})
+        >>> [(path, stream.read()) for path, stream in pipe]
+        [('a.bin', b'abc')]
 
     See also: :class:`OnDiskCacheHolder` (its ``hash_dict``).
     """
@@ -920,7 +923,9 @@ def _http_opener(pipe: Any) -> Callable[[Any], Any]:
 
     stage = stage_label(pipe)
     fs = fsspec.filesystem("http", client_kwargs={"timeout": _client_timeout(pipe.timeout)})
-    kw = {**_request_kwargs(pipe.query_params), "block_size": 0}
+    # block_size=0: a streamed GET; a size given: fsspec skips the HEAD it sends to learn the size
+    # (a stream has no use for it), so a download is one request, as with requests in torchdata.
+    kw = {**_request_kwargs(pipe.query_params), "block_size": 0, "size": -1}
     retries, backoff, skip = pipe.retries, pipe.backoff, pipe.skip_on_error
 
     def open_url(url: Any) -> Any:
@@ -1002,9 +1007,10 @@ class HttpReader(_HttpBase):
     Implemented on fsspec's HTTP file system (aiohttp) rather than requests; ``len()`` is the
     source's length (unknown with ``skip_on_error=True``).
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> IterableWrapper(["https://example.com/a.txt"]).read_from_http(timeout=30)
-    IterableWrapper -> HttpReader
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> IterableWrapper(["https://example.com/a.txt"]).read_from_http(timeout=30)
+        IterableWrapper -> HttpReader
 
     See also: :class:`OnlineReader`, :class:`~datapipes.iter.FSSpecFileOpener`.
     """
@@ -1044,9 +1050,10 @@ class OnlineReader(_HttpBase):
     Raises:
         As :class:`HttpReader`.
 
-    >>> from datapipes.iter import IterableWrapper
-    >>> IterableWrapper(["https://example.com/a.txt"]).read_from_remote()
-    IterableWrapper -> OnlineReader
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> IterableWrapper(["https://example.com/a.txt"]).read_from_remote()
+        IterableWrapper -> OnlineReader
 
     See also: :class:`HttpReader`.
     """
@@ -1137,11 +1144,12 @@ class Bz2FileLoader(_CompressedLoader):
     ``TypeError`` (the renamed path cannot be opened again): read with ``decompress()``, which
     keeps the path, to resume inside files.
 
-    >>> import bz2, io
-    >>> from datapipes.iter import IterableWrapper
-    >>> files = IterableWrapper([("a.txt.bz2", io.BytesIO(bz2.compress(b"hello")))])
-    >>> [(path, stream.read()) for path, stream in files.load_from_bz2()]
-    [('a.txt', b'hello')]
+    Example:
+        >>> import bz2, io
+        >>> from datapipes.iter import IterableWrapper
+        >>> files = IterableWrapper([("a.txt.bz2", io.BytesIO(bz2.compress(b"hello")))])
+        >>> [(path, stream.read()) for path, stream in files.load_from_bz2()]
+        [('a.txt', b'hello')]
 
     See also: :class:`XzFileLoader`, :class:`~datapipes.iter.Decompressor`.
     """
@@ -1169,11 +1177,12 @@ class XzFileLoader(_CompressedLoader):
 
     Checkpoint: as :class:`Bz2FileLoader`.
 
-    >>> import io, lzma
-    >>> from datapipes.iter import IterableWrapper
-    >>> files = IterableWrapper([("a.txt.xz", io.BytesIO(lzma.compress(b"hello")))])
-    >>> [(path, stream.read()) for path, stream in files.load_from_xz()]
-    [('a.txt', b'hello')]
+    Example:
+        >>> import io, lzma
+        >>> from datapipes.iter import IterableWrapper
+        >>> files = IterableWrapper([("a.txt.xz", io.BytesIO(lzma.compress(b"hello")))])
+        >>> [(path, stream.read()) for path, stream in files.load_from_xz()]
+        [('a.txt', b'hello')]
 
     See also: :class:`Bz2FileLoader`, :class:`~datapipes.iter.Decompressor`.
     """
@@ -1261,15 +1270,16 @@ class Extractor(IterDataPipe[tuple[Any, Any]]):
     ``len()`` is the source's length when ``file_type`` names a compression (one item each);
     otherwise ``TypeError``.
 
-    >>> import gzip, io, tarfile
-    >>> from datapipes.iter import IterableWrapper
-    >>> buf = io.BytesIO()
-    >>> with tarfile.open(fileobj=buf, mode="w") as tar:
-    ...     info = tarfile.TarInfo("m.txt"); info.size = 1
-    ...     tar.addfile(info, io.BytesIO(b"m"))
-    >>> files = IterableWrapper([("a.tar", io.BytesIO(buf.getvalue())), ("b.txt.gz", io.BytesIO(gzip.compress(b"b")))])
-    >>> [(path, stream.read()) for path, stream in files.extract()]
-    [('a.tar/m.txt', b'm'), ('b.txt.gz', b'b')]
+    Example:
+        >>> import gzip, io, tarfile
+        >>> from datapipes.iter import IterableWrapper
+        >>> buf = io.BytesIO()
+        >>> with tarfile.open(fileobj=buf, mode="w") as tar:
+        ...     info = tarfile.TarInfo("m.txt"); info.size = 1
+        ...     tar.addfile(info, io.BytesIO(b"m"))
+        >>> files = IterableWrapper([("a.tar", io.BytesIO(buf.getvalue())), ("b.txt.gz", io.BytesIO(gzip.compress(b"b")))])
+        >>> [(path, stream.read()) for path, stream in files.extract()]
+        [('a.tar/m.txt', b'm'), ('b.txt.gz', b'b')]
 
     See also: :class:`~datapipes.iter.Decompressor`, :class:`~datapipes.iter.TarArchiveLoader`.
     """
@@ -1660,20 +1670,21 @@ class TFRecordLoader(IterDataPipe[dict[str, Any]]):
     pass opens it again through the opener upstream (or copies an in-memory stream into the
     state, as the readers of :mod:`datapipes.iter.parsing` do) and reads past them.
 
-    >>> import io, struct
-    >>> from datapipes.iter import IterableWrapper
-    >>> def varint(n):
-    ...     out = b""
-    ...     while n > 0x7F:
-    ...         out += bytes([n & 0x7F | 0x80]); n >>= 7
-    ...     return out + bytes([n])
-    >>> def field(number, payload):
-    ...     return varint(number << 3 | 2) + varint(len(payload)) + payload
-    >>> feature = field(3, field(1, varint(7)))  # Feature{int64_list: Int64List{value: [7]}} (packed)
-    >>> example = field(1, field(1, field(1, b"label") + field(2, feature)))
-    >>> record = struct.pack("<Q", len(example)) + b"\\0" * 4 + example + b"\\0" * 4
-    >>> list(IterableWrapper([("a.tfrecord", io.BytesIO(record))]).load_from_tfrecord(length_check=False))
-    [{'label': tensor([7])}]
+    Example:
+        >>> import io, struct
+        >>> from datapipes.iter import IterableWrapper
+        >>> def varint(n):
+        ...     out = b""
+        ...     while n > 0x7F:
+        ...         out += bytes([n & 0x7F | 0x80]); n >>= 7
+        ...     return out + bytes([n])
+        >>> def field(number, payload):
+        ...     return varint(number << 3 | 2) + varint(len(payload)) + payload
+        >>> feature = field(3, field(1, varint(7)))  # Feature{int64_list: Int64List{value: [7]}} (packed)
+        >>> example = field(1, field(1, field(1, b"label") + field(2, feature)))
+        >>> record = struct.pack("<Q", len(example)) + b"\\0" * 4 + example + b"\\0" * 4
+        >>> list(IterableWrapper([("a.tfrecord", io.BytesIO(record))]).load_from_tfrecord(length_check=False))
+        [{'label': tensor([7])}]
 
     See also: :class:`~datapipes.iter.FileOpener`.
     """
