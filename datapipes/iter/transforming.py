@@ -27,6 +27,7 @@ from operator import itemgetter
 from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVar
 
 from .. import _pass
+from .._chunk import DataChunk
 from .._engine import abandon, close_iterator
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
@@ -97,7 +98,7 @@ def _in_batch_shuffle(pipe: InBatchShuffler, it: Iterator[Any], run: _RngRun) ->
     n = 0
     try:
         for batch in it:
-            yield sample(batch, len(batch))
+            yield DataChunk(sample(batch, len(batch)))
             n += 1
     except Exception as e:
         if raised_at(e, _SAMPLE_LINES):
@@ -120,7 +121,8 @@ class InBatchShuffler(IterDataPipe[list[T]]):
         datapipe: the source pipe, yielding batches (lists, tuples or other sequences).
 
     Yields:
-        For each batch, a new list of its items in a random order; the batches keep their order.
+        For each batch, a new :class:`~datapipes.DataChunk` of its items in a random order; the
+        batches keep their order.
 
     Raises:
         TypeError: a batch is not a sequence (a set, a generator), as ``random.sample`` raises it,
@@ -128,8 +130,8 @@ class InBatchShuffler(IterDataPipe[list[T]]):
 
     Seeds: a random stage, as :class:`~datapipes.iter.Shuffler`: same seed (:meth:`set_seed`), same
     order; each ``set_epoch(n)`` reshuffles; unseeded passes draw their seed from torch's global
-    generator. ``set_shuffle(False)`` passes the batches through unchanged. Unlike torchdata, which
-    yields ``DataChunk`` objects, each batch is a plain ``list``.
+    generator. ``set_shuffle(False)`` passes the batches through unchanged. As torchdata's, each
+    shuffled batch is a :class:`~datapipes.DataChunk` (a ``list``).
 
     ``len()`` is the source's length.
 
@@ -512,16 +514,16 @@ def _bucketize(pipe: MaxTokenBucketizer, it: Iterator[Any], run: _BucketizeRun) 
                     full = add(length, x, limit, padding)
                     if full is not None:
                         run.read = n
-                        yield full
+                        yield DataChunk(full)
         run.read = n
         while heap:
             length, _, x = pop(heap)
             full = add(length, x, limit, padding)
             if full is not None:
-                yield full
+                yield DataChunk(full)
         if run.batch:
             full, run.batch = run.batch, []
-            yield full
+            yield DataChunk(full)
     except Exception as e:
         if raised_at(e, _LEN_FN_LINES):
             add_stage_note(e, stage_label(pipe), n)
@@ -559,9 +561,8 @@ class MaxTokenBucketizer(IterDataPipe[list[T]]):
         include_padding: count each batch as padded to its longest item.
 
     Yields:
-        Lists of items, within a batch in increasing length. Items of equal length come in
-        torchdata's order (the heap's, not the source's). Unlike torchdata, which yields
-        ``DataChunk`` objects, each batch is a plain ``list``.
+        :class:`~datapipes.DataChunk` batches (lists, as torchdata's), within a batch in increasing
+        length. Items of equal length come in torchdata's order (the heap's, not the source's).
 
     Raises:
         ValueError: ``min_len`` below 0 or above ``max_len``; ``max_len`` above

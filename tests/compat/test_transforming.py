@@ -17,7 +17,7 @@ from collections import defaultdict
 
 import pytest
 
-from datapipes import IterDataPipe, graph_settings
+from datapipes import DataChunk, IterDataPipe, graph_settings
 from datapipes.iter import (
     BatchMapper,
     InBatchShuffler,
@@ -80,7 +80,7 @@ class TestInBatchShuffler:
     def test_each_batch_is_a_permutation_and_batches_keep_their_order(self):
         out = list(IterableWrapper(range(40)).batch(8).in_batch_shuffle())
         assert [sorted(b) for b in out] == [list(range(i, i + 8)) for i in range(0, 40, 8)]
-        assert all(type(b) is list for b in out)
+        assert all(type(b) is DataChunk for b in out)  # as torchdata
 
     def test_draws_are_random_sample_of_the_pass_generator(self, monkeypatch):
         monkeypatch.setattr(InBatchShuffler, "_pass_seed", lambda self: 1234)
@@ -346,6 +346,11 @@ def words(n, seed=0):
 
 
 class TestMaxTokenBucketizer:
+
+    def test_batches_are_datachunks_as_torchdata(self):
+        out = list(IterableWrapper(["a", "bb", "ccc", "d"]).max_token_bucketize(4, buffer_size=2))
+        assert out and all(type(b) is DataChunk for b in out)
+        assert sorted(x for b in out for x in b) == ["a", "bb", "ccc", "d"]
     def test_torchdata_examples(self):
         source = IterableWrapper(["1", "11", "1", "1111", "111", "1", "11", "11", "111"])
         assert list(source.max_token_bucketize(max_token_count=5)) == \
