@@ -8,7 +8,7 @@
 # keep_key=True, ...). Stages that count skipped failures (on_error="skip") return their own class
 # where its element type is as precise, so ``pipe.map(f, on_error="skip").failures`` type-checks.
 
-from collections.abc import AsyncIterable, Callable, Coroutine, Hashable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, Awaitable, Callable, Coroutine, Hashable, Iterable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import IO, Any, Generic, Literal, TypeVar, overload
 
@@ -421,6 +421,26 @@ class IterMethods(Generic[T_co]):
         scheduled_tasks: int = ...,
         max_workers: int | None = ...,
         **threadpool_kwargs: Any,
+    ) -> IterDataPipe[Any]: ...
+    @overload
+    def async_map_batches(
+        self,
+        async_fn: Callable[[T_co], Awaitable[U]],
+        batch_size: int,
+        input_col: None = ...,
+        output_col: None = ...,
+        max_concurrency: int = ...,
+        flatten: Literal[True] = ...,
+    ) -> IterDataPipe[U]: ...
+    @overload
+    def async_map_batches(
+        self,
+        async_fn: Callable[..., Awaitable[Any]],
+        batch_size: int,
+        input_col: _Col | None = ...,
+        output_col: _Col | None = ...,
+        max_concurrency: int = ...,
+        flatten: bool = ...,
     ) -> IterDataPipe[Any]: ...
 
     # -- storage.py: on-disk cache, hashes, HTTP, single compressed files, TFRecord ---------------

@@ -7,6 +7,7 @@ Where torchdata's output depends on its algorithm (the draws of ``shuffled_flatm
 of ``max_token_bucketize``), a small reference written from torchdata's documented behaviour runs
 beside ours with the same generator."""
 
+import asyncio
 import dataclasses
 import heapq
 import pickle
@@ -19,6 +20,7 @@ import pytest
 
 from datapipes import DataChunk, IterDataPipe, graph_settings
 from datapipes.iter import (
+    BatchAsyncMapper,
     BatchMapper,
     InBatchShuffler,
     IterableWrapper,
@@ -693,3 +695,56 @@ class TestThreadPoolMapper:
     def test_pickles(self):
         pipe = IterableWrapper(range(5)).threadpool_map(lambda x: -x, max_workers=2)
         assert list(pickle.loads(pickle.dumps(pipe))) == [0, -1, -2, -3, -4]
+
+
+async def _times_ten(x):
+    await asyncio.sleep(random.random() / 1000)  # completion order shuffled on purpose
+    return x * 10
+
+
+class TestBatchAsyncMapper:
+    def test_source_order_flat_and_batched(self):
+        pipe = IterableWrapper(range(23)).async_map_batches(_times_ten, batch_size=4)
+        assert isinstance(pipe, BatchAsyncMapper) and pipe.concurrency == 4
+        assert list(pipe) == [x * 10 for x in range(23)] and len(pipe) == 23
+        batched = IterableWrapper(range(7)).async_map_batches(_times_ten, 3, flatten=False)
+        out = list(batched)
+        assert out == [[0, 10, 20], [30, 40, 50], [60]] and all(type(b) is DataChunk for b in out)
+        assert len(batched) == 3
+
+    def test_columns_as_torchdata(self):
+        rows = [(i, i) for i in range(4)]
+        assert list(IterableWrapper(rows).async_map_batches(_times_ten, 2, input_col=1)) == [(i, i * 10) for i in range(4)]
+        assert list(IterableWrapper(rows).async_map_batches(_times_ten, 2, input_col=1, output_col=-1)) == [
+            (i, i, i * 10) for i in range(4)]
+
+    def test_concurrency_is_capped_by_max_concurrency(self):
+        assert IterableWrapper(range(3)).async_map_batches(_times_ten, 64, max_concurrency=5).concurrency == 5
+
+    def test_errors_pass_through_with_a_note(self):
+        async def fails(x):
+            if x == 3:
+                raise KeyError(x)
+            return x
+
+        with pytest.raises(KeyError) as info:
+            list(IterableWrapper(range(6)).async_map_batches(fails, 2))
+        assert any("BatchAsyncMapper" in n for n in info.value.__notes__)
+
+    def test_bad_arguments(self):
+        src = IterableWrapper(range(3))
+        with pytest.raises(TypeError, match="async_fn must be a coroutine function"):
+            src.async_map_batches(lambda x: x, 2)
+        with pytest.raises(ValueError, match="batch_size"):
+            src.async_map_batches(_times_ten, 0)
+        with pytest.raises(ValueError, match="max_concurrency"):
+            src.async_map_batches(_times_ten, 2, max_concurrency=0)
+        with pytest.raises(TypeError, match="flatten must be a bool"):
+            src.async_map_batches(_times_ten, 2, flatten="no")
+
+    def test_contract_pickle_and_resume(self):
+        check_datapipe(IterableWrapper(range(12)).async_map_batches(_times_ten, 4), expected=[x * 10 for x in range(12)])
+        check_datapipe(IterableWrapper(range(5)).async_map_batches(_times_ten, 2, flatten=False),
+                       expected=[[0, 10], [20, 30], [40]])
+        clone = pickle.loads(pickle.dumps(IterableWrapper(range(4)).async_map_batches(_times_ten, 2)))
+        assert list(clone) == [0, 10, 20, 30]
