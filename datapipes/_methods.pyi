@@ -21,6 +21,8 @@ from .iter.fileio import FileOpener
 from .iter.image import ImageDecoder
 from .iter.parsing import JsonParser
 from .iter.remote import FSSpecFileOpener
+from .iter.parquet import ParquetDataFrameLoader
+from .iter.s3 import S3FileLoader
 from .iter.storage import HttpReader, OnlineReader
 
 T_co = TypeVar("T_co", covariant=True)
@@ -442,6 +444,84 @@ class IterMethods(Generic[T_co]):
         max_concurrency: int = ...,
         flatten: bool = ...,
     ) -> IterDataPipe[Any]: ...
+
+    # -- s3.py: torchdata's S3 pipes on fsspec and s3fs (the pipe's items are s3:// URLs) -----------
+    def list_files_by_s3(
+        self,
+        length: int = ...,
+        request_timeout_ms: int = ...,
+        region: str = ...,
+        masks: str | list[str] = ...,
+        *,
+        recursive: bool = ...,
+        retries: int = ...,
+        backoff: float = ...,
+        **storage_options: Any,
+    ) -> IterDataPipe[str]: ...
+    def load_files_by_s3(
+        self,
+        request_timeout_ms: int = ...,
+        region: str = ...,
+        buffer_size: int | None = ...,
+        multi_part_download: bool | None = ...,
+        *,
+        kwargs_for_open: dict[str, Any] | None = ...,
+        retries: int = ...,
+        backoff: float = ...,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+        **storage_options: Any,
+    ) -> S3FileLoader: ...
+
+    # -- parquet.py: paths or (path, stream) pairs -> rows, record batches, tables (pyarrow) ---------
+    # (rows are dicts; batches are pyarrow.RecordBatch and tables pyarrow.Table, typed Any so that
+    # type-checking needs no pyarrow)
+    @overload
+    def parse_parquet(
+        self,
+        *,
+        columns: Sequence[str] | None = ...,
+        batch_size: int = ...,
+        as_batches: Literal[False] = ...,
+        return_path: Literal[False] = ...,
+        use_threads: bool = ...,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+    ) -> IterDataPipe[dict[str, Any]]: ...
+    @overload
+    def parse_parquet(
+        self,
+        *,
+        columns: Sequence[str] | None = ...,
+        batch_size: int = ...,
+        as_batches: Literal[False] = ...,
+        return_path: Literal[True],
+        use_threads: bool = ...,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+    ) -> IterDataPipe[tuple[str, dict[str, Any]]]: ...
+    @overload
+    def parse_parquet(
+        self,
+        *,
+        columns: Sequence[str] | None = ...,
+        batch_size: int = ...,
+        as_batches: bool = ...,
+        return_path: bool = ...,
+        use_threads: bool = ...,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+    ) -> IterDataPipe[Any]: ...
+    def load_parquet_as_df(
+        self,
+        dtype: Any = ...,
+        columns: Sequence[str] | None = ...,
+        device: str | torch.device = ...,
+        use_threads: bool = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | None = ...,
+    ) -> ParquetDataFrameLoader: ...
 
     # -- storage.py: on-disk cache, hashes, HTTP, single compressed files, TFRecord ---------------
     # (needs at the top of _methods.pyi: `from .iter.storage import HttpReader, OnlineReader`;

@@ -15,9 +15,11 @@ from . import (
     grouping as _grouping,
     image as _image,
     joining as _joining,
+    parquet as _parquet,
     parsing as _parsing,
     prefetch as _prefetch,
     remote as _remote,
+    s3 as _s3,
     sharding as _sharding,
     storage as _storage,
     transforming as _transforming,
@@ -33,9 +35,11 @@ from .fileio import *  # noqa: F401,F403
 from .grouping import *  # noqa: F401,F403
 from .image import *  # noqa: F401,F403
 from .joining import *  # noqa: F401,F403
+from .parquet import *  # noqa: F401,F403
 from .parsing import *  # noqa: F401,F403
 from .prefetch import *  # noqa: F401,F403
 from .remote import *  # noqa: F401,F403
+from .s3 import *  # noqa: F401,F403
 from .sharding import *  # noqa: F401,F403
 from .storage import *  # noqa: F401,F403
 from .transforming import *  # noqa: F401,F403
@@ -47,7 +51,8 @@ __all__ = sorted(
             m.__all__
             for m in (
                 _archive, _callable, _combinatorics, _combining, _decoding, _device, _fileio, _grouping,
-                _image, _joining, _parsing, _prefetch, _remote, _sharding, _storage, _transforming, _util,
+                _image, _joining, _parquet, _parsing, _prefetch, _remote, _s3, _sharding, _storage,
+                _transforming, _util,
             )
         )
     )
