@@ -11,6 +11,7 @@ from . import (
     combining as _combining,
     decoding as _decoding,
     device as _device,
+    distributed as _distributed,
     fileio as _fileio,
     grouping as _grouping,
     image as _image,
@@ -31,6 +32,7 @@ from .combinatorics import *  # noqa: F401,F403
 from .combining import *  # noqa: F401,F403
 from .decoding import *  # noqa: F401,F403
 from .device import *  # noqa: F401,F403
+from .distributed import *  # noqa: F401,F403
 from .fileio import *  # noqa: F401,F403
 from .grouping import *  # noqa: F401,F403
 from .image import *  # noqa: F401,F403
@@ -50,7 +52,7 @@ __all__ = sorted(
         *(
             m.__all__
             for m in (
-                _archive, _callable, _combinatorics, _combining, _decoding, _device, _fileio, _grouping,
+                _archive, _callable, _combinatorics, _combining, _decoding, _device, _distributed, _fileio, _grouping,
                 _image, _joining, _parquet, _parsing, _prefetch, _remote, _s3, _sharding, _storage,
                 _transforming, _util,
             )
