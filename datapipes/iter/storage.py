@@ -95,9 +95,17 @@ __all__ = [
     "HttpReader",
     "OnDiskCacheHolder",
     "OnlineReader",
+    "TFRecordExample",
+    "TFRecordExampleSpec",
     "TFRecordLoader",
     "XzFileLoader",
 ]
+
+#: torchdata's type of one parsed ``tf.train.Example``: feature name -> tensor (or list of them,
+#: or a list of bytes).
+TFRecordExample = dict[str, "torch.Tensor | list[torch.Tensor] | list[bytes] | list[list[bytes]]"]
+#: torchdata's type of ``load_from_tfrecord``'s ``spec``: feature name -> (shape, dtype).
+TFRecordExampleSpec = dict[str, tuple[tuple[int, ...], "torch.dtype"]]
 
 _END = object()
 _HASH_TYPES = ("sha256", "md5")
