@@ -553,7 +553,14 @@ def start(pipe: Any, iter_fn: Callable[[Any], Iterator[Any]], config: PassConfig
     with pass_.building():
         pass_.claim(pipe)
         it = _tracked(pass_, pipe, iter_fn(pipe))
+    if getattr(getattr(type(it), "__iter__", None), "_pass_hooked", False):
+        # A pipe that is its own iterator (``__iter__`` returns ``self``, items from ``__next__``, as
+        # torch DataPipes allow): read it through ``__next__``; iter() of it would start a new pass.
+        it = iter(it.__next__, _NEVER)
     return PassIterator(it, pass_)
+
+
+_NEVER = object()  # a sentinel no ``__next__`` returns: the pass ends at StopIteration
 
 
 class _StatefulIterator:

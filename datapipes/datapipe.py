@@ -21,6 +21,7 @@ import functools
 import inspect
 import pickle
 import sys
+import threading
 from typing import Any, Callable, Iterator, TypeVar
 
 import cloudpickle
@@ -75,13 +76,30 @@ def _by_reference(obj: Any) -> bool:
     return True
 
 
+#: ids of the callables whose way of pickling this thread is deciding (see :func:`_portable`)
+_deciding = threading.local()
+
+
 def _portable(value: Any) -> Any:
     """``value`` ready for plain pickle: callables that need it go by value (one level into lists,
-    tuples and dicts, where transforms usually live); everything else is left to the pickler."""
+    tuples and dicts, where transforms usually live); everything else is left to the pickler.
+
+    Deciding pickles the callable once on its own (by name, else through cloudpickle). A callable
+    that leads back to itself (a pipe's own bound method as the ``fn`` of a stage inside it, a lambda
+    closing over its pipe) is met again while it is being decided: it is then left to the pickler
+    at work, whose memo closes the cycle, instead of deciding it again and again without end."""
     if isinstance(value, (IterDataPipe, MapDataPipe)):
         return value
     if callable(value):
-        return value if _by_reference(value) else _ByValue(value)
+        ids = _deciding.__dict__.setdefault("ids", set())
+        key = id(value)
+        if key in ids:
+            return value
+        ids.add(key)
+        try:
+            return value if _by_reference(value) else _ByValue(value)
+        finally:
+            ids.discard(key)
     kind = type(value)
     if len(value) > 64 if kind in (list, tuple, dict) else False:
         return value  # data, not a list of transforms: leave it to the pickler unscanned

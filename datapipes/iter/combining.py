@@ -66,12 +66,21 @@ import weakref
 from collections import deque
 from typing import Any, Callable, Iterator, Literal, NoReturn, TypeVar
 
-import cloudpickle
-
 from .. import _pass
 from .._engine import abandon
 from .._engine import close_iterator as _close_iterator
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe
+from ..datapipe import (
+    IterDataPipe,
+    _ByValue,
+    _by_reference,
+    _new_instance,
+    _portable,
+    functional_datapipe,
+    len_unknown,
+    require_callable,
+    require_int,
+    require_pipe,
+)
 from ..errors import add_stage_note
 
 __all__ = ["Concater", "Demultiplexer", "Forker", "Multiplexer", "Zipper"]
@@ -453,15 +462,12 @@ def _weak(pass_: _pass.Pass | None) -> Any:
     return None if pass_ is None else weakref.ref(pass_)
 
 
-def _rebuild_hub(payload: bytes) -> Any:
-    cls, config = cloudpickle.loads(payload)
-    hub = cls.__new__(cls)
+def _configure_hub(hub: Any, config: tuple[Any, ...]) -> None:
     hub._configure(*config)
-    return hub
 
 
-def _rebuild_child(cls: type, hub: Any, instance_id: int) -> Any:
-    return cls(hub, instance_id)
+def _init_child(child: Any, state: tuple[Any, int]) -> None:
+    child.__init__(*state)
 
 
 class _Hub(ABC):
@@ -546,8 +552,14 @@ class _Hub(ABC):
                 p.done[j] = True
                 self._release(p, j)
 
-    def __reduce_ex__(self, protocol: Any) -> tuple[Callable[[bytes], Any], tuple[bytes]]:
-        return _rebuild_hub, (cloudpickle.dumps((type(self), self._config())),)
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # Created first, then configured (pickle's state_setter): the pickler's memo holds the hub
+        # before its source and functions are pickled, so a cycle through them (a classifier that
+        # is a bound method of a pipe holding the children) closes, and a source shared with other
+        # branches stays shared.
+        cls = type(self)
+        config = tuple(_portable(v) for v in self._config())
+        return _new_instance, (cls if _by_reference(cls) else _ByValue(cls),), config, None, None, _configure_hub
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         new = type(self).__new__(type(self))
@@ -749,7 +761,16 @@ class _HubChild(IterDataPipe[T]):
         self._hub.forget(pass_)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        return _rebuild_child, (type(self), self._hub, self.instance_id)
+        torch_base = self._torch_base
+        if torch_base.reduce_ex_hook is not None:  # torch's graph walk (see IterDataPipe.__reduce_ex__)
+            try:
+                return torch_base.reduce_ex_hook(self)
+            except NotImplementedError:
+                pass
+        if torch_base.getstate_hook is not None:  # what torch's walk follows: the shared source
+            return _new_instance, (type(self),), torch_base.getstate_hook({"datapipe": self._hub.datapipe})
+        # Created first, then given its hub (see _Hub.__reduce_ex__): cycles through the hub close.
+        return _new_instance, (type(self),), (self._hub, self.instance_id), None, None, _init_child
 
     def __copy__(self) -> Any:
         return type(self)(self._hub, self.instance_id)
