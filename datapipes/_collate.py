@@ -296,9 +296,11 @@ def _columns(samples: Sequence[Any], path: _Path) -> list[Any]:
     return [_collate(col, (*path, j)) for j, col in enumerate(zip(*samples))]
 
 
-def _tuples(samples: Sequence[Any], path: _Path) -> tuple[Any, ...]:
+def _tuples(samples: Sequence[Any], path: _Path) -> list[Any]:
+    # A list, as torch's default_collate makes of tuples (code written for it indexes, unpacks or
+    # appends to the result; a namedtuple stays one).
     _same_type(samples, path)
-    return tuple(_columns(samples, path))
+    return _columns(samples, path)
 
 
 def _lists(samples: Sequence[Any], path: _Path) -> list[Any]:
@@ -312,7 +314,7 @@ def _sequence_subclass(samples: Sequence[Any], path: _Path) -> Any:
     try:
         return type(samples[0])(cols)
     except TypeError:
-        return tuple(cols) if isinstance(samples[0], tuple) else cols
+        return cols  # as default_collate, when the type cannot be built from a list
 
 
 def _namedtuples(samples: Sequence[Any], path: _Path) -> Any:
@@ -413,10 +415,9 @@ def collate(batch: Sequence[Any]) -> Any:
         - PIL images of one mode and size -> a ``(N, C, H, W)`` tensor, channels first as
           torchvision has them, of the dtype ``numpy.asarray(image)`` gives (``uint8`` for RGB and L);
         - ``str`` and ``bytes`` stay as a list of the values;
-        - dicts keep their keys, tuples stay tuples, lists stay lists, namedtuples and dataclasses
-          stay instances of their class (a dataclass batch is made without calling its ``__init__``),
-          each field collated in turn. Unlike torch's ``default_collate``, tuples are not turned into
-          lists.
+        - the containers are ``default_collate``'s: dicts keep their keys, tuples and lists become
+          lists, namedtuples and dataclasses stay instances of their class (a dataclass batch is made
+          without calling its ``__init__``), each field collated in turn.
 
         Inside a DataLoader worker the batched CPU tensors are allocated in shared memory, so handing
         them to the main process costs no extra copy.
@@ -431,8 +432,8 @@ def collate(batch: Sequence[Any]) -> Any:
 
     >>> import torch
     >>> collate([(torch.zeros(2), 1, "a"), (torch.ones(2), 2, "b")])
-    (tensor([[0., 0.],
-            [1., 1.]]), tensor([1, 2]), ['a', 'b'])
+    [tensor([[0., 0.],
+            [1., 1.]]), tensor([1, 2]), ['a', 'b']]
     >>> collate([{"y": 1}, {"y": "one"}])
     Traceback (most recent call last):
     ...

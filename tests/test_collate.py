@@ -115,12 +115,35 @@ class TestCollate:
         assert collate([np.str_("a"), "b"]) == ["a", "b"]
 
     # -- structure -----------------------------------------------------------------------------------
-    def test_tuples_stay_tuples_and_lists_stay_lists(self):
-        out = collate([(np.zeros(2, np.float32), 1), (np.ones(2, np.float32), 2)])
-        assert type(out) is tuple and out[1].tolist() == [1, 2] and out[0].tolist() == [[0, 0], [1, 1]]
+    def test_tuples_and_lists_become_lists_as_default_collate(self):
+        samples = [(np.zeros(2, np.float32), 1), (np.ones(2, np.float32), 2)]
+        out = collate(samples)
+        assert type(out) is list and out[1].tolist() == [1, 2] and out[0].tolist() == [[0, 0], [1, 1]]
+        assert type(default_collate(samples)) is list
         out = collate([[1, "a"], [2, "b"]])
         assert type(out) is list and out[0].tolist() == [1, 2] and out[1] == ["a", "b"]
-        assert collate([(), ()]) == ()
+        assert collate([(), ()]) == [] == default_collate([(), ()])
+
+    def test_same_containers_as_default_collate(self):
+        nt = collections.namedtuple("NT", "a b")
+        cases = [
+            [(1, 2.0), (3, 4.0)],
+            [{"x": (1, [2, 3])}, {"x": (4, [5, 6])}],
+            [nt(1, (2, 3)), nt(4, (5, 6))],
+            [collections.OrderedDict(a=(1, 2)), collections.OrderedDict(a=(3, 4))],
+        ]
+
+        def shape(v):
+            if isinstance(v, torch.Tensor):
+                return ("tensor", v.dtype, tuple(v.shape))
+            if isinstance(v, dict):
+                return (type(v), {k: shape(x) for k, x in v.items()})
+            if isinstance(v, (list, tuple)):
+                return (type(v), [shape(x) for x in v])
+            return v
+
+        for samples in cases:
+            assert shape(collate(samples)) == shape(default_collate(samples)), samples
 
     def test_dicts_keep_their_keys_and_type(self):
         out = collate([{"x": 1, "y": "a"}, {"y": "b", "x": 2}])
@@ -327,7 +350,7 @@ class TestMapConverted:
 class TestMapCollated:
     def test_lists_are_collated_other_items_converted(self):
         out = map_collated([(np.zeros(2), 1), (np.ones(2), 2)], lambda x: x)
-        assert type(out) is tuple and out[0].shape == (2, 2) and out[1].tolist() == [1, 2]
+        assert type(out) is list and out[0].shape == (2, 2) and out[1].tolist() == [1, 2]
         d = {"x": torch.ones(3)}
         assert map_collated(d, lambda x: x)["x"] is d["x"]
         assert map_collated(np.zeros((2, 2)), lambda x: x).shape == (2, 2)  # one item: converted, not split
@@ -343,9 +366,9 @@ class TestCollator:
     def test_contract(self):
         samples = [(np.full(2, i, np.float32), i) for i in range(5)]
         expected = [
-            (torch.tensor([[0.0, 0.0], [1.0, 1.0]]), torch.tensor([0, 1])),
-            (torch.tensor([[2.0, 2.0], [3.0, 3.0]]), torch.tensor([2, 3])),
-            (torch.tensor([[4.0, 4.0]]), torch.tensor([4])),
+            [torch.tensor([[0.0, 0.0], [1.0, 1.0]]), torch.tensor([0, 1])],
+            [torch.tensor([[2.0, 2.0], [3.0, 3.0]]), torch.tensor([2, 3])],
+            [torch.tensor([[4.0, 4.0]]), torch.tensor([4])],
         ]
         pipe = IterableWrapper(samples).batch(2).collate()
         check_datapipe(pipe, expected=expected, build=lambda src: src.batch(2).collate())

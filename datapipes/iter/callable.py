@@ -1003,7 +1003,7 @@ class Collator(IterDataPipe[Any]):
     Example:
         >>> from datapipes.iter import IterableWrapper
         >>> list(IterableWrapper([(1, "a"), (2, "b"), (3, "c")]).batch(2).collate())
-        [(tensor([1, 2]), ['a', 'b']), (tensor([3]), ['c'])]
+        [[tensor([1, 2]), ['a', 'b']], [tensor([3]), ['c']]]
 
     See also: :func:`datapipes._collate.collate`, :class:`~datapipes.iter.Batcher`,
     :class:`~datapipes.iter.PinMemory`, :class:`~datapipes.iter.DeviceMover`.

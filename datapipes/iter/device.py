@@ -624,8 +624,8 @@ class DeviceMover(IterDataPipe[Any]):
         >>> from datapipes.iter import IterableWrapper
         >>> samples = IterableWrapper([(np.zeros(2, np.float32), 0), (np.ones(2, np.float32), 1)])
         >>> list(samples.batch(2).to_device("cpu"))  # a list of samples becomes batched tensors
-        [(tensor([[0., 0.],
-                [1., 1.]]), tensor([0, 1]))]
+        [[tensor([[0., 0.],
+                [1., 1.]]), tensor([0, 1])]]
 
     See also: :class:`CudaMover` (``to_cuda``), :class:`PinMemory` (``pin_memory``),
     :func:`datapipes.collate`.

@@ -665,7 +665,7 @@ class TestConversion:
         theirs = list(pipe.collate().to_device("cpu", collate=False))
         assert len(ours) == len(theirs) == 2
         for a, b in zip(ours, theirs):
-            assert type(a) is tuple and all(torch.equal(x, y) and x.dtype == y.dtype for x, y in zip(a, b))
+            assert type(a) is list and all(torch.equal(x, y) and x.dtype == y.dtype for x, y in zip(a, b))
 
     def test_a_batch_already_collated_is_not_stacked_again(self):
         # samples that are lists of two same-shaped arrays: collate() makes [images, masks], a list that
