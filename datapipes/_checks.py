@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["require_callable", "require_int"]
+__all__ = ["ArgumentError", "ArgumentTypeError", "require_callable", "require_int"]
+
+
+class ArgumentError(ValueError, AssertionError):
+    """A bad argument value where torch DataPipes ``assert`` (``batch_size=0``, ``buffer_size=0``, ...):
+    a ``ValueError`` that is also an ``AssertionError``, so code written for torch that catches
+    ``AssertionError`` keeps working. The message names the stage and the argument, then ends with
+    torch's own phrase."""
+
+
+class ArgumentTypeError(TypeError, AssertionError):
+    """As :class:`ArgumentError`, for a ``TypeError`` (an argument of the wrong kind) where torch
+    DataPipes ``assert``."""
 
 
 def require_callable(value: Any, stage: str, name: str, optional: bool = False) -> None:
@@ -16,19 +28,31 @@ def require_callable(value: Any, stage: str, name: str, optional: bool = False) 
         raise TypeError(f"{stage}: {name} must be callable, got {type(value).__name__}")
 
 
-def require_int(value: Any, stage: str, name: str, minimum: int | None = None, optional: bool = False) -> None:
+def require_int(
+    value: Any, stage: str, name: str, minimum: int | None = None, optional: bool = False, torch_assert: str | None = None
+) -> None:
     """Raise ``TypeError``/``ValueError`` naming ``stage`` and ``name`` unless ``value`` is an int
     (not a bool) of at least ``minimum`` (or None when ``optional``).
+
+    ``torch_assert``: where torch DataPipes ``assert`` the minimum, their message; a value below
+    it then raises :class:`ArgumentError` (also an ``AssertionError``), ending with that message.
 
     >>> require_int(3, "Batcher", "batch_size", minimum=1)
     >>> require_int(0, "Batcher", "batch_size", minimum=1)
     Traceback (most recent call last):
     ...
     ValueError: Batcher: batch_size must be >= 1, got 0
+    >>> require_int(0, "Batcher", "batch_size", minimum=1, torch_assert="Batch size is required to be larger than 0!")
+    Traceback (most recent call last):
+    ...
+    datapipes._checks.ArgumentError: Batcher: batch_size must be >= 1, got 0; Batch size is required to be larger than 0!
     """
     if value is None and optional:
         return
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{stage}: {name} must be an int, got {type(value).__name__}")
     if minimum is not None and value < minimum:
-        raise ValueError(f"{stage}: {name} must be >= {minimum}, got {value}")
+        message = f"{stage}: {name} must be >= {minimum}, got {value}"
+        if torch_assert is None:
+            raise ValueError(message)
+        raise ArgumentError(f"{message}; {torch_assert}")

@@ -139,8 +139,8 @@ class IterMethods(Generic[T_co]):
     @overload
     def filter(
         self,
-        filter_fn: Callable[[Any], object],
-        input_col: Hashable,
+        filter_fn: Callable[..., object],
+        input_col: Hashable | Sequence[Hashable],
         *,
         on_error: _OnError = ...,
         max_failures: int | None = ...,
@@ -826,9 +826,11 @@ class MapMethods(Generic[T_co]):
     """The functional methods of ``MapDataPipe``."""
 
     @overload
+    def map(self) -> MapDataPipe[T_co]: ...
+    @overload
     def map(self, fn: Callable[[T_co], U], input_col: None = ..., output_col: None = ...) -> MapDataPipe[U]: ...
     @overload
-    def map(self, fn: Callable[..., Any], input_col: _Col, output_col: _Col | None = ...) -> MapDataPipe[Any]: ...
+    def map(self, fn: Callable[..., Any] = ..., input_col: _Col = ..., output_col: _Col | None = ...) -> MapDataPipe[Any]: ...
     @overload
     def batch(self, batch_size: int, drop_last: bool = ...) -> MapDataPipe[list[T_co]]: ...
     @overload

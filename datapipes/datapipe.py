@@ -301,6 +301,52 @@ def len_unknown(pipe: Any, why: str) -> TypeError:
     return TypeError(f"{stage_label(pipe)} has no len(): {why}; {type(pipe).__name__} instance doesn't have valid length")
 
 
+#: What a ``TypeError`` from ``len()`` says when the object has no length: Python's own words, torch
+#: DataPipes' and ours (:func:`len_unknown`), the map-style base's, torchdata's "length relies on ...".
+_NO_LEN_PHRASES = ("has no len()", "doesn't have valid length", "defines no __len__", "length relies on")
+_TORCH_LEN_TAIL = " instance doesn't have valid length"
+
+
+def lacks_len(source: Any, error: TypeError) -> bool:
+    """True when ``error``, raised by ``len(source)``, says that ``source`` has no length (its type
+    defines no ``__len__``, or its ``__len__`` says so), rather than coming from a bug inside it."""
+    if not hasattr(type(source), "__len__"):
+        return True
+    text = str(error)
+    return any(phrase in text for phrase in _NO_LEN_PHRASES)
+
+
+def source_len(stage: Any, source: Any, name: str = "datapipe") -> int:
+    """``len(source)``, for a ``stage.__len__`` that delegates to its source ``name``.
+
+    When ``source`` has no length, raises :func:`len_unknown` for ``stage``, naming ``name`` and the
+    first reason down the chain (the stages between that only delegate are not repeated), so the
+    message ends with torch's phrase "<Class> instance doesn't have valid length". Any other error
+    of ``len(source)`` (a ``ValueError``, or a ``TypeError`` that is not about a missing length)
+    propagates as the same object. With a length, the cost is one call and a ``try`` (free).
+
+    >>> from datapipes.iter import IterableWrapper
+    >>> len(IterableWrapper(iter([1])).map(abs))
+    Traceback (most recent call last):
+    ...
+    TypeError: Mapper(abs) has no len(): datapipe has no len() (IterableWrapper has no len(): its source, a list_iterator, has no len()); Mapper instance doesn't have valid length
+    """
+    try:
+        return len(source)
+    except TypeError as e:
+        if not lacks_len(source, e):
+            raise
+        root = getattr(e, "_len_root", None)  # set below: the reason found deepest down the chain
+        if root is None:
+            root = str(e)
+            head, sep, tail = root.rpartition("; ")
+            if sep and tail.endswith(_TORCH_LEN_TAIL):
+                root = head  # the reason alone: torch's phrase comes once, at the end
+        err = len_unknown(stage, f"{name} has no len() ({root})")
+        err._len_root = root  # type: ignore[attr-defined]
+        raise err from None
+
+
 def require_pipe(value: Any, stage: str, name: str = "datapipe", kind: type | tuple[type, ...] | None = None) -> None:
     """Raise ``TypeError`` naming ``stage`` and ``name`` unless ``value`` is a pipe of ``kind``
     (default: :class:`IterDataPipe`)."""

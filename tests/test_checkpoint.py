@@ -38,10 +38,10 @@ ORDERED = {
     "async": lambda: StatefulSource(60).map(ajitter, concurrency=8),
     "seeded rng": lambda: StatefulSource(60).map(
         lambda x, rng: (x, rng.random()), concurrency=3, rng="python").set_seed(3),
-    "serial chain": lambda: StatefulSource(60).map(lambda x: x + 1).filter(lambda x: x % 3).map(str),
+    "serial chain": lambda: StatefulSource(60).map(lambda x: x + 1).filter(lambda x: x % 3 != 0).map(str),
     "prefetch": lambda: StatefulSource(60).map(jitter, concurrency=2).prefetch(5),
     "nested prefetch": lambda: StatefulSource(60).prefetch(3).map(jitter, concurrency=2).prefetch(2).filter(
-        lambda x: x % 7),
+        lambda x: x % 7 != 0),
     "skip failures": lambda: StatefulSource(60).map(lambda x: 1 // (x % 5), concurrency=3, on_error="skip"),
     "processes": lambda: StatefulSource(60).map(lambda x: x * 10, concurrency=2, executor="process", chunksize=3),
     "processes, seeded": lambda: StatefulSource(40).map(lambda x, rng: (x, rng.random()), concurrency=2,

@@ -49,7 +49,7 @@ from itertools import chain, islice
 from typing import Any, Callable, Iterator
 
 from .. import _pass
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
+from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
 from .._engine import abandon
 from ..errors import add_stage_note, policy_and_log
 from .parsing import _REWRAP, _close, _item, _next_count, _on_fail, _open_item, _pair, _read_run, _ReadRun, _reopener, _STARTED
@@ -779,4 +779,4 @@ class Decompressor(IterDataPipe[tuple[Any, Any]]):
         return lambda path, n: _decompressed(self, stage, path, reopen(path, n), n)
 
     def __len__(self) -> int:
-        return len(self.source_datapipe)  # type: ignore[arg-type]
+        return source_len(self, self.source_datapipe, "source_datapipe")

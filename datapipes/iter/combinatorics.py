@@ -24,7 +24,8 @@ from torch.utils.data import SequentialSampler
 
 from .. import _pass
 from .._engine import abandon
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
+from .._checks import ArgumentTypeError
+from ..datapipe import IterDataPipe, functional_datapipe, lacks_len, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from .util import _STARTED, _deferred, _SourceRun
 
 __all__ = ["Shuffler", "Sampler", "RandomSplitter"]
@@ -204,7 +205,8 @@ class Shuffler(IterDataPipe[T]):
 
     Args:
         datapipe: the source pipe.
-        buffer_size: the number of items held for shuffling (keyword only, default 10000).
+        buffer_size: the number of items held for shuffling (keyword only, default 10000), at least 1
+            (else a ``ValueError`` that is also the ``AssertionError`` torch DataPipes raise).
         unbatch_level: unbatch the source this many levels first (``-1``: flatten fully), as
             ``datapipe.unbatch(unbatch_level)`` does; 0 (default) leaves the items as they are.
 
@@ -237,7 +239,7 @@ class Shuffler(IterDataPipe[T]):
 
     def __init__(self, datapipe: IterDataPipe[Any], *, buffer_size: int = 10000, unbatch_level: int = 0) -> None:
         require_pipe(datapipe, "Shuffler")
-        require_int(buffer_size, "Shuffler", "buffer_size", minimum=1)
+        require_int(buffer_size, "Shuffler", "buffer_size", minimum=1, torch_assert="buffer_size should be larger than 0")
         require_int(unbatch_level, "Shuffler", "unbatch_level", minimum=-1)
         self.datapipe = datapipe if unbatch_level == 0 else datapipe.unbatch(unbatch_level=unbatch_level)  # type: ignore[attr-defined]
         self.buffer_size = buffer_size
@@ -256,7 +258,7 @@ class Shuffler(IterDataPipe[T]):
         return self._run(self)
 
     def __len__(self) -> int:
-        return len(self.datapipe)  # type: ignore[arg-type]
+        return source_len(self, self.datapipe)
 
 
 # -- Sampler ---------------------------------------------------------------------------------------
@@ -355,7 +357,8 @@ class Sampler(IterDataPipe[Any]):
         What the sampler yields, in its order.
 
     Raises:
-        TypeError: ``datapipe`` has no ``len()``.
+        TypeError: ``datapipe`` has no ``len()``; also an ``AssertionError``, as torch DataPipes
+            raise, its message ending with theirs.
         TypeError / ValueError: the sampler cannot be built from these arguments (the message
             names the sampler; e.g. torch's ``RandomSampler`` refuses an empty source).
 
@@ -403,7 +406,11 @@ class Sampler(IterDataPipe[Any]):
         try:
             len(datapipe)  # type: ignore[arg-type]
         except TypeError as e:
-            raise TypeError(f"Sampler: datapipe must have a len(), which the sampler reads: {e}") from None
+            if not lacks_len(datapipe, e):
+                raise
+            # torch asserts here: the TypeError is also an AssertionError, ending with torch's words
+            raise ArgumentTypeError(f"Sampler: datapipe must have a len(), which the sampler reads: {e}; "
+                                    "Sampler class requires input datapipe implemented `__len__`") from None
         self.datapipe = datapipe
         self.sampler_args = tuple(sampler_args or ())
         self.sampler_kwargs = dict(sampler_kwargs or {})
@@ -657,7 +664,7 @@ class SplitterIterator(IterDataPipe[T]):
 
     def _total(self) -> int:
         total = self._split.total_length
-        return len(self.source_datapipe) if total is None else total  # type: ignore[arg-type]
+        return source_len(self, self.source_datapipe, "source_datapipe") if total is None else total
 
     def __iter__(self) -> Iterator[T]:
         # The split's seed is plain data shared by the children (not a pass seed): read when the

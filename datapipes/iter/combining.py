@@ -80,6 +80,7 @@ from ..datapipe import (
     require_callable,
     require_int,
     require_pipe,
+    source_len,
 )
 from ..errors import add_stage_note
 
@@ -110,10 +111,7 @@ def _check_inputs(stage: str, datapipes: tuple[Any, ...]) -> None:
 def _input_lengths(pipe: Any) -> list[int]:
     lengths = []
     for k, dp in enumerate(pipe.datapipes):
-        try:
-            lengths.append(len(dp))
-        except TypeError as e:
-            raise len_unknown(pipe, f"datapipes[{k}] has no len() ({e})") from None
+        lengths.append(source_len(pipe, dp, f"datapipes[{k}]"))
     return lengths
 
 
@@ -435,6 +433,12 @@ def _fn_name(fn: Any) -> str:
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# torch's sentences, which end our messages (code written for torch DataPipes matches on them)
+_TORCH_RESET = ("Some child DataPipes are not exhausted when __iter__ is called. We are resetting the buffer and "
+                "each child DataPipe will read from the start again.")
+_TORCH_INVALIDATED = ("This iterator has been invalidated, because a new iterator has been created from one of the "
+                      "ChildDataPipes of ")
+
 
 def _warn(message: str) -> None:
     """A ``UserWarning`` attributed to the first caller outside this package."""
@@ -584,9 +588,8 @@ class _Hub(ABC):
                 if busy:
                     _warn(
                         f"{self.label}: child {i} started a new pass while child(ren) {busy} are in the middle "
-                        "of the current one; the shared pass restarts from the beginning and their current "
-                        "iterators are invalidated. Finish or close every child's iterator before iterating "
-                        "a child again."
+                        "of the current one, so their current iterators are invalidated; finish or close every "
+                        "child's iterator before iterating a child again. " + _TORCH_RESET
                     )
                 self._pass = None
                 self._retire(
@@ -594,7 +597,7 @@ class _Hub(ABC):
                     RuntimeError(
                         f"{self.label}: this child iterator was invalidated because child {i} started a new "
                         "pass while it was in the middle of the old one; iterate the child again to read "
-                        "the new pass"
+                        f"the new pass. {_TORCH_INVALIDATED}{self.label}."
                     ),
                 )
             p = self._pass = self._new_pass(it) if plan is None else self._resumed_pass(it, plan)
@@ -963,7 +966,7 @@ class ForkerChild(_HubChild[T]):
         return _fork_child if hub.copy_fn is None else _fork_child_copy
 
     def __len__(self) -> int:
-        return len(self._hub.datapipe)
+        return source_len(self, self._hub.datapipe)
 
 
 @functional_datapipe("fork")

@@ -20,20 +20,33 @@ from __future__ import annotations
 
 import io
 from itertools import chain
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from .. import _pass
 from .._engine import abandon
 from .._engine import close_iterator as _close
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
+from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note
 from ..utils.decoder import Decoder, basichandlers, extension_extract_fn, imagehandler
 from .parsing import _from_memory, _inner, _memory_copy, _pair, _reopener
+from .util import IterableWrapper
 
 __all__ = ["RoutedDecoder", "StreamReader"]
 
 
 # -- RoutedDecoder ---------------------------------------------------------------------------------
+
+
+def _as_pipe(datapipe: Any, stage: str, name: str) -> IterDataPipe[Any]:
+    """``datapipe`` itself, or a plain iterable of items wrapped as torch's ``Iterable`` parameters
+    take it: ``IterableWrapper(datapipe, deepcopy=False)`` (the streams are the caller's own)."""
+    if isinstance(datapipe, IterDataPipe):
+        return datapipe
+    if isinstance(datapipe, (str, bytes)) or not (hasattr(type(datapipe), "__iter__") or hasattr(type(datapipe), "__getitem__")):
+        raise TypeError(
+            f"{stage}: {name} must be an IterDataPipe or an iterable of (path, data) pairs, got {type(datapipe).__name__}"
+        )
+    return IterableWrapper(datapipe, deepcopy=False)
 
 
 def _routed(pipe: RoutedDecoder, it: Iterator[Any], decode: Callable[[Any, Any], Any]) -> Iterator[tuple[Any, Any]]:
@@ -61,7 +74,9 @@ class RoutedDecoder(IterDataPipe[tuple[str, Any]]):
 
     Args:
         datapipe: a pipe of ``(path, data)`` pairs; ``data`` a binary stream (read to its end and
-            closed) or bytes.
+            closed) or bytes. Any other iterable of pairs (a list, ...) is taken as torch's is:
+            wrapped in ``IterableWrapper(datapipe, deepcopy=False)`` (a generator then gives one
+            pass only).
         handlers: the decoding handlers (see :mod:`datapipes.utils.decoder`), the first one that
             returns something other than ``None`` winning. None given: ``basichandlers`` then
             ``imagehandler("torch")`` (text, numbers, JSON, pickles, ``.pt``; images as float
@@ -97,12 +112,12 @@ class RoutedDecoder(IterDataPipe[tuple[str, Any]]):
 
     def __init__(
         self,
-        datapipe: IterDataPipe[tuple[str, Any]],
+        datapipe: Iterable[tuple[str, Any]],
         *handlers: Callable[[str, Any], Any],
         key_fn: Callable[[Any], Any] = extension_extract_fn,
     ) -> None:
         stage = "RoutedDecoder"
-        require_pipe(datapipe, stage, "datapipe")
+        datapipe = _as_pipe(datapipe, stage, "datapipe")
         for k, h in enumerate(handlers):
             require_callable(h, stage, f"handlers[{k}]")
         require_callable(key_fn, stage, "key_fn")
@@ -123,7 +138,7 @@ class RoutedDecoder(IterDataPipe[tuple[str, Any]]):
         return _routed(self, iter(self.datapipe), Decoder(*decoder.handlers, key_fn=decoder.key_fn)._decode_item)
 
     def __len__(self) -> int:
-        return len(self.datapipe)  # type: ignore[arg-type]
+        return source_len(self, self.datapipe)
 
 
 # -- StreamReader ----------------------------------------------------------------------------------

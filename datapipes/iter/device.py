@@ -37,7 +37,7 @@ from torch.utils.data import get_worker_info
 from .. import _pass
 from .._collate import map_collated, map_converted, map_tensors
 from .._engine import StageStats, abandon, background_iter
-from ..datapipe import IterDataPipe, functional_datapipe, require_callable, require_int, require_pipe, stage_label
+from ..datapipe import IterDataPipe, functional_datapipe, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note
 from ..graph import walk
 
@@ -370,7 +370,7 @@ class PinMemory(IterDataPipe[T]):
         return iter(self.source_datapipe)
 
     def __len__(self) -> int:
-        return len(self.source_datapipe)  # type: ignore[arg-type]
+        return source_len(self, self.source_datapipe, "source_datapipe")
 
 
 # -- DeviceMover / CudaMover -----------------------------------------------------------------------
@@ -666,7 +666,7 @@ class DeviceMover(IterDataPipe[Any]):
         return _move_cuda(self, device)
 
     def __len__(self) -> int:
-        return len(self.source_datapipe)  # type: ignore[arg-type]
+        return source_len(self, self.source_datapipe, "source_datapipe")
 
 
 @functional_datapipe("to_cuda")

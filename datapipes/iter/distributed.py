@@ -33,9 +33,9 @@ from .. import _pass
 from .._engine import close_iterator
 from .._engine.lifecycle import STARTED, Closeable
 from .._worker import rank_placement
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
+from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
 from ..graph import traverse
-from .sharding import SHARDING_PRIORITIES, ShardingFilter, _group
+from .sharding import SHARDING_PRIORITIES, ShardingFilter, _group, _group_name
 
 __all__ = ["FullSync", "PrefetchTimeoutError", "ShardingRoundRobinDispatcher"]
 
@@ -469,7 +469,7 @@ class FullSync(IterDataPipe[T]):
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             raise len_unknown(self, "across distributed ranks it is the least number of items over the ranks, "
                                     "known only when a pass ends")
-        return len(self.datapipe)  # type: ignore[arg-type]
+        return source_len(self, self.datapipe)
 
 
 # -- ShardingRoundRobinDispatcher ------------------------------------------------------------------
@@ -535,7 +535,7 @@ class ShardingRoundRobinDispatcher(ShardingFilter[T]):
             if group != SHARDING_PRIORITIES.MULTIPROCESSING:
                 raise ValueError(
                     f"{where}: sharding_group_filter must be SHARDING_PRIORITIES.MULTIPROCESSING (or None), as "
-                    f"torchdata's, got {group.name}; to split among ranks, put "
+                    f"torchdata's, got {_group_name(group)}; to split among ranks, put "
                     f"sharding_filter(SHARDING_PRIORITIES.DISTRIBUTED) upstream"
                 )
         self.source_datapipe = source_datapipe

@@ -50,7 +50,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
 from .. import _pass
 from .._engine import abandon
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
+from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, policy_and_log
 from .util import IterableWrapper
 
@@ -166,8 +166,10 @@ class StreamWrapper:
         # An open OS file cannot travel to another process: pickle raises TypeError naming its type.
         return (StreamWrapper, (self.file_obj, self.name))
 
-    def __repr__(self) -> str:
-        return f"StreamWrapper<{self.name!r}, {self.file_obj!r}>"
+    def __repr__(self) -> str:  # torch's form: the name unquoted, no space
+        if self.name is None:
+            return f"StreamWrapper<{self.file_obj!r}>"
+        return f"StreamWrapper<{self.name},{self.file_obj!r}>"
 
 
 # -- one pass of an opener -------------------------------------------------------------------------
@@ -299,19 +301,29 @@ def _opener_stateless(pipe: Any) -> bool:
     return pipe._policy.max_failures is None
 
 
-def _opened_len(pipe: Any, source: Any) -> int:
+def _opened_len(pipe: Any, source: Any, name: str = "datapipe") -> int:
     """The length of an opener stage over ``source``: unknown with ``on_error="skip"``."""
     if pipe._policy.skips:
         raise len_unknown(pipe, "with on_error='skip' the number of files that open is known only after iterating")
-    return len(source)
+    return source_len(pipe, source, name)
 
 
 def _paths_pipe(datapipe: Any, stage: str, name: str) -> IterDataPipe[Any]:
-    """The source of an opener: a pipe, or a list/tuple of paths wrapped as one (as torch allows)."""
+    """The source of an opener: a pipe, or any iterable of paths wrapped as one (torch's openers take
+    an ``Iterable[str]``): a list or tuple is copied now, another iterable (a generator: one pass
+    only) is wrapped as it is. A single path is refused (iterating it would give characters)."""
+    if isinstance(datapipe, IterDataPipe):
+        return datapipe
     if isinstance(datapipe, (list, tuple)):
         return IterableWrapper(list(datapipe))
-    require_pipe(datapipe, stage, name)
-    return datapipe
+    if isinstance(datapipe, (str, bytes, os.PathLike)):
+        raise TypeError(
+            f"{stage}: {name} must be an IterDataPipe or an iterable of paths, got the single path {datapipe!r:.100}; "
+            f"pass [{datapipe!r:.100}]"
+        )
+    if not (hasattr(type(datapipe), "__iter__") or hasattr(type(datapipe), "__getitem__")):
+        require_pipe(datapipe, stage, name)  # raises, naming the stage and the type
+    return IterableWrapper(datapipe, deepcopy=False)
 
 
 def _require_path(path: Any, stage: str, what: str = "path") -> None:
@@ -586,8 +598,8 @@ class FileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
     """Open local files and yield ``(path, stream)`` pairs (functional name: ``open_files``).
 
     Args:
-        datapipe: a pipe of paths (str or ``os.PathLike``), e.g. a :class:`FileLister`, or a
-            list of paths.
+        datapipe: a pipe of paths (str or ``os.PathLike``), e.g. a :class:`FileLister`, or any
+            iterable of paths as torch's (a list is copied here; a generator gives one pass).
         mode: ``"r"``/``"rt"``/``"t"`` for text (``str`` streams) or ``"rb"``/``"b"`` for binary.
         encoding: the text encoding (``None``: the locale's, as ``open``); binary mode takes none.
         length: the nominal ``len()`` (``-1``: the source's length, when known).
@@ -754,4 +766,4 @@ class Saver(IterDataPipe[str]):
         return self._run(self, iter(self.source_datapipe))
 
     def __len__(self) -> int:
-        return len(self.source_datapipe)  # type: ignore[arg-type]
+        return source_len(self, self.source_datapipe, "source_datapipe")

@@ -26,7 +26,8 @@ from typing import Any, Callable, Hashable, Iterable, Iterator, TypeVar
 from .. import _pass
 from .._chunk import DataChunk
 from .._engine import abandon
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
+from .._checks import ArgumentError
+from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
 
 __all__ = ["Batcher", "Unbatcher", "UnBatcher", "BucketBatcher", "Grouper"]
@@ -35,6 +36,11 @@ T = TypeVar("T")
 
 #: The containers :class:`Unbatcher` treats as batches.
 _BATCH = (list, tuple)
+
+#: torch DataPipes' words where they assert on the batch size (iterable- and map-style ``batch``).
+_BATCH_SIZE_ASSERT = "Batch size is required to be larger than 0!"
+_GROUP_SIZE_ASSERT = "group_size must be > 0 and <= buffer_size"
+_GUARANTEED_ASSERT = "guaranteed_group_size must be > 0 and <= group_size and group_size must be set"
 
 
 def _require_flag(value: Any, stage: str, name: str) -> bool:
@@ -124,7 +130,8 @@ class Batcher(IterDataPipe[Any]):
 
     Args:
         datapipe: the source pipe.
-        batch_size: the number of items per batch, at least 1.
+        batch_size: the number of items per batch, at least 1 (else a ``ValueError`` that is also the
+            ``AssertionError`` torch DataPipes raise).
         drop_last: drop the last batch when it holds fewer than ``batch_size`` items.
         wrapper_class: what each batch is made as: :class:`~datapipes.DataChunk` (the default, as
             torch's: a ``list`` with torch's ``DataChunk`` methods) or ``list``, built directly
@@ -164,7 +171,7 @@ class Batcher(IterDataPipe[Any]):
         wrapper_class: Callable[[list[T]], Any] = DataChunk,
     ) -> None:
         require_pipe(datapipe, "Batcher")
-        require_int(batch_size, "Batcher", "batch_size", minimum=1)
+        require_int(batch_size, "Batcher", "batch_size", minimum=1, torch_assert=_BATCH_SIZE_ASSERT)
         require_callable(wrapper_class, "Batcher", "wrapper_class")
         self.datapipe = datapipe
         self.batch_size = batch_size
@@ -180,19 +187,26 @@ class Batcher(IterDataPipe[Any]):
         return self._run(self, iter(self.datapipe))
 
     def __len__(self) -> int:
-        return _count_batches(len(self.datapipe), self.batch_size, self.drop_last)  # type: ignore[arg-type]
+        return _count_batches(source_len(self, self.datapipe), self.batch_size, self.drop_last)
 
 
 # -- Unbatcher -------------------------------------------------------------------------------------
 
 
-def _not_a_batch(pipe: Unbatcher, value: Any, path: tuple[int, ...]) -> TypeError:
+class UnbatchLevelError(TypeError, IndexError):
+    """Raised by :class:`Unbatcher` when an item at a level to flatten is not a list or tuple: a
+    ``TypeError`` (the item is of the wrong kind) that is also the ``IndexError`` torch DataPipes
+    raise there, its message ending with theirs ("unbatch_level 5 exceeds the depth of the
+    DataPipe")."""
+
+
+def _not_a_batch(pipe: Unbatcher, value: Any, path: tuple[int, ...]) -> UnbatchLevelError:
     where = f"item {path[0]}" + "".join(f"[{j}]" for j in path[1:])
     kind = type(value).__name__
     article = "an" if kind[:1].lower() in "aeiou" else "a"
-    return TypeError(
-        f"{stage_label(pipe)}: {where} is {article} {kind}, not a list or tuple; "
-        f"unbatch_level={pipe.unbatch_level} is deeper than the nesting of the data"
+    return UnbatchLevelError(
+        f"{stage_label(pipe)}: {where} is {article} {kind}, not a list or tuple, so the data is not nested "
+        f"that deep; unbatch_level {pipe.unbatch_level} exceeds the depth of the DataPipe"
     )
 
 
@@ -339,8 +353,10 @@ class Unbatcher(IterDataPipe[Any]):
         The elements, in order.
 
     Raises:
-        TypeError: an item at a level to flatten is not a list or tuple; the message names the
-            stage and the item's position (``item 3[0]``: element 0 of the stage's item 3).
+        UnbatchLevelError: an item at a level to flatten is not a list or tuple. It is a
+            ``TypeError`` and, as torch DataPipes raise there, an ``IndexError``; the message names
+            the stage and the item's position (``item 3[0]``: element 0 of the stage's item 3), then
+            ends with torch's words ("unbatch_level 2 exceeds the depth of the DataPipe").
 
     ``len()`` is the source's length with ``unbatch_level=0``; otherwise it raises ``TypeError``
     (the batch sizes are known only after iterating).
@@ -383,7 +399,7 @@ class Unbatcher(IterDataPipe[Any]):
 
     def __len__(self) -> int:
         if self.unbatch_level == 0:
-            return len(self.datapipe)  # type: ignore[arg-type]
+            return source_len(self, self.datapipe)
         raise len_unknown(self, "the sizes of the batches are known only after iterating")
 
 
@@ -688,7 +704,7 @@ class BucketBatcher(IterDataPipe[list[T]]):
         return (_bucket_pools if self.use_in_batch_shuffle else _bucket_stream)(self, source, run)
 
     def __len__(self) -> int:
-        return _count_batches(len(self.datapipe), self.batch_size, self.drop_last)  # type: ignore[arg-type]
+        return _count_batches(source_len(self, self.datapipe), self.batch_size, self.drop_last)
 
 
 # -- Grouper ---------------------------------------------------------------------------------------
@@ -844,18 +860,26 @@ class Grouper(IterDataPipe[Any]):
         stage = "Grouper"
         require_pipe(datapipe, stage)
         require_callable(group_key_fn, stage, "group_key_fn")
-        require_int(buffer_size, stage, "buffer_size", minimum=1, optional=True)
-        require_int(group_size, stage, "group_size", minimum=1, optional=True)
-        require_int(guaranteed_group_size, stage, "guaranteed_group_size", minimum=1, optional=True)
+        # Where torch asserts (a group_size set with a buffer, a guaranteed_group_size), the
+        # ValueError is also an AssertionError that ends with torch's words.
+        sized = group_size is not None
+        require_int(buffer_size, stage, "buffer_size", minimum=1, optional=True,
+                    torch_assert=_GROUP_SIZE_ASSERT if sized else None)
+        require_int(group_size, stage, "group_size", minimum=1, optional=True,
+                    torch_assert=_GROUP_SIZE_ASSERT if buffer_size is not None else None)
+        require_int(guaranteed_group_size, stage, "guaranteed_group_size", minimum=1, optional=True,
+                    torch_assert=_GUARANTEED_ASSERT)
         if group_size is not None and buffer_size is not None and group_size > buffer_size:
-            raise ValueError(f"{stage}: group_size must be <= buffer_size, got group_size={group_size}, buffer_size={buffer_size}")
+            raise ArgumentError(f"{stage}: group_size must be <= buffer_size, got group_size={group_size}, "
+                                f"buffer_size={buffer_size}; {_GROUP_SIZE_ASSERT}")
         if guaranteed_group_size is not None:
             if group_size is None:
-                raise ValueError(f"{stage}: guaranteed_group_size={guaranteed_group_size} needs a group_size")
+                raise ArgumentError(f"{stage}: guaranteed_group_size={guaranteed_group_size} needs a group_size; "
+                                    f"{_GUARANTEED_ASSERT}")
             if guaranteed_group_size > group_size:
-                raise ValueError(
+                raise ArgumentError(
                     f"{stage}: guaranteed_group_size must be <= group_size, got "
-                    f"guaranteed_group_size={guaranteed_group_size}, group_size={group_size}"
+                    f"guaranteed_group_size={guaranteed_group_size}, group_size={group_size}; {_GUARANTEED_ASSERT}"
                 )
         self.datapipe = datapipe
         self.group_key_fn = group_key_fn

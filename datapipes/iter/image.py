@@ -14,7 +14,7 @@ import numpy as np
 from PIL import Image, ImageMode
 
 from .._engine import abandon
-from ..datapipe import IterDataPipe, functional_datapipe, require_pipe, stage_label
+from ..datapipe import IterDataPipe, functional_datapipe, require_pipe, source_len, stage_label
 from ..errors import policy_and_log
 from .parsing import _budget_stateless, _close, _count_run, _CountRun, _on_fail, _require_bool
 
@@ -229,4 +229,4 @@ class ImageDecoder(IterDataPipe[Any]):
         return _images(self, iter(self.datapipe), _count_run(self))
 
     def __len__(self) -> int:
-        return len(self.datapipe)  # type: ignore[arg-type]
+        return source_len(self, self.datapipe)

@@ -38,10 +38,10 @@ from ..datapipe import (
     IterDataPipe,
     MapDataPipe,
     functional_datapipe,
-    len_unknown,
     require_callable,
     require_int,
     require_pipe,
+    source_len,
     stage_label,
 )
 from ..errors import add_stage_note, call_lines, raised_at
@@ -97,20 +97,7 @@ def _check_inputs(stage: str, datapipes: tuple[Any, ...]) -> None:
 
 
 def _input_lengths(pipe: Any, datapipes: Sequence[Any]) -> list[int]:
-    lengths = []
-    for k, dp in enumerate(datapipes):
-        try:
-            lengths.append(len(dp))
-        except TypeError as e:
-            raise len_unknown(pipe, f"datapipes[{k}] has no len() ({e})") from None
-    return lengths
-
-
-def _source_len(pipe: Any, source: Any) -> int:
-    try:
-        return len(source)
-    except TypeError as e:
-        raise len_unknown(pipe, f"its source has no len() ({e})") from None
+    return [source_len(pipe, dp, f"datapipes[{k}]") for k, dp in enumerate(datapipes)]
 
 
 # -- IterKeyZipper ---------------------------------------------------------------------------------
@@ -282,7 +269,7 @@ class IterKeyZipper(IterDataPipe[Any]):
         return _key_zip(self, it, ref_it, run)
 
     def __len__(self) -> int:
-        return _source_len(self, self.source_datapipe)
+        return source_len(self, self.source_datapipe, "source_datapipe")
 
 
 # -- MapKeyZipper ----------------------------------------------------------------------------------
@@ -382,7 +369,7 @@ class MapKeyZipper(IterDataPipe[Any]):
         return _map_key_zip(self, iter(self.source_iterdatapipe))
 
     def __len__(self) -> int:
-        return _source_len(self, self.source_iterdatapipe)
+        return source_len(self, self.source_iterdatapipe, "source_iterdatapipe")
 
 
 # -- UnZipper: fork children that yield one column each --------------------------------------------
@@ -436,7 +423,7 @@ class UnZipperChild(_HubChild[T]):
         return self._hub.columns[self.instance_id]  # type: ignore[no-any-return]
 
     def __len__(self) -> int:
-        return _source_len(self, self._hub.datapipe)
+        return source_len(self, self._hub.datapipe)
 
 
 @functional_datapipe("unzip")
@@ -697,7 +684,7 @@ class RoundRobinDemultiplexerChild(_HubChild[T]):
         return _round_robin_child  # type: ignore[return-value]
 
     def __len__(self) -> int:
-        total = _source_len(self, self._hub.datapipe)
+        total = source_len(self, self._hub.datapipe)
         k = self._hub.num_instances
         return total // k + (1 if self.instance_id < total % k else 0)
 
@@ -945,7 +932,7 @@ class IndexAdder(IterDataPipe[dict[Any, Any]]):
         return it
 
     def __len__(self) -> int:
-        return _source_len(self, self.source_datapipe)
+        return source_len(self, self.source_datapipe, "source_datapipe")
 
 
 # -- Repeater --------------------------------------------------------------------------------------
@@ -1015,7 +1002,7 @@ class Repeater(IterDataPipe[T]):
         return _pass.track_generator(self, _repeat(iter(self.source_datapipe), self.times, run), run)
 
     def __len__(self) -> int:
-        return self.times * _source_len(self, self.source_datapipe)
+        return self.times * source_len(self, self.source_datapipe, "source_datapipe")
 
 
 # -- Slicer, Flattener, Dropper: reshaping each item ------------------------------------------------
@@ -1177,7 +1164,7 @@ class Slicer(IterDataPipe[T]):
         return _each(self, _slicer_fn(self), iter(self.datapipe))
 
     def __len__(self) -> int:
-        return _source_len(self, self.datapipe)
+        return source_len(self, self.datapipe)
 
 
 _SAME_KEY_WARNING = ("Flattener tried to insert the same key twice into the dict item, "
@@ -1275,7 +1262,7 @@ class Flattener(IterDataPipe[T]):
         return _each(self, _flattener_fn(self), iter(self.datapipe))
 
     def __len__(self) -> int:
-        return _source_len(self, self.datapipe)
+        return source_len(self, self.datapipe)
 
 
 def _dropper_fn(pipe: Dropper[Any]) -> Callable[[Any], Any]:
@@ -1342,7 +1329,7 @@ class Dropper(IterDataPipe[T]):
         return _each(self, _dropper_fn(self), iter(self.datapipe))
 
     def __len__(self) -> int:
-        return _source_len(self, self.datapipe)
+        return source_len(self, self.datapipe)
 
 
 # -- LengthSetter ----------------------------------------------------------------------------------

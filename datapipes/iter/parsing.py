@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterator, Sequence
 from .. import _pass
 from .._engine import abandon
 from .._engine import close_iterator as _close
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
+from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, call_lines, policy_and_log, raised_at
 
 __all__ = ["CSVDictParser", "CSVFilesParser", "CSVParser", "JsonParser", "LineReader"]
@@ -606,7 +606,7 @@ class CSVParser(IterDataPipe[Any]):
 @functional_datapipe("parse_csv_files")
 class CSVFilesParser(CSVParser):
     """Parse the CSV files of ``(path, stream)`` pairs and yield ``(path, row)`` pairs
-    (functional name: ``parse_csv_files``, as in the torch DataPipes guide).
+    (functional name: ``parse_csv_files``), as in the torch DataPipes guide.
 
     The same reader as :class:`CSVParser` (same arguments), with ``return_path=True`` by default.
 
@@ -863,7 +863,7 @@ class JsonParser(IterDataPipe[tuple[str, Any]]):
         return _json(self, iter(self.source_datapipe), _count_run(self))
 
     def __len__(self) -> int:
-        return len(self.source_datapipe)  # type: ignore[arg-type]
+        return source_len(self, self.source_datapipe, "source_datapipe")
 
 
 # -- lines -----------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from typing import Any, Iterator, TypeVar
 
 from .. import _pass
 from .._engine import BackgroundRun, StageStats, background_iter
-from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, stage_label
+from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, source_len, stage_label
 from .device import background_handover, handover_ops
 
 __all__ = ["Prefetcher"]
@@ -86,4 +86,4 @@ class Prefetcher(IterDataPipe[T]):
         return _prefetch(self, it) if self._crossing_ops is None else _prefetch_handover(self, it)
 
     def __len__(self) -> int:
-        return len(self.source_datapipe)  # type: ignore[arg-type]
+        return source_len(self, self.source_datapipe, "source_datapipe")

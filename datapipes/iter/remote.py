@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from .. import _pass
 from .._engine import abandon
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
+from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, policy_and_log
 from .fileio import StreamWrapper, _TEXT_KWARGS, _check_bool, _check_masks, _check_read_mode, _check_write_mode, _listed, _ListRun, _mask_matcher, _open_pass, _opened_len, _opener_stateless, _pair, _paths_pipe, _roots_pipe
 
@@ -481,7 +481,7 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         return lambda url, n: StreamWrapper(open_url(url), url)
 
     def __len__(self) -> int:
-        return _opened_len(self, self.source_datapipe)
+        return _opened_len(self, self.source_datapipe, "source_datapipe")
 
 
 # -- FSSpecSaver -----------------------------------------------------------------------------------
@@ -579,4 +579,4 @@ class FSSpecSaver(IterDataPipe[str]):
         return self._run(self, iter(self.source_datapipe))
 
     def __len__(self) -> int:
-        return len(self.source_datapipe)  # type: ignore[arg-type]
+        return source_len(self, self.source_datapipe, "source_datapipe")

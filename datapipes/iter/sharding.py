@@ -28,7 +28,7 @@ from typing import Any, Iterator, TypeVar
 from .. import _pass
 from .._engine import close_iterator as _close
 from .._worker import capture_rank, is_sharding_stage, placement
-from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, sources_of, stage_label
+from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, source_len, sources_of, stage_label
 
 __all__ = ["ShardingFilter", "is_sharding_stage"]
 
@@ -48,14 +48,28 @@ class SHARDING_PRIORITIES(IntEnum):
     MULTIPROCESSING = 3
 
 
-def _group(value: Any, where: str, name: str) -> SHARDING_PRIORITIES:
+def _group(value: Any, where: str, name: str) -> int:
+    """A sharding group: a ``SHARDING_PRIORITIES`` member (torch's members too, given as such or as
+    their values), or any other int, a group of the user's own (as torch allows). Groups combine in
+    the order of their ints, the highest varying fastest."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{where}: {name} must be a SHARDING_PRIORITIES member, got {type(value).__name__}")
+        raise TypeError(
+            f"{where}: {name} must be a SHARDING_PRIORITIES member or an int (a custom group), "
+            f"got {type(value).__name__}: {value!r:.100}"
+        )
     try:
         return SHARDING_PRIORITIES(value)
     except ValueError:
-        known = ", ".join(f"{m.name}={m.value}" for m in SHARDING_PRIORITIES)
-        raise ValueError(f"{where}: {name} must be one of {known}, got {value!r}") from None
+        return int(value)  # a custom group
+
+
+def _group_name(group: int) -> str:
+    return group.name if isinstance(group, SHARDING_PRIORITIES) else str(group)
+
+
+class _DefaultGroupConflict(ValueError, RuntimeError):
+    """``apply_sharding`` mixed the ``DEFAULT`` sharding group with other groups on one stage. A
+    ``ValueError`` (a bad argument), and a ``RuntimeError`` as torch's."""
 
 
 def _check_instances(num_of_instances: Any, instance_id: Any, where: str) -> None:
@@ -194,8 +208,9 @@ class ShardingFilter(IterDataPipe[T]):
     Args:
         source_datapipe: the source pipe.
         sharding_group_filter: count only this sharding group (a ``SHARDING_PRIORITIES`` member;
-            found by itself, ``DISTRIBUTED`` is the rank and ``MULTIPROCESSING`` the worker);
-            ``None`` (default): combine every group.
+            found by itself, ``DISTRIBUTED`` is the rank and ``MULTIPROCESSING`` the worker; or any
+            other int, a custom group that only ``apply_sharding`` sets); ``None`` (default):
+            combine every group.
 
     Yields:
         The items of this instance's shard, in source order. The ``num_of_instances`` shards
@@ -243,35 +258,41 @@ class ShardingFilter(IterDataPipe[T]):
             sharding_group_filter = _group(sharding_group_filter, "ShardingFilter", "sharding_group_filter")
         self.source_datapipe = source_datapipe
         self.sharding_group_filter = sharding_group_filter
-        #: sharding group -> (num_of_instances, instance_id), as set by apply_sharding
-        self.groups: dict[SHARDING_PRIORITIES, tuple[int, int]] = {}
+        #: sharding group (a SHARDING_PRIORITIES member or a custom int) -> (num_of_instances,
+        #: instance_id), as set by apply_sharding
+        self.groups: dict[int, tuple[int, int]] = {}
 
     def apply_sharding(
         self,
         num_of_instances: int,
         instance_id: int,
-        sharding_group: SHARDING_PRIORITIES = SHARDING_PRIORITIES.DEFAULT,
+        sharding_group: int = SHARDING_PRIORITIES.DEFAULT,
     ) -> None:
         """Read shard ``instance_id`` of ``num_of_instances`` in ``sharding_group`` from the next pass,
         instead of the shard found from the DataLoader worker and distributed rank.
 
+        ``sharding_group`` is a ``SHARDING_PRIORITIES`` member or any other int (a custom group, as
+        torch allows); the groups applied combine into one shard, the highest int varying fastest,
+        and a ``sharding_group_filter`` counts only its own group.
+
         Raises:
             TypeError / ValueError: ``num_of_instances`` is not an int >= 1, ``instance_id`` not an
-                int in ``[0, num_of_instances)``, ``sharding_group`` not a sharding group, or
-                ``DEFAULT`` mixed with the other groups (as torch forbids).
+                int in ``[0, num_of_instances)``, or ``sharding_group`` not an int.
+            ValueError: ``DEFAULT`` mixed with other groups on this stage, as torch forbids (the
+                error is also a ``RuntimeError``, torch's type).
         """
         where = f"{type(self).__name__}.apply_sharding"
         _check_instances(num_of_instances, instance_id, where)
         group = _group(sharding_group, where, "sharding_group")
         others = set(self.groups) - {group}
         if others and (group == SHARDING_PRIORITIES.DEFAULT or SHARDING_PRIORITIES.DEFAULT in others):
-            raise ValueError(
+            raise _DefaultGroupConflict(
                 f"{where}: cannot mix the DEFAULT sharding group with other groups "
-                f"(applied: {sorted(g.name for g in self.groups)}, now {group.name})"
+                f"(applied: {', '.join(_group_name(g) for g in sorted(self.groups))}; now {_group_name(group)})"
             )
         self.groups[group] = (num_of_instances, instance_id)
 
-    def _found_groups(self) -> dict[SHARDING_PRIORITIES, tuple[int, int]]:
+    def _found_groups(self) -> dict[int, tuple[int, int]]:
         """The groups of the place the code runs: the distributed rank and the DataLoader worker."""
         where = placement(self._captured_rank)
         return {
@@ -279,7 +300,7 @@ class ShardingFilter(IterDataPipe[T]):
             SHARDING_PRIORITIES.MULTIPROCESSING: (where.num_workers, where.worker_id),
         }
 
-    def _combine(self, groups: dict[SHARDING_PRIORITIES, tuple[int, int]]) -> tuple[int, int]:
+    def _combine(self, groups: dict[int, tuple[int, int]]) -> tuple[int, int]:
         # Higher priority varies fastest, as torch does: rank r of R, worker w of W -> r * W + w.
         num, instance = 1, 0
         wanted = self.sharding_group_filter
@@ -331,7 +352,7 @@ class ShardingFilter(IterDataPipe[T]):
         return chosen
 
     def __len__(self) -> int:
-        n = len(self.source_datapipe)  # type: ignore[arg-type]
+        n = source_len(self, self.source_datapipe, "source_datapipe")
         num, instance = self._shard()
         return n // num + (1 if instance < n % num else 0)
 
@@ -347,7 +368,7 @@ def apply_sharding(
     datapipe: Any,
     num_of_instances: int,
     instance_id: int,
-    sharding_group: SHARDING_PRIORITIES = SHARDING_PRIORITIES.DEFAULT,
+    sharding_group: int = SHARDING_PRIORITIES.DEFAULT,
 ) -> Any:
     """Call ``apply_sharding(num_of_instances, instance_id, sharding_group)`` on every sharding
     stage of ``datapipe``'s graph (every stage with an ``apply_sharding`` method, such as
@@ -357,7 +378,8 @@ def apply_sharding(
         datapipe: the pipe whose graph is walked (the pipe and everything upstream of it).
         num_of_instances: the number of shards, an int >= 1.
         instance_id: the shard to read, an int in ``[0, num_of_instances)``.
-        sharding_group: the sharding group (``SHARDING_PRIORITIES``), default ``DEFAULT``.
+        sharding_group: the sharding group: a ``SHARDING_PRIORITIES`` member (default
+            ``DEFAULT``) or any other int, a custom group (as torch allows).
 
     Raises:
         TypeError / ValueError: bad arguments.

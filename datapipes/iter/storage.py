@@ -78,7 +78,7 @@ except ImportError:  # pragma: no cover - Windows: no inter-process lock (see th
 
 from .. import _pass
 from .._engine import abandon
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
+from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, policy_and_log
 from ..graph import sources_of
 from .archive import _decompressing, _tar, _zip
@@ -882,7 +882,7 @@ class HashChecker(IterDataPipe[tuple[Any, Any]]):
         return _reopener(self.source_datapipe)
 
     def __len__(self) -> int:
-        return len(self.source_datapipe)  # type: ignore[arg-type]
+        return source_len(self, self.source_datapipe, "source_datapipe")
 
 
 # -- HttpReader / OnlineReader ---------------------------------------------------------------------
@@ -981,7 +981,7 @@ class _HttpBase(IterDataPipe[tuple[str, StreamWrapper]]):
         return lambda url, n: StreamWrapper(open_url(url), url)
 
     def __len__(self) -> int:
-        return _opened_len(self, self.source_datapipe)
+        return _opened_len(self, self.source_datapipe, "source_datapipe")
 
 
 @functional_datapipe("read_from_http")
@@ -1127,7 +1127,7 @@ class _CompressedLoader(IterDataPipe[tuple[str, StreamWrapper]]):
     def __len__(self) -> int:
         if self.length != -1:
             return self.length
-        return len(self.datapipe)  # type: ignore[arg-type]
+        return source_len(self, self.datapipe)
 
 
 @functional_datapipe("load_from_bz2")
@@ -1330,7 +1330,7 @@ class Extractor(IterDataPipe[tuple[Any, Any]]):
 
     def __len__(self) -> int:
         if self._stateless:
-            return len(self.source_datapipe)  # type: ignore[arg-type]
+            return source_len(self, self.source_datapipe, "source_datapipe")
         raise len_unknown(self, "an archive holds any number of files")
 
 

@@ -30,7 +30,7 @@ from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVa
 from .. import _pass
 from .._chunk import DataChunk
 from .._engine import abandon, close_iterator, is_async_callable
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, stage_label
+from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
 from .callable import Mapper, _check_cols, _selected_fn, check_arity
 from .combinatorics import _rng_state, _set_rng_state
@@ -175,7 +175,7 @@ class InBatchShuffler(IterDataPipe[list[T]]):
         return it
 
     def __len__(self) -> int:
-        return len(self.datapipe)  # type: ignore[arg-type]
+        return source_len(self, self.datapipe)
 
 
 # -- ShuffledFlatMapper ----------------------------------------------------------------------------
@@ -835,7 +835,7 @@ class Rows2Columnar(IterDataPipe[dict[Any, list[Any]]]):
         return _rows_to_columns(self, iter(self.source_datapipe))
 
     def __len__(self) -> int:
-        return len(self.source_datapipe)  # type: ignore[arg-type]
+        return source_len(self, self.source_datapipe, "source_datapipe")
 
 
 # -- ShardExpander ---------------------------------------------------------------------------------

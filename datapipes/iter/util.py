@@ -23,7 +23,7 @@ import numpy
 
 from .. import _pass
 from .._engine import abandon, close_iterator, iterate_async
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
+from ..datapipe import IterDataPipe, functional_datapipe, lacks_len, len_unknown, require_int, require_pipe, source_len, stage_label
 
 __all__ = ["IterableWrapper", "Header", "Cycler", "Enumerator", "InMemoryCacheHolder"]
 
@@ -405,7 +405,9 @@ class IterableWrapper(IterDataPipe[T]):
     def __len__(self) -> int:
         try:
             return len(self.iterable)  # type: ignore[arg-type]
-        except TypeError:
+        except TypeError as e:
+            if not lacks_len(self.iterable, e):
+                raise
             raise len_unknown(self, f"its source, a {type(self.iterable).__name__}, has no len()") from None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -511,13 +513,15 @@ class Header(IterDataPipe[T]):
     def __len__(self) -> int:
         if self.limit == 0:
             return 0
+        if self.limit is None:
+            return source_len(self, self.source_datapipe, "source_datapipe")
         try:
             n = len(self.source_datapipe)  # type: ignore[arg-type]
         except TypeError as e:
-            if self.limit is None:
+            if not lacks_len(self.source_datapipe, e):
                 raise
             raise len_unknown(self, f"its source may yield fewer than limit={self.limit} items ({e})") from None
-        return n if self.limit is None else min(n, self.limit)
+        return min(n, self.limit)
 
 
 # -- Cycler ----------------------------------------------------------------------------------------
@@ -625,7 +629,7 @@ class Cycler(IterDataPipe[T]):
             raise len_unknown(self, "it cycles forever")
         if self.count == 0:
             return 0
-        return self.count * len(self.source_datapipe)  # type: ignore[arg-type]
+        return self.count * source_len(self, self.source_datapipe, "source_datapipe")
 
 
 # -- Enumerator ------------------------------------------------------------------------------------
@@ -697,7 +701,7 @@ class Enumerator(IterDataPipe[tuple[int, T]]):
         return it
 
     def __len__(self) -> int:
-        return len(self.source_datapipe)  # type: ignore[arg-type]
+        return source_len(self, self.source_datapipe, "source_datapipe")
 
 
 # -- InMemoryCacheHolder ---------------------------------------------------------------------------
@@ -931,7 +935,7 @@ class InMemoryCacheHolder(IterDataPipe[T]):
         cache = self._cache
         if cache is not None:
             return len(cache)
-        return len(self.source_dp)  # type: ignore[arg-type]
+        return source_len(self, self.source_dp, "source_dp")
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

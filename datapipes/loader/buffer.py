@@ -12,7 +12,7 @@ from typing import Any, Iterator
 from .. import _pass
 from .._engine import StageStats
 from .._engine.background import background_iter
-from ..datapipe import IterDataPipe
+from ..datapipe import IterDataPipe, source_len
 from ..graph import stage_label
 
 __all__ = ["TimedBuffer"]
@@ -52,4 +52,4 @@ class TimedBuffer(IterDataPipe[Any]):
         return _timed_buffer(self)
 
     def __len__(self) -> int:
-        return len(self.source_datapipe)  # type: ignore[arg-type]
+        return source_len(self, self.source_datapipe, "source_datapipe")

@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterator
 
 from .. import _pass
 from .._pass import PassConfig, configured, stage_keys
-from ..datapipe import IterDataPipe
+from ..datapipe import IterDataPipe, source_len
 from ..graph import stage_label, walk
 from ..iter.sharding import is_sharding_stage
 
@@ -246,7 +246,7 @@ class InProcess(IterDataPipe[Any]):
         return _logged(stream, run)
 
     def __len__(self) -> int:
-        return len(self.datapipe)  # type: ignore[arg-type]
+        return source_len(self, self.datapipe)
 
 
 def _logged(stream: ShardStream, run: ShardsRun) -> Iterator[Any]:

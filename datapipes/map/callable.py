@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, TypeVar
 
-from ..datapipe import MapDataPipe, functional_datapipe, require_callable, require_pipe, stage_label
+from ..datapipe import MapDataPipe, functional_datapipe, require_callable, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
 from ..iter.callable import _check_cols, _Col, _item_fn, check_arity
 from ._index import index_text
@@ -31,6 +31,12 @@ def _map_iter(pipe: Mapper[Any]) -> Iterator[Any]:
 _MAP_FN_LINES = call_lines(_map_iter)
 
 
+def default_fn(data: Any) -> Any:
+    """The identity: the default ``fn`` of the map-style :class:`Mapper`, as torch's (a module-level
+    function, so the pipe pickles by reference)."""
+    return data
+
+
 @functional_datapipe("map")
 class Mapper(MapDataPipe[U]):
     """Apply ``fn`` to an item when it is read (functional name: ``map``).
@@ -38,7 +44,8 @@ class Mapper(MapDataPipe[U]):
     Args:
         datapipe: the source map-style pipe.
         fn: the function, called on every access: ``pipe[i]`` is ``fn(datapipe[i])``. Nothing is
-            cached, so reading an index twice calls ``fn`` twice.
+            cached, so reading an index twice calls ``fn`` twice. Default: the identity
+            (:func:`default_fn`), as torch's.
         input_col: apply ``fn`` to this column (index or key) of each tuple/list/dict item, or to
             several columns as positional arguments. ``None``: to the whole item.
         output_col: where the result goes: ``None`` replaces the input column (several input
@@ -73,7 +80,7 @@ class Mapper(MapDataPipe[U]):
     def __init__(
         self,
         datapipe: MapDataPipe[T],
-        fn: Callable[..., U],
+        fn: Callable[..., U] = default_fn,
         input_col: _Col = None,
         output_col: _Col = None,
     ) -> None:
@@ -99,4 +106,4 @@ class Mapper(MapDataPipe[U]):
         return _map_iter(self)
 
     def __len__(self) -> int:
-        return len(self.datapipe)
+        return source_len(self, self.datapipe)

@@ -10,7 +10,7 @@ from typing import Any, Iterator, Sequence, TypeVar
 
 import numpy as np
 
-from ..datapipe import IterDataPipe, MapDataPipe, functional_datapipe, require_pipe
+from ..datapipe import IterDataPipe, MapDataPipe, functional_datapipe, require_pipe, source_len
 from ._index import require_indices
 
 __all__ = ["Shuffler"]
@@ -20,8 +20,8 @@ T = TypeVar("T")
 
 @functional_datapipe("shuffle", source=MapDataPipe)
 class Shuffler(IterDataPipe[T]):
-    """Read a map-style pipe in a random permutation of its indices (functional name: ``shuffle``,
-    on :class:`~datapipes.MapDataPipe`).
+    """Read a map-style pipe in a random permutation of its indices (functional name: ``shuffle``),
+    on :class:`~datapipes.MapDataPipe`.
 
     Args:
         datapipe: the source map-style pipe.
@@ -33,6 +33,7 @@ class Shuffler(IterDataPipe[T]):
         from the pipe's seed and epoch (:meth:`set_seed`, :meth:`set_epoch`: same seed and epoch,
         same order; each epoch reshuffles), or with no seed from torch's global generator, so
         ``torch.manual_seed`` reproduces it. The order is drawn when the pass starts (``iter()``).
+        After ``set_shuffle(False)``: the indices in their order, nothing drawn.
 
     Raises:
         TypeError: ``datapipe`` is not a ``MapDataPipe``, or ``indices`` is not a sized iterable.
@@ -41,6 +42,11 @@ class Shuffler(IterDataPipe[T]):
     ``len()`` is the number of indices (the source's length at call time when ``indices`` is
     ``None``).
 
+    ``set_shuffle(False)`` turns shuffling off and ``set_shuffle(True)`` on again, as torch's: so
+    ``graph_settings.apply_shuffle_settings`` and ``torch.utils.data.DataLoader(shuffle=...)``, which
+    look for stages with ``set_shuffle`` and ``set_seed`` methods, find this one too (and do not add
+    a shuffle of their own).
+
     Example:
         >>> from datapipes.map import SequenceWrapper
         >>> pipe = SequenceWrapper(range(10)).shuffle().set_seed(0)
@@ -48,22 +54,33 @@ class Shuffler(IterDataPipe[T]):
         (True, True, 10)
         >>> sorted(SequenceWrapper({"a": 1, "b": 2}).shuffle(indices=["a", "b"]))
         [1, 2]
+        >>> list(SequenceWrapper(range(5)).shuffle().set_shuffle(False))
+        [0, 1, 2, 3, 4]
 
     See also: :class:`datapipes.iter.Shuffler`, the buffered shuffle of an iterable-style pipe.
     """
 
     _is_random = True
+    _enabled = True  # set_shuffle (a class default: pipes pickled before it existed shuffle)
 
     def __init__(self, datapipe: MapDataPipe[T], *, indices: Sequence[Any] | None = None) -> None:
         require_pipe(datapipe, "Shuffler", kind=MapDataPipe)
         require_indices(indices, "Shuffler")
         self.datapipe = datapipe
         self.indices = indices
+        self._enabled = True
+
+    def set_shuffle(self, shuffle: bool = True) -> Shuffler[T]:
+        """Turn shuffling on or off (off: the indices in their order); returns the pipe."""
+        self._enabled = bool(shuffle)
+        return self
 
     def __iter__(self) -> Iterator[T]:
+        dp = self.datapipe
+        if not self._enabled:
+            return map(dp.__getitem__, range(len(dp)) if self.indices is None else list(self.indices))
         # A numpy permutation costs ~50 ns per index against ~580 ns for random.Random.shuffle.
         rng = np.random.default_rng(self._pass_seed())
-        dp = self.datapipe
         if self.indices is None:
             order = rng.permutation(len(dp)).tolist()
         else:
@@ -72,4 +89,4 @@ class Shuffler(IterDataPipe[T]):
         return map(dp.__getitem__, order)
 
     def __len__(self) -> int:
-        return len(self.datapipe) if self.indices is None else len(self.indices)
+        return source_len(self, self.datapipe) if self.indices is None else len(self.indices)

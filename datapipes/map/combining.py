@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import chain, islice
 from typing import Any, Iterator, TypeVar
 
-from ..datapipe import MapDataPipe, functional_datapipe
+from ..datapipe import MapDataPipe, functional_datapipe, source_len
 from ._index import position
 
 __all__ = ["Concater", "Zipper"]
@@ -67,7 +67,7 @@ class Concater(MapDataPipe[T]):
         return chain.from_iterable(self.datapipes)
 
     def __len__(self) -> int:
-        return sum(len(dp) for dp in self.datapipes)
+        return sum(source_len(self, dp, f"datapipes[{k}]") for k, dp in enumerate(self.datapipes))
 
 
 @functional_datapipe("zip")
@@ -114,4 +114,4 @@ class Zipper(MapDataPipe[tuple[Any, ...]]):
         return islice(zip(*self.datapipes), len(self))
 
     def __len__(self) -> int:
-        return min(len(dp) for dp in self.datapipes)
+        return min(source_len(self, dp, f"datapipes[{k}]") for k, dp in enumerate(self.datapipes))

@@ -7,7 +7,7 @@ import threading
 import warnings
 from typing import Any, Callable, Hashable, Iterator, Sequence, TypeVar
 
-from ..datapipe import IterDataPipe, MapDataPipe, functional_datapipe, require_callable, require_pipe, stage_label
+from ..datapipe import IterDataPipe, MapDataPipe, functional_datapipe, require_callable, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
 from ._index import require_indices
 
@@ -114,8 +114,8 @@ _KEY_LINES = call_lines(_load, "key")
 @functional_datapipe("to_map_datapipe", source=IterDataPipe)
 class IterToMapConverter(MapDataPipe[V]):
     """Read an iterable-style pipe of ``(key, value)`` pairs into a dict, on first access, and serve
-    it as a map-style pipe (functional name: ``to_map_datapipe``, on
-    :class:`~datapipes.IterDataPipe`).
+    it as a map-style pipe (functional name: ``to_map_datapipe``), on
+    :class:`~datapipes.IterDataPipe`.
 
     Args:
         datapipe: the source iterable-style pipe, read once, entirely, at the first
@@ -203,7 +203,7 @@ def _iter_indices(pipe: MapToIterConverter[Any]) -> Iterator[Any]:
 @functional_datapipe("to_iter_datapipe", source=MapDataPipe)
 class MapToIterConverter(IterDataPipe[T]):
     """Read a map-style pipe in order, as an iterable-style pipe
-    (functional name: ``to_iter_datapipe``, on :class:`~datapipes.MapDataPipe`).
+    (functional name: ``to_iter_datapipe``), on :class:`~datapipes.MapDataPipe`.
 
     Args:
         datapipe: the source map-style pipe.
@@ -242,4 +242,4 @@ class MapToIterConverter(IterDataPipe[T]):
         return self._run(self)
 
     def __len__(self) -> int:
-        return len(self.datapipe) if self.indices is None else len(self.indices)
+        return source_len(self, self.datapipe) if self.indices is None else len(self.indices)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator, TypeVar
 
 from .._chunk import DataChunk
-from ..datapipe import MapDataPipe, functional_datapipe, require_callable, require_int, require_pipe, stage_label
+from ..datapipe import MapDataPipe, functional_datapipe, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note
-from ..iter.grouping import _batch_drop, _batch_keep, _batch_wrap, _count_batches, _require_flag
+from ..iter.grouping import _BATCH_SIZE_ASSERT, _batch_drop, _batch_keep, _batch_wrap, _count_batches, _require_flag
 from ._index import position
 
 __all__ = ["Batcher"]
@@ -21,7 +21,8 @@ class Batcher(MapDataPipe[Any]):
 
     Args:
         datapipe: the source map-style pipe, read by position ``0 .. len - 1``.
-        batch_size: the number of items per batch, at least 1.
+        batch_size: the number of items per batch, at least 1 (else a ``ValueError`` that is also the
+            ``AssertionError`` torch DataPipes raise).
         drop_last: leave out the last batch when it holds fewer than ``batch_size`` items.
         wrapper_class: what each batch is made as: :class:`~datapipes.DataChunk` (the default, as
             torch's) or ``list``; any other callable (e.g. ``tuple``) is called on each batch (a
@@ -64,7 +65,7 @@ class Batcher(MapDataPipe[Any]):
         wrapper_class: Callable[[list[T]], Any] = DataChunk,
     ) -> None:
         require_pipe(datapipe, "Batcher", kind=MapDataPipe)
-        require_int(batch_size, "Batcher", "batch_size", minimum=1)
+        require_int(batch_size, "Batcher", "batch_size", minimum=1, torch_assert=_BATCH_SIZE_ASSERT)
         drop_last = _require_flag(drop_last, "Batcher", "drop_last")  # 0 and 1 read as torch code may pass them
         require_callable(wrapper_class, "Batcher", "wrapper_class")
         self.datapipe = datapipe
@@ -97,4 +98,4 @@ class Batcher(MapDataPipe[Any]):
         return self._run(self)
 
     def __len__(self) -> int:
-        return _count_batches(len(self.datapipe), self.batch_size, self.drop_last)
+        return _count_batches(source_len(self, self.datapipe), self.batch_size, self.drop_last)

@@ -159,10 +159,10 @@ class TestShardingRoundRobinDispatcher:
 
     def test_bad_arguments(self):
         with pytest.raises(TypeError, match="ShardingRoundRobinDispatcher: sharding_group_filter must be a "
-                                            "SHARDING_PRIORITIES member, got str"):
+                                            "SHARDING_PRIORITIES member or an int .*, got str"):
             ShardingRoundRobinDispatcher(W(range(3)), "multiprocessing")
-        with pytest.raises(ValueError, match="sharding_group_filter must be one of"):
-            ShardingRoundRobinDispatcher(W(range(3)), 7)
+        with pytest.raises(ValueError, match="sharding_group_filter must be SHARDING_PRIORITIES.MULTIPROCESSING .*got 7"):
+            ShardingRoundRobinDispatcher(W(range(3)), 7)  # a custom group: not the workers' group
         with pytest.raises(TypeError, match="ShardingRoundRobinDispatcher: source_datapipe must be an IterDataPipe"):
             ShardingRoundRobinDispatcher([1, 2])
 

@@ -1,8 +1,9 @@
 """Every registered pipe's docstring follows torch's template, so users coming from torch DataPipes
 (and tools that read docstrings) find what they expect there:
 
-- a summary (the first paragraph) holding ``(functional name: ``x``)``, ``x`` being the name the class
-  is registered under (``(functional name: ``x``, on ...)`` is accepted too);
+- a summary (the first paragraph) holding exactly ``(functional name: ``x``)`` on one line, ``x``
+  being the name the class is registered under (torch's tests look for that exact phrase; extra
+  words go outside the parentheses: ``(functional name: ``x``), on ...``);
 - an ``Args:`` section;
 - an ``Example:`` section (Google style, as Sphinx napoleon reads it): the heading on a line of its
   own, after a blank line, followed by an indented block holding at least one ``>>>`` doctest.
@@ -14,7 +15,6 @@ import doctest
 import importlib
 import inspect
 import pkgutil
-import re
 
 import pytest
 
@@ -30,8 +30,8 @@ def template_problems(doc, name):
     lines = inspect.cleandoc(doc).splitlines()
     problems = []
     blank = next((i for i, line in enumerate(lines) if not line.strip()), len(lines))
-    phrase = re.compile(r"\(functional name: ``" + re.escape(name) + r"``[),]")
-    if not any(phrase.search(line) for line in lines[:blank]):
+    phrase = f"(functional name: ``{name}``)"
+    if not any(phrase in line for line in lines[:blank]):
         problems.append(f"summary lacks '(functional name: ``{name}``)' on one line")
     if not any(line.strip() == "Args:" for line in lines):
         problems.append("no 'Args:' section")
@@ -106,6 +106,8 @@ GOOD = '''Add one to every item (functional name: ``inc``).
         (GOOD, []),
         (GOOD.replace("``inc``", "``dec``"), ["summary lacks"]),
         (GOOD.replace("(functional name: ``inc``)", "(functional name:\n    ``inc``)"), ["summary lacks"]),
+        (GOOD.replace("``inc``)", "``inc``, on :class:`X`)"), ["summary lacks"]),
+        (GOOD.replace("``inc``)", "``inc``), on :class:`X`"), []),
         (GOOD.replace("Args:", "Arguments"), ["no 'Args:'"]),
         (GOOD.replace("Example:", "For example"), ["no 'Example:'"]),
         (GOOD.replace("\n    Example:", "    Example:"), ["no blank line"]),
@@ -113,7 +115,8 @@ GOOD = '''Add one to every item (functional name: ``inc``).
         (GOOD.replace(">>> 1 + 1", "1 + 1"), ["not followed"]),
         (None, ["no docstring"]),
     ],
-    ids=["good", "other name", "phrase split over lines", "no args", "no example", "no blank line",
+    ids=["good", "other name", "phrase split over lines", "extra words inside the parentheses",
+         "extra words after the parentheses", "no args", "no example", "no blank line",
          "doctest not indented", "no doctest", "no docstring"],
 )
 def test_the_check_finds_each_missing_part(doc, expected):

@@ -50,7 +50,7 @@ class TestTorchSeesOurPipes:
     def test_torchs_traverse_dps_finds_every_stage(self):
         source = IterableWrapper(range(4))
         a, b = source.map(lambda x: x + 1).fork(2)
-        top = a.zip(b.filter(lambda x: x % 2)).shuffle()
+        top = a.zip(b.filter(lambda x: x % 2 == 1)).shuffle()
         graph = torch.utils.data.graph.traverse_dps(top)
         found = torch.utils.data.graph_settings.get_all_graph_pipes(graph)
         kinds = {type(p).__name__ for p in found}

@@ -77,7 +77,7 @@ def _bad_key(x):
 
 
 FAILING_STAGES = {
-    "filter": lambda p: p.filter(_bad),
+    "filter": lambda p: p.filter(lambda x: _bad(x) != 0),
     "flatmap": lambda p: p.flatmap(lambda x: [_bad(x)]),
     "groupby": lambda p: p.groupby(_bad_key, group_size=2),
     "bucketbatch": lambda p: p.bucketbatch(batch_size=2, sort_key=lambda b: [_bad(x) for x in b]),

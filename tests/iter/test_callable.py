@@ -115,14 +115,22 @@ class TestFilter:
 
     def test_input_col(self):
         assert list(IterableWrapper([(1, 0), (2, 1)]).filter(bool, input_col=1)) == [(2, 1)]
-        with pytest.raises(ValueError, match="Filter: input_col must be a single column"):
-            Filter(IterableWrapper([]), bool, input_col=[0, 1])
+        # several columns go to filter_fn as positional arguments, as torch passes them
+        pipe = IterableWrapper([(1, 0, 5), (2, 1, 0)]).filter(lambda a, c: a < c, input_col=[0, 2])
+        assert list(pipe) == [(1, 0, 5)]
+        with pytest.raises(ValueError, match="Filter: The function <lambda> takes 1 parameters, but 2 are required"):
+            Filter(IterableWrapper([]), lambda a: True, input_col=[0, 1])
 
     def test_error_note_and_skip(self):
+        failing = fail_at(2)
+
+        def fn(x):
+            return failing(x) != 0
+
         with pytest.raises(Boom) as info:
-            list(IterableWrapper(range(5)).filter(fail_at(2)))
+            list(IterableWrapper(range(5)).filter(fn))
         assert info.value.__notes__ == ["[datapipes] raised in stage Filter(fn) at item 2"]
-        pipe = IterableWrapper(range(5)).filter(fail_at(2), on_error="skip")
+        pipe = IterableWrapper(range(5)).filter(fn, on_error="skip")
         assert list(pipe) == [1, 3, 4] and pipe.failures.count == 1
 
     def test_bad_arguments(self):

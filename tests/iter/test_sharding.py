@@ -158,14 +158,14 @@ class TestShardingFilter:
             pipe.apply_sharding(2.0, 0)
         with pytest.raises(TypeError, match="instance_id must be an int, got bool"):
             pipe.apply_sharding(2, False)
-        with pytest.raises(ValueError, match="sharding_group must be one of DEFAULT=1, DISTRIBUTED=2, MULTIPROCESSING=3, got 7"):
-            pipe.apply_sharding(2, 0, sharding_group=7)
-        with pytest.raises(TypeError, match="sharding_group must be a SHARDING_PRIORITIES member, got str"):
+        with pytest.raises(TypeError, match=r"sharding_group must be a SHARDING_PRIORITIES member or an int \(a custom group\), got bool"):
+            pipe.apply_sharding(2, 0, sharding_group=True)
+        with pytest.raises(TypeError, match="sharding_group must be a SHARDING_PRIORITIES member or an int .*, got str"):
             pipe.apply_sharding(2, 0, sharding_group="DEFAULT")
         with pytest.raises(TypeError, match="ShardingFilter: source_datapipe must be an IterDataPipe, got list"):
             ShardingFilter([1, 2])
-        with pytest.raises(ValueError, match="ShardingFilter: sharding_group_filter must be one of"):
-            IterableWrapper([1]).sharding_filter(sharding_group_filter=0)
+        with pytest.raises(TypeError, match="ShardingFilter: sharding_group_filter must be a SHARDING_PRIORITIES member or an int"):
+            IterableWrapper([1]).sharding_filter(sharding_group_filter=1.0)
         assert pipe.groups == {}  # nothing was applied by the failed calls
 
 
@@ -211,5 +211,5 @@ class TestApplySharding:
             apply_sharding(pipe, 2, 5)
         with pytest.raises(TypeError, match="apply_sharding: num_of_instances must be an int, got str"):
             apply_sharding(pipe, "2", 0)
-        with pytest.raises(ValueError, match="apply_sharding: sharding_group must be one of"):
-            apply_sharding(pipe, 2, 0, sharding_group=0)
+        with pytest.raises(TypeError, match="apply_sharding: sharding_group must be a SHARDING_PRIORITIES member or an int"):
+            apply_sharding(pipe, 2, 0, sharding_group=None)

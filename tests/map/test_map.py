@@ -154,15 +154,15 @@ class TestSequenceWrapper:
 
     def test_len_at_call_time(self):
         data = [1, 2]
-        pipe = SequenceWrapper(data)
+        pipe = SequenceWrapper(data, deepcopy=False)
         assert len(pipe) == 2
         data.append(3)
         assert len(pipe) == 3 and list(pipe) == [1, 2, 3] and pipe[2] == 3
 
     def test_deepcopy_detaches_from_the_original(self):
         data = [[1], [2]]
-        copied = SequenceWrapper(data, deepcopy=True)
-        shared = SequenceWrapper(data)
+        copied = SequenceWrapper(data)  # deepcopy=True by default, as torch's
+        shared = SequenceWrapper(data, deepcopy=False)
         data[0].append(99)
         data.append([3])
         assert list(copied) == [[1], [2]] and len(copied) == 2
@@ -285,7 +285,7 @@ class TestMapper:
 
     def test_len_at_call_time(self):
         data = [1]
-        pipe = SequenceWrapper(data).map(str)
+        pipe = SequenceWrapper(data, deepcopy=False).map(str)
         data.extend([2, 3])
         assert len(pipe) == 3 and list(pipe) == ["1", "2", "3"]
 
@@ -354,7 +354,7 @@ class TestBatcher:
 
     def test_len_at_call_time(self):
         data = [1, 2, 3]
-        pipe = SequenceWrapper(data).batch(2)
+        pipe = SequenceWrapper(data, deepcopy=False).batch(2)
         assert len(pipe) == 2
         data.extend([4, 5])
         assert len(pipe) == 3 and pipe[2] == [5]
@@ -430,7 +430,7 @@ class TestConcater:
 
     def test_len_at_call_time(self):
         a, b = [1], [2]
-        pipe = SequenceWrapper(a).concat(SequenceWrapper(b))
+        pipe = SequenceWrapper(a, deepcopy=False).concat(SequenceWrapper(b, deepcopy=False))
         a.append(10)
         b.append(20)
         assert len(pipe) == 4 and pipe[2] == 2 and list(pipe) == [1, 10, 2, 20]
@@ -503,7 +503,7 @@ class TestZipper:
 
     def test_len_at_call_time(self):
         a = [1]
-        pipe = SequenceWrapper(a).zip(SequenceWrapper("xyz"))
+        pipe = SequenceWrapper(a, deepcopy=False).zip(SequenceWrapper("xyz"))
         assert len(pipe) == 1
         a.extend([2, 3, 4])
         assert len(pipe) == 3 and pipe[2] == (3, "z")
@@ -595,7 +595,7 @@ class TestShuffler:
 
     def test_len_at_call_time(self):
         data = [1, 2]
-        pipe = SequenceWrapper(data).shuffle()
+        pipe = SequenceWrapper(data, deepcopy=False).shuffle()
         data.append(3)
         assert len(pipe) == 3 and sorted(pipe) == [1, 2, 3]
 
@@ -760,7 +760,7 @@ class TestMapToIterConverter:
 
     def test_len_at_call_time(self):
         data = [1]
-        pipe = SequenceWrapper(data).to_iter_datapipe()
+        pipe = SequenceWrapper(data, deepcopy=False).to_iter_datapipe()
         data.append(2)
         assert len(pipe) == 2 and list(pipe) == [1, 2]
 

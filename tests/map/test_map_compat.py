@@ -180,7 +180,7 @@ class TestInMemoryCacheHolder:
 
     def test_len_delegates_at_call_time(self):
         data = [1, 2]
-        pipe = SequenceWrapper(data).in_memory_cache()
+        pipe = SequenceWrapper(data, deepcopy=False).in_memory_cache()
         assert len(pipe) == 2 and pipe[1] == 2
         data.append(3)
         assert len(pipe) == 3 and pipe[2] == 3 and pipe[-1] == 3 and list(pipe) == [1, 2, 3]
@@ -223,7 +223,7 @@ class TestInMemoryCacheHolder:
         # cache_fn's object is sized at the first read; a source that grows later overflows it, and the
         # object's own error comes through without leaving the position stuck as "being read"
         data = [1]
-        pipe = SequenceWrapper(data).in_memory_cache(list_cache)
+        pipe = SequenceWrapper(data, deepcopy=False).in_memory_cache(list_cache)
         assert pipe[0] == 1
         data.append(2)
         with pytest.raises(IndexError, match="list assignment index out of range"):
@@ -431,7 +431,7 @@ class TestUnZipper:
 
     def test_len_follows_the_source(self):
         data = [(1, 2)]
-        a, b = SequenceWrapper(data).unzip(2)
+        a, b = SequenceWrapper(data, deepcopy=False).unzip(2)
         data.append((3, 4))
         assert len(a) == len(b) == 2 and list(b) == [2, 4]
 
