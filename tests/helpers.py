@@ -150,3 +150,22 @@ def error_of_pass(pipe, error, match=None, each=None):
             if each is not None:
                 each(x)
     return info.value
+
+
+def run_ranks(fn, args, nprocs, seconds=120):
+    """Run ``fn(rank, *args)`` in ``nprocs`` spawned processes (distributed ranks); fail, killing
+    them, when they have not all finished in ``seconds``."""
+    import time
+
+    import torch.multiprocessing as tmp
+
+    ctx = tmp.start_processes(fn, args=args, nprocs=nprocs, join=False, start_method="spawn")
+    try:
+        deadline = time.monotonic() + seconds
+        while not ctx.join(timeout=1):
+            assert time.monotonic() < deadline, f"the ranks did not finish in {seconds} s"
+    finally:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+            p.join(5)

@@ -7,12 +7,10 @@ variables (what ``torchrun`` sets); ``TestTwoGlooRanks`` starts two processes.
 
 import json
 import pickle
-import time
 from contextlib import contextmanager
 
 import pytest
 import torch
-import torch.multiprocessing as tmp
 from torch.utils.data import DataLoader
 from torch.utils.data._utils import worker as torch_worker
 
@@ -20,7 +18,7 @@ from datapipes import _worker
 from datapipes.iter import IterableWrapper
 from datapipes.iter.sharding import SHARDING_PRIORITIES
 
-from helpers import plain_process  # noqa: F401 - an autouse fixture
+from helpers import plain_process, run_ranks  # noqa: F401 - plain_process: an autouse fixture
 
 N = 40
 
@@ -217,16 +215,7 @@ def _rank_main(rank, world_size, folder):
 @pytest.mark.timeout(150)
 class TestTwoGlooRanks:
     def test_each_item_exactly_once_across_ranks_and_workers(self, tmp_path):
-        ctx = tmp.start_processes(_rank_main, args=(2, str(tmp_path)), nprocs=2, join=False, start_method="spawn")
-        try:
-            deadline = time.monotonic() + 120
-            while not ctx.join(timeout=1):
-                assert time.monotonic() < deadline, "the ranks did not finish in 120 s"
-        finally:
-            for p in ctx.processes:
-                if p.is_alive():
-                    p.kill()
-                p.join(5)
+        run_ranks(_rank_main, (2, str(tmp_path)), 2)
         results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
         everything = [x * 10 for x in range(N)]
         for r in results:
@@ -285,19 +274,6 @@ def _elastic_rank(rank, world_size, folder, mode):
         dist.destroy_process_group()
 
 
-def _run_ranks(fn, args, nprocs, seconds=120):
-    ctx = tmp.start_processes(fn, args=args, nprocs=nprocs, join=False, start_method="spawn")
-    try:
-        deadline = time.monotonic() + seconds
-        while not ctx.join(timeout=1):
-            assert time.monotonic() < deadline, f"the ranks did not finish in {seconds} s"
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
-            p.join(5)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(200)
 @pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
@@ -312,7 +288,7 @@ class TestElasticResumeAcrossGlooRanks:
         assert len(delivered) == len(set(delivered))
 
     def test_two_ranks_to_one_rank_of_three_workers(self, tmp_path):
-        _run_ranks(_elastic_rank, (2, str(tmp_path), "save"), 2)
+        run_ranks(_elastic_rank, (2, str(tmp_path), "save"), 2)
         saved = [json.loads((tmp_path / f"save{r}.json").read_text()) for r in range(2)]
         assert [s["ranks_in_state"] for s in saved] == [[0, 1], [0, 1]]
         before = saved[0]["delivered"] + saved[1]["delivered"]
@@ -327,7 +303,7 @@ class TestElasticResumeAcrossGlooRanks:
         before = _flat(next(it) for _ in range(5))
         torch.save(loader.state_dict(), tmp_path / "saved-by-1-rank.pt")
         it.close()
-        _run_ranks(_elastic_rank, (2, str(tmp_path), "resume"), 2)
+        run_ranks(_elastic_rank, (2, str(tmp_path), "resume"), 2)
         after = [json.loads((tmp_path / f"resume{r}.json").read_text())["delivered"] for r in range(2)]
         assert all(after)  # both ranks got a share
         self.assert_exactly_once(before + after[0] + after[1])

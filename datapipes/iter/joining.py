@@ -426,6 +426,38 @@ class UnZipperChild(_HubChild[T]):
         return source_len(self, self._hub.datapipe)
 
 
+def unzip_columns(sequence_length: int, columns_to_skip: Any, torch_class: str) -> tuple[int, ...]:
+    """The columns ``unzip`` keeps: ``range(sequence_length)`` less ``columns_to_skip``, checked
+    (shared by the iterable- and map-style ``UnZipper``; ``torch_class`` names torchdata's class in
+    its phrase when every column is skipped).
+
+    Raises:
+        TypeError / ValueError: ``columns_to_skip`` is not a sequence of ints, or holds one outside
+            ``[0, sequence_length)``.
+        RuntimeError: every column is skipped (torchdata's phrase at the end).
+    """
+    skip: set[int] = set()
+    if columns_to_skip is not None:
+        if isinstance(columns_to_skip, (str, bytes)) or not isinstance(columns_to_skip, (Sequence, set, frozenset)):
+            raise TypeError(
+                f"UnZipper: columns_to_skip must be a sequence of ints or None, got {type(columns_to_skip).__name__}"
+            )
+        for c in columns_to_skip:
+            require_int(c, "UnZipper", "columns_to_skip[...]")
+            if not 0 <= c < sequence_length:
+                raise ValueError(f"UnZipper: columns_to_skip holds {c}, not a column of "
+                                 f"sequence_length={sequence_length} (0 to {sequence_length - 1})")
+        skip = set(columns_to_skip)
+    columns = tuple(c for c in range(sequence_length) if c not in skip)
+    if not columns:
+        raise RuntimeError(
+            f"UnZipper: columns_to_skip={sorted(skip)} skips every column of sequence_length={sequence_length}: "
+            f"All instances are being filtered out in {torch_class}. Please check the input "
+            "`sequence_length` and `columns_to_skip`."
+        )
+    return columns
+
+
 @functional_datapipe("unzip")
 class UnZipper(IterDataPipe[Any]):
     """Split a pipe of sequences into one child per column (functional name: ``unzip``).
@@ -481,25 +513,7 @@ class UnZipper(IterDataPipe[Any]):
         require_pipe(source_datapipe, "UnZipper", "source_datapipe")
         require_int(sequence_length, "UnZipper", "sequence_length", minimum=1)
         _check_buffer_size("UnZipper", buffer_size)
-        skip: set[int] = set()
-        if columns_to_skip is not None:
-            if isinstance(columns_to_skip, (str, bytes)) or not isinstance(columns_to_skip, (Sequence, set, frozenset)):
-                raise TypeError(
-                    f"UnZipper: columns_to_skip must be a sequence of ints or None, got {type(columns_to_skip).__name__}"
-                )
-            for c in columns_to_skip:
-                require_int(c, "UnZipper", "columns_to_skip[...]")
-                if not 0 <= c < sequence_length:
-                    raise ValueError(f"UnZipper: columns_to_skip holds {c}, not a column of "
-                                     f"sequence_length={sequence_length} (0 to {sequence_length - 1})")
-            skip = set(columns_to_skip)
-        columns = tuple(c for c in range(sequence_length) if c not in skip)
-        if not columns:
-            raise RuntimeError(
-                f"UnZipper: columns_to_skip={sorted(skip)} skips every column of sequence_length={sequence_length}: "
-                "All instances are being filtered out in UnZipperIterDataPipe. Please check the input "
-                "`sequence_length` and `columns_to_skip`."
-            )
+        columns = unzip_columns(sequence_length, columns_to_skip, "UnZipperIterDataPipe")
         hub = _UnzipHub.__new__(_UnzipHub)
         hub._configure(source_datapipe, sequence_length, columns, buffer_size)
         return [UnZipperChild(hub, i) for i in range(len(columns))]

@@ -39,7 +39,7 @@ from .. import _pass
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
 from ..errors import call_lines, policy_and_log, raised_at
-from .parsing import _STARTED, _close, _file_where, _from_memory, _inner, _memory_copy, _on_fail, _pair, _reopener, _require_bool
+from .parsing import _FileRun, _close, _file_where, _from_memory, _inner, _memory_copy, _on_fail, _pair, _reopener, _require_bool
 
 __all__ = ["ParquetDataFrameLoader", "ParquetParser"]
 
@@ -66,7 +66,7 @@ def _check_columns(columns: Any, stage: str) -> list[str] | None:
 # -- the position of a pass --------------------------------------------------------------------------
 
 
-class _ParquetRun:
+class _ParquetRun(_FileRun):
     """The position of a Parquet reader's pass: the item (file) it is reading, the row group, and
     the rows of that row group consumed.
 
@@ -113,25 +113,8 @@ class _ParquetRun:
         state["file"] = file
         return state
 
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(_STARTED)
-        self.resume = state
-
-    def begin(self, on_fail: Any) -> tuple[int, list[Any]]:
-        """Called as the pass starts: the position before the first item, and the items to read
-        before the source's (the file a resumed pass was inside)."""
-        self.started = True
-        self.failures = getattr(on_fail, "failures", None)
-        state, self.resume = self.resume, None
-        if state is None:
-            return -1, []
-        if self.failures is not None:
-            self.failures.count = int(state["failures"])
-        file = state["file"]
-        if file is None:
-            return int(state["n"]), []
-        return int(state["n"]) - 1, [_Resumed(file)]
+    def resumed(self, file: dict[str, Any]) -> _Resumed:
+        return _Resumed(file)
 
     def enter(self, n: int, path: Any, opened: bool, stream: Any) -> None:
         self.n, self.path, self.opened, self.stream, self.inside = n, path, opened, stream, True

@@ -154,7 +154,42 @@ def _from_memory(copy: list[Any]) -> Any:
     return _REWRAP[copy[0]](copy[1], _from_memory(copy[2]))
 
 
-class _ReadRun:
+class _FileRun:
+    """What the runs of the file readers (:class:`_ReadRun`, and the Parquet reader's) share: a
+    loaded state kept for the pass to start from, and starting from it. A subclass has the slots
+    ``failures``, ``resume`` and ``started``, and says how to read again the file a saved pass was
+    inside (:meth:`resumed`)."""
+
+    __slots__ = ()
+    failures: Any
+    resume: dict[str, Any] | None
+    started: bool
+
+    def resumed(self, file: dict[str, Any]) -> Any:
+        raise NotImplementedError  # pragma: no cover - every subclass has its own
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError(_STARTED)
+        self.resume = state
+
+    def begin(self, on_fail: Any) -> tuple[int, list[Any]]:
+        """Called as the pass starts: the position before the first item, and the items to read
+        before the source's (the file a resumed pass was inside)."""
+        self.started = True
+        self.failures = getattr(on_fail, "failures", None)
+        state, self.resume = self.resume, None
+        if state is None:
+            return -1, []
+        if self.failures is not None:
+            self.failures.count = int(state["failures"])
+        file = state["file"]
+        if file is None:
+            return int(state["n"]), []
+        return int(state["n"]) - 1, [self.resumed(file)]
+
+
+class _ReadRun(_FileRun):
     """The position of a reader's pass (CSV, lines, tar, zip): the items (files) it pulled, and its
     position inside the current one.
 
@@ -201,25 +236,8 @@ class _ReadRun:
         state["file"] = file
         return state
 
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(_STARTED)
-        self.resume = state
-
-    def begin(self, on_fail: Any) -> tuple[int, list[Any]]:
-        """Called as the pass starts: the position before the first item, and the items to read
-        before the source's (the file a resumed pass was inside)."""
-        self.started = True
-        self.failures = getattr(on_fail, "failures", None)
-        state, self.resume = self.resume, None
-        if state is None:
-            return -1, []
-        if self.failures is not None:
-            self.failures.count = int(state["failures"])
-        file = state["file"]
-        if file is None:
-            return int(state["n"]), []
-        return int(state["n"]) - 1, [_Resumed(file)]
+    def resumed(self, file: dict[str, Any]) -> _Resumed:
+        return _Resumed(file)
 
     def enter(self, n: int, path: Any, stream: Any, counted: Any, reader: Any, offset: int) -> None:
         """Record that the loop reads item ``n`` (once per file)."""

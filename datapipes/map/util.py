@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from ..datapipe import MapDataPipe, functional_datapipe, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note
+from ..iter.joining import unzip_columns
 from ..iter.util import _may_change
 from ._index import index_text, position
 
@@ -354,23 +355,5 @@ class UnZipper(MapDataPipe[Any]):
     ) -> list[UnZipperChild]:
         require_pipe(source_datapipe, "UnZipper", "source_datapipe", kind=MapDataPipe)
         require_int(sequence_length, "UnZipper", "sequence_length", minimum=1)
-        skip: set[int] = set()
-        if columns_to_skip is not None:
-            if isinstance(columns_to_skip, (str, bytes)) or not isinstance(columns_to_skip, (Sequence, set, frozenset)):
-                raise TypeError(
-                    f"UnZipper: columns_to_skip must be a sequence of ints or None, got {type(columns_to_skip).__name__}"
-                )
-            for c in columns_to_skip:
-                require_int(c, "UnZipper", "columns_to_skip[...]")
-                if not 0 <= c < sequence_length:
-                    raise ValueError(f"UnZipper: columns_to_skip holds {c}, not a column of "
-                                     f"sequence_length={sequence_length} (0 to {sequence_length - 1})")
-            skip = set(columns_to_skip)
-        columns = [c for c in range(sequence_length) if c not in skip]
-        if not columns:
-            raise RuntimeError(
-                f"UnZipper: columns_to_skip={sorted(skip)} skips every column of sequence_length={sequence_length}: "
-                "All instances are being filtered out in UnZipperMapDataPipe. Please check the input "
-                "`sequence_length` and `columns_to_skip`."
-            )
+        columns = unzip_columns(sequence_length, columns_to_skip, "UnZipperMapDataPipe")
         return [UnZipperChild(source_datapipe, sequence_length, c, k) for k, c in enumerate(columns)]

@@ -16,7 +16,6 @@ from contextlib import contextmanager
 
 import pytest
 import torch
-import torch.multiprocessing as tmp
 from torch.utils.data import DataLoader
 from torch.utils.data import graph_settings as torch_graph_settings
 from torch.utils.data._utils import worker as torch_worker
@@ -29,7 +28,7 @@ from datapipes.iter.distributed import FullSync, PrefetchTimeoutError, ShardingR
 from datapipes.iter.sharding import SHARDING_PRIORITIES, is_sharding_stage
 from datapipes.testing import check_datapipe, check_resume
 
-from helpers import Boom, fail_at, plain_process  # noqa: F401 - plain_process: an autouse fixture
+from helpers import Boom, fail_at, plain_process, run_ranks  # noqa: F401 - plain_process: an autouse fixture
 
 W = IterableWrapper
 
@@ -400,25 +399,12 @@ def _fullsync_rank(rank, world_size, folder):
         dist.destroy_process_group()
 
 
-def _run_ranks(fn, args, nprocs, seconds):
-    ctx = tmp.start_processes(fn, args=args, nprocs=nprocs, join=False, start_method="spawn")
-    try:
-        deadline = time.monotonic() + seconds
-        while not ctx.join(timeout=1):
-            assert time.monotonic() < deadline, f"the ranks did not finish in {seconds} s"
-    finally:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.kill()
-            p.join(5)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 class TestFullSyncTwoGlooRanks:
     def test_ranks_of_unequal_lengths(self, tmp_path):
         try:
-            _run_ranks(_fullsync_rank, (2, str(tmp_path)), 2, 120)
+            run_ranks(_fullsync_rank, (2, str(tmp_path)), 2, 120)
         finally:
             results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)
                        if (tmp_path / f"rank{r}.json").exists()]
