@@ -64,7 +64,7 @@ class _ByValue:
         return cloudpickle.loads, (self.payload,)
 
 
-def _new_instance(cls: type) -> Any:
+def _new_instance(cls: Any) -> Any:  # a class; Any, as mypy reads ``type.__new__`` for cls.__new__
     return cls.__new__(cls)
 
 
@@ -426,7 +426,7 @@ def functional_datapipe(name: str, *, source: type | None = None) -> Callable[[t
             raise ValueError(f"functional name {name!r} clashes with the attribute {base.__name__}.{name}")
         registry[name] = cls
         setattr(base, name, _make_method(name, cls, base))
-        cls._functional_name = name  # type: ignore[attr-defined]
+        cls._functional_name = name  # type: ignore[union-attr]  # set on registered classes only (read with getattr)
         return cls
 
     return register

@@ -35,7 +35,7 @@ import pickle
 import threading
 import time
 from collections import Counter
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sized, cast
 
 from . import _pass
 from ._engine import close_iterator
@@ -217,7 +217,7 @@ def check_datapipe(
 
     if limit is None:
         try:
-            n = len(pipe)
+            n = len(cast(Sized, pipe))  # a pipe without a length raises TypeError here, as it may
         except TypeError:
             pass
         except Exception as e:  # noqa: BLE001 - any other type is the violation

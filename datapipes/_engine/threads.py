@@ -26,6 +26,7 @@ _STOP = object()  # worker sentinel
 
 def _worker(inq: Any, outq: Any, fn: Callable[[Any], Any], busy: list[float], slot: int) -> None:
     get, put, clock = inq.get, outq.put, time.perf_counter
+    rec: tuple[int, bool, Any] | None  # cleared after each put (no reference kept to the result)
     while True:
         job = get()
         if job is _STOP:
@@ -44,6 +45,7 @@ def _worker(inq: Any, outq: Any, fn: Callable[[Any], Any], busy: list[float], sl
 def _timed_worker(inq: Any, outq: Any, fn: Callable[[Any], Any], busy: list[float], slot: int,
                   running: list[Any], abandoned: list[bool], lock: threading.Lock) -> None:
     get, put, clock = inq.get, outq.put, time.monotonic
+    rec: tuple[int, bool, Any] | None  # cleared after each put (no reference kept to the result)
     while True:
         job = get()
         if job is _STOP:
@@ -118,7 +120,8 @@ class ThreadWorkers(Closeable):
         self.submit = self._inq.put
         self.ready = self._outq.qsize
         if self.timeout is None:
-            self.get = self._outq.get
+            # the queue's own get shadows the timed method on purpose (no deadline bookkeeping)
+            self.get = self._outq.get  # type: ignore[method-assign]
         self._finalizer = weakref.finalize(self, _shutdown, self._inq, self._threads, self._abandoned)
         for _ in range(self.n):
             self._spawn()

@@ -14,7 +14,7 @@ import inspect
 import threading
 from concurrent.futures import Executor, ProcessPoolExecutor
 from itertools import islice
-from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVar, cast
 
 from .. import _pass
 from .._collate import collate as default_collate
@@ -89,7 +89,7 @@ def _column_fn(fn: Callable[..., Any], input_col: _Col, output_col: _Col) -> Cal
     def apply(item: Any) -> Any:
         res = fn(*[item[c] for c in input_col]) if many else fn(item[input_col])  # type: ignore[union-attr]
         is_tuple = isinstance(item, tuple)
-        out = list(item) if is_tuple else item.copy()
+        out: Any = list(item) if is_tuple else item.copy()  # a list or a dict: indexed by the columns
         if output_col is None:
             if many:
                 out[input_col[0]] = res  # type: ignore[index]
@@ -231,7 +231,7 @@ def _seeded_start(run: _pass.FrameRun, seed: int) -> tuple[int, int]:
 
 def _map_seeded_raise(pipe: Mapper, it: Iterator[Any], seed: int, run: _pass.FrameRun) -> Iterator[Any]:
     fn = _column_rng_fn(pipe.fn, pipe.input_col, pipe.output_col) if pipe.input_col is not None else pipe.fn
-    kind = pipe.rng
+    kind = cast(str, pipe.rng)  # the seeded loops run only with rng= set
     seed, n = _seeded_start(run, seed)
     try:
         for x in it:
@@ -249,7 +249,7 @@ def _map_seeded_raise(pipe: Mapper, it: Iterator[Any], seed: int, run: _pass.Fra
 
 def _map_seeded_skip(pipe: Mapper, it: Iterator[Any], seed: int, run: _pass.FrameRun) -> Iterator[Any]:
     fn = _column_rng_fn(pipe.fn, pipe.input_col, pipe.output_col) if pipe.input_col is not None else pipe.fn
-    kind = pipe.rng
+    kind = cast(str, pipe.rng)  # the seeded loops run only with rng= set
     failures = pipe._policy.new_pass(stage_label(pipe), pipe.failures)
     seed, n = _seeded_start(run, seed)
     n -= 1
@@ -814,7 +814,7 @@ def _async_outputs(fn: Callable[[Any], Any]) -> Callable[[Any], Iterator[Any]]:
 
 
 def _flatmap_async_raise(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
-    fn = _selected_fn(pipe.fn, pipe.input_col)
+    fn = _selected_fn(cast("Callable[..., Any]", pipe.fn), pipe.input_col)  # the async loops run only with a fn
     label = stage_label(pipe)
     run.started = True
     resume = run.resume
@@ -859,7 +859,7 @@ def _flatmap_async_raise(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRu
 
 
 def _flatmap_async_skip(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
-    fn = _selected_fn(pipe.fn, pipe.input_col)
+    fn = _selected_fn(cast("Callable[..., Any]", pipe.fn), pipe.input_col)  # the async loops run only with a fn
     failures = pipe._policy.new_pass(stage_label(pipe), pipe.failures)
     run.started = True
     resume = run.resume

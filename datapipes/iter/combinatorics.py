@@ -17,7 +17,7 @@ import random
 from bisect import bisect
 from itertools import accumulate, islice
 from operator import length_hint
-from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence, TypeVar, cast
 
 import torch
 from torch.utils.data import SequentialSampler
@@ -49,7 +49,7 @@ def _set_rng_state(rng: random.Random, state: list[Any]) -> None:
 
 
 #: iterators whose position, and the items they yielded, can be read back from their sequence
-_RECOMPUTABLE = frozenset(type(iter(x)) for x in ([], (), range(0)))
+_RECOMPUTABLE = frozenset(type(iter(x)) for x in cast("tuple[Sequence[Any], ...]", ([], (), range(0))))
 
 
 def _position(it: Iterator[Any]) -> int:

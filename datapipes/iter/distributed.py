@@ -540,9 +540,9 @@ class ShardingRoundRobinDispatcher(ShardingFilter[T]):
                 )
         self.source_datapipe = source_datapipe
         self.sharding_group_filter = SHARDING_PRIORITIES.MULTIPROCESSING
-        self.groups: dict[SHARDING_PRIORITIES, tuple[int, int]] = {}
+        self.groups: dict[int, tuple[int, int]] = {}  # as ShardingFilter's: a group's key is an int
 
-    def _combine(self, groups: dict[SHARDING_PRIORITIES, tuple[int, int]]) -> tuple[int, int]:
+    def _combine(self, groups: dict[int, tuple[int, int]]) -> tuple[int, int]:
         # The DEFAULT group (graph_settings.apply_sharding's and torch's DataLoader's) counts too.
         default = groups.get(SHARDING_PRIORITIES.DEFAULT)
         return default if default is not None else super()._combine(groups)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 from itertools import islice
-from typing import Any, Callable, Hashable, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Hashable, Iterable, Iterator, TypeVar, cast
 
 from .. import _pass
 from .._chunk import DataChunk
@@ -75,7 +75,8 @@ def _full_batches(it: Iterator[Any], n: int) -> Iterator[list[Any]]:
 
 def _batch_keep(pipe: Batcher, it: Iterator[Any] | None = None) -> Iterator[list[Any]]:
     n = pipe.batch_size
-    make = pipe.wrapper_class  # DataChunk or list: each batch built in C from the source
+    # DataChunk or list: each batch built in C from the source (both take any iterable)
+    make = cast("Callable[[Iterable[Any]], list[Any]]", pipe.wrapper_class)
     if it is None:  # the map-style Batcher's iteration, which reads its source by position
         it = iter(pipe.datapipe)
     try:
@@ -90,7 +91,7 @@ def _batch_keep(pipe: Batcher, it: Iterator[Any] | None = None) -> Iterator[list
 
 def _batch_drop(pipe: Batcher, it: Iterator[Any] | None = None) -> Iterator[list[Any]]:
     n = pipe.batch_size
-    make = pipe.wrapper_class  # DataChunk or list
+    make = cast("Callable[[Iterable[Any]], list[Any]]", pipe.wrapper_class)  # DataChunk or list
     if it is None:  # the map-style Batcher's iteration, which reads its source by position
         it = iter(pipe.datapipe)
     try:

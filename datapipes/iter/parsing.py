@@ -37,7 +37,7 @@ import csv
 import io
 import json
 from itertools import chain, islice, repeat
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from .. import _pass
 from .._engine import abandon
@@ -154,6 +154,17 @@ def _from_memory(copy: list[Any]) -> Any:
     return _REWRAP[copy[0]](copy[1], _from_memory(copy[2]))
 
 
+class _FileRunSlots(Protocol):
+    """What :class:`_FileRun`'s methods use of ``self``: attributes each subclass keeps in its own
+    slots (typed apart, as mypy refuses assignments to attributes outside the base's empty slots)."""
+
+    failures: Any
+    resume: dict[str, Any] | None
+    started: bool
+
+    def resumed(self, file: dict[str, Any]) -> Any: ...
+
+
 class _FileRun:
     """What the runs of the file readers (:class:`_ReadRun`, and the Parquet reader's) share: a
     loaded state kept for the pass to start from, and starting from it. A subclass has the slots
@@ -168,12 +179,12 @@ class _FileRun:
     def resumed(self, file: dict[str, Any]) -> Any:
         raise NotImplementedError  # pragma: no cover - every subclass has its own
 
-    def restore(self, state: dict[str, Any]) -> None:
+    def restore(self: _FileRunSlots, state: dict[str, Any]) -> None:
         if self.started:
             raise RuntimeError(_STARTED)
         self.resume = state
 
-    def begin(self, on_fail: Any) -> tuple[int, list[Any]]:
+    def begin(self: _FileRunSlots, on_fail: Any) -> tuple[int, list[Any]]:
         """Called as the pass starts: the position before the first item, and the items to read
         before the source's (the file a resumed pass was inside)."""
         self.started = True

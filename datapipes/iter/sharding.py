@@ -23,7 +23,7 @@ import inspect
 from enum import IntEnum
 import itertools
 from itertools import islice
-from typing import Any, Iterator, TypeVar
+from typing import Any, Iterator, TypeVar, cast
 
 from .. import _pass
 from .._engine import close_iterator as _close
@@ -347,7 +347,8 @@ class ShardingFilter(IterDataPipe[T]):
         it = iter(self.source_datapipe)
         run = _ShardRun(stage_label(self), shard)
         _pass.track(self, run)
-        chosen = _ShardIterator.from_iterable(_decide(it, run))
+        # from_iterable builds the subclass it is called on (typeshed types it as a plain chain)
+        chosen = cast(_ShardIterator, _ShardIterator.from_iterable(_decide(it, run)))
         chosen.source = it
         return chosen
 

@@ -69,7 +69,10 @@ import warnings
 import weakref
 from collections import deque
 from itertools import chain, islice
-from typing import Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+
+if TYPE_CHECKING:  # the aliases below name torch types; importing torch here at runtime is not needed
+    import torch
 
 try:
     import fcntl
@@ -101,10 +104,10 @@ __all__ = [
     "XzFileLoader",
 ]
 
-#: torchdata's type of one parsed ``tf.train.Example``: feature name -> tensor (or list of them,
-#: or a list of bytes).
+#: The type of one parsed ``tf.train.Example``, as torchdata's (feature name -> tensor, or a list
+#: of tensors, or a list of bytes).
 TFRecordExample = dict[str, "torch.Tensor | list[torch.Tensor] | list[bytes] | list[list[bytes]]"]
-#: torchdata's type of ``load_from_tfrecord``'s ``spec``: feature name -> (shape, dtype).
+#: The type of ``load_from_tfrecord``'s ``spec``, as torchdata's (feature name -> (shape, dtype)).
 TFRecordExampleSpec = dict[str, tuple[tuple[int, ...], "torch.dtype"]]
 
 _END = object()

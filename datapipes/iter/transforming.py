@@ -1284,7 +1284,7 @@ class BatchAsyncMapper(Mapper[U]):
         super().__init__(source_datapipe, async_fn, input_col, output_col, concurrency=min(batch_size, max_concurrency))
         self.batch_size = batch_size
         self.max_concurrency = max_concurrency
-        self.flatten = True
+        # kept as torchdata names it; on the instance it shadows the functional ``flatten`` (a bool here)
 
 
 # What inspect (help(), IDEs, the stub check) shows: __init__'s parameters, not __new__'s *args.

@@ -381,7 +381,7 @@ class IterableWrapper(IterDataPipe[T]):
                     "to resume"))
             if self._async:
                 return iterate_async(self.iterable)  # type: ignore[arg-type]
-            return iter(self.iterable)
+            return iter(cast("Iterable[T]", self.iterable))  # not async: a synchronous iterable
         if self._async:
             _pass.track(self, _Unresumable(
                 f"{stage_label(self)} cannot save its position: it wraps an async iterable "
@@ -389,7 +389,7 @@ class IterableWrapper(IterDataPipe[T]):
                 "position; wrap a synchronous re-iterable to resume"))
             return iterate_async(self.iterable)  # type: ignore[arg-type]
         # Nothing is copied, read or opened before the first next().
-        iterable = self.iterable
+        iterable = cast("Iterable[T]", self.iterable)  # not async: a synchronous iterable
         run = _SourceRun(hasattr(type(iterable), "__len__"))
         if self._defer:
             it: Iterator[T] = _deferred(lambda: iter(iterable), run)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import warnings
 import weakref
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, AsyncIterable, Callable, Generator, Generic, Iterable, Iterator, TypeVar, cast, overload
 
 from .._engine import is_async_callable, is_async_gen_callable
 from ..datapipe import IterDataPipe, MapDataPipe, require_callable, require_int
@@ -27,6 +27,9 @@ from .shards import InProcess, ShardsRun, plan
 from .workers import WorkerProcesses
 
 __all__ = ["DataLoader"]
+
+T = TypeVar("T")  # what a loader yields
+U = TypeVar("U")  # the items of its pipe, where they differ from what it yields
 
 #: Arguments only the torch spelling takes, and only the SPDL spelling takes (in signature order).
 _TORCH_ONLY = ("collate_fn", "pin_memory", "device", "num_workers", "persistent_workers", "prefetch_factor",
@@ -120,7 +123,7 @@ def _as_pipe(data: Any, name: str) -> IterDataPipe[Any]:
     return IterableWrapper(data)
 
 
-def _drain(it: Iterator[Any], done: list[bool], delivered: list[int]) -> Iterator[Any]:
+def _drain(it: Iterator[Any], done: list[bool], delivered: list[int]) -> Generator[Any, None, None]:
     for item in it:
         delivered[0] += 1
         yield item
@@ -157,7 +160,7 @@ class _Tracked:
             close()
 
 
-class DataLoader:
+class DataLoader(Generic[T]):
     """Run a pipe and yield its batches, collated into tensors and moved to the device.
 
     Two spellings, one implementation (see the how-to, ``docs/howto/dataloader.rst``):
@@ -263,6 +266,107 @@ class DataLoader:
     See also: :func:`datapipes.profile` (``profile(loader.pipe)``) to find the slow stage.
     """
 
+    # For type checkers, what the loader yields (``DataLoader[T]``): the pipe's items when nothing
+    # batches or converts them; the result type of collate_fn, aggregator or transfer_fn, the last
+    # stage, where one is given; Any otherwise (the default collate, pin_memory, device).
+    @overload
+    def __init__(
+        self: DataLoader[T],
+        pipe: IterDataPipe[T] | MapDataPipe[T] | Iterable[T] | AsyncIterable[T],
+        batch_size: None = None,
+        *,
+        num_workers: int = 0,
+        seed: int | None = None,
+        even_batches: str | None = None,
+        timeout: float | None = None,
+        persistent_workers: bool = False,
+        prefetch_factor: int | None = None,
+        multiprocessing_context: Any = None,
+        worker_init_fn: Callable[[int], None] | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: DataLoader[T],
+        pipe: IterDataPipe[U] | MapDataPipe[U] | Iterable[U] | AsyncIterable[U],
+        batch_size: int,
+        *,
+        drop_last: bool = False,
+        collate_fn: Callable[[list[U]], T],
+        num_workers: int = 0,
+        seed: int | None = None,
+        even_batches: str | None = None,
+        timeout: float | None = None,
+        persistent_workers: bool = False,
+        prefetch_factor: int | None = None,
+        multiprocessing_context: Any = None,
+        worker_init_fn: Callable[[int], None] | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: DataLoader[T],
+        pipe: Any = None,
+        batch_size: int | None = None,
+        *,
+        drop_last: bool = False,
+        seed: int | None = None,
+        even_batches: str | None = None,
+        timeout: float | None = None,
+        src: Any = None,
+        preprocessor: Callable[[Any], Any] | None = None,
+        aggregator: Callable[[list[Any]], Any] | None = None,
+        transfer_fn: Callable[[Any], T],
+        buffer_size: int | None = None,
+        num_threads: int | None = None,
+        output_order: str | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: DataLoader[T],
+        pipe: Any = None,
+        batch_size: int | None = None,
+        *,
+        drop_last: bool = False,
+        seed: int | None = None,
+        even_batches: str | None = None,
+        timeout: float | None = None,
+        src: Any = None,
+        preprocessor: Callable[[Any], Any] | None = None,
+        aggregator: Callable[[Any], T],
+        buffer_size: int | None = None,
+        num_threads: int | None = None,
+        output_order: str | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: DataLoader[Any],
+        pipe: Any = None,
+        batch_size: int | None = None,
+        *,
+        drop_last: bool = False,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        pin_memory: bool = False,
+        device: Any = None,
+        num_workers: int = 0,
+        seed: int | None = None,
+        even_batches: str | None = None,
+        timeout: float | None = None,
+        persistent_workers: bool = False,
+        prefetch_factor: int | None = None,
+        multiprocessing_context: Any = None,
+        worker_init_fn: Callable[[int], None] | None = None,
+        src: Any = None,
+        preprocessor: Callable[[Any], Any] | None = None,
+        aggregator: Callable[[list[Any]], Any] | None = None,
+        transfer_fn: Callable[[Any], Any] | None = None,
+        buffer_size: int | None = None,
+        num_threads: int | None = None,
+        output_order: str | None = None,
+    ) -> None: ...
+
     def __init__(
         self,
         pipe: Any = None,
@@ -317,6 +421,7 @@ class DataLoader:
         self.datapipe = _as_pipe(data, "src" if src is not None else "pipe")
         self.spdl = bool(spdl_args)
         self._workers: WorkerProcesses | None = None
+        self._source: WorkerProcesses | InProcess  # the first stage of self.pipe: its shards' positions
         if self.spdl:
             self.pipe = self._build_spdl(preprocessor, aggregator, transfer_fn, buffer_size, num_threads,
                                          output_order)
@@ -330,7 +435,7 @@ class DataLoader:
         #: the pass being iterated, for state_dict; weak, so that a pass dropped mid-way stops its
         #: threads and workers as any dropped iterator does
         self._current: weakref.ref[_Tracked] | None = None
-        self._resume: dict[str, Any] | None = None  # a pass state loaded for the next iter()
+        self._resume: list[dict[str, Any]] | None = None  # the pass states loaded for the next iter()
 
     # -- building ----------------------------------------------------------------------------------
 
@@ -444,7 +549,7 @@ class DataLoader:
 
     # -- running -----------------------------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[T]:
         resume, self._resume = self._resume, None
         layout = _layout(self.num_workers)
         if resume is None:
@@ -457,7 +562,7 @@ class DataLoader:
         if self._workers is not None:
             self._workers.prepare(seed, epoch, run)
         else:
-            self._source.prepare(run)
+            cast(InProcess, self._source).prepare(run)  # no worker processes: the pass runs in process
         tracked = _Tracked(iter(self.pipe), run)
         self._current = weakref.ref(tracked)
         if self.even_batches is None:
@@ -545,7 +650,7 @@ class DataLoader:
         if self._workers is not None:
             self._workers.close()
 
-    def __enter__(self) -> DataLoader:
+    def __enter__(self) -> DataLoader[T]:
         return self
 
     def __exit__(self, *exc: Any) -> None:

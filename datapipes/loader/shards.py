@@ -38,7 +38,7 @@ import threading
 import time
 from collections import deque
 from itertools import islice
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Generator, Iterator, cast
 
 from .. import _pass
 from .._pass import PassConfig, configured, stage_keys
@@ -92,12 +92,12 @@ class ShardStream:
 
     def _start(self, state: Any) -> Any:
         with configured(self.config) if self.config is not None else contextlib.nullcontext():
-            it = iter(self.pipe)
+            it = cast(_pass.PassIterator, iter(self.pipe))  # a new pass: iter() gives its PassIterator
         if state is not None:
             it.load_state_dict(state)
         return it
 
-    def items(self) -> Iterator[Any]:
+    def items(self) -> Generator[Any, None, None]:
         """The shard's items (after the ``skip`` first ones, recomputed and dropped)."""
         skip, self.skip = self.skip, 0
         items = self._items()
@@ -106,7 +106,7 @@ class ShardStream:
                 pass
         return items
 
-    def _items(self) -> Iterator[Any]:
+    def _items(self) -> Generator[Any, None, None]:
         if self.done:
             return
         while self.tails:

@@ -748,3 +748,12 @@ class TestBatchAsyncMapper:
                        expected=[[0, 10], [20, 30], [40]])
         clone = pickle.loads(pickle.dumps(IterableWrapper(range(4)).async_map_batches(_times_ten, 2)))
         assert list(clone) == [0, 10, 20, 30]
+
+
+def test_async_map_batches_keeps_the_functional_methods():
+    pipe = IterableWrapper([(1, (2, 3))]).async_map_batches(_times_ten_pair, 2)
+    assert list(pipe.flatten()) == [(10, 2, 3)]
+
+
+async def _times_ten_pair(item):
+    return (item[0] * 10, item[1])
