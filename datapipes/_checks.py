@@ -13,10 +13,14 @@ class ArgumentError(ValueError, AssertionError):
     ``AssertionError`` keeps working. The message names the stage and the argument, then ends with
     torch's own phrase."""
 
+    __module__ = "datapipes.errors"  # its public home (re-exported there)
+
 
 class ArgumentTypeError(TypeError, AssertionError):
     """As :class:`ArgumentError`, for a ``TypeError`` (an argument of the wrong kind) where torch
     DataPipes ``assert``."""
+
+    __module__ = "datapipes.errors"
 
 
 def require_callable(value: Any, stage: str, name: str, optional: bool = False) -> None:
@@ -45,7 +49,7 @@ def require_int(
     >>> require_int(0, "Batcher", "batch_size", minimum=1, torch_assert="Batch size is required to be larger than 0!")
     Traceback (most recent call last):
     ...
-    datapipes._checks.ArgumentError: Batcher: batch_size must be >= 1, got 0; Batch size is required to be larger than 0!
+    datapipes.errors.ArgumentError: Batcher: batch_size must be >= 1, got 0; Batch size is required to be larger than 0!
     """
     if value is None and optional:
         return

@@ -27,7 +27,11 @@ import threading
 from collections import deque
 from typing import Any, Callable, NamedTuple
 
+from ._checks import ArgumentError, ArgumentTypeError
+
 __all__ = [
+    "ArgumentError",
+    "ArgumentTypeError",
     "ErrorPolicy",
     "Failure",
     "FailureLog",

@@ -45,8 +45,9 @@ napoleon_use_rtype = False
 # pages are tested as they stand.
 doctest_default_flags = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 doctest_test_doctest_blocks = "default"
-# Docstrings pulled in by autodoc are tested too; their examples may use their module's own names,
-# as pytest's --doctest-modules allows.
+# Docstrings pulled in by autodoc are tested too. As under pytest's --doctest-modules, each
+# docstring's examples run on their own, in a copy of their module's namespace (so they may use the
+# module's own names): see _docstring_groups below.
 doctest_global_setup = """
 import datapipes
 from datapipes.graph import chain_repr, describe, stages, to_mermaid, traverse
@@ -55,7 +56,7 @@ from datapipes.iter import IterableWrapper
 
 templates_path: list[str] = []
 exclude_patterns = ["_build"]
-html_theme = "alabaster"
+html_theme = "furo"
 html_static_path: list[str] = []
 nitpicky = False
 
@@ -93,7 +94,47 @@ def _functional_table_directive():
     return FunctionalTable
 
 
+# -- docstring examples run in their module's namespace ---------------------------------------------
+# The doctest builder puts every ``>>>`` block of a page in one group ("default"), sharing one
+# namespace: the examples of one docstring would see the variables of the previous one, and miss the
+# names of their own module that pytest's --doctest-modules gives them. Each docstring's blocks get a
+# group of their own here, set up with a copy of the namespace of the module whose file holds them.
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _module_of(path: str) -> str | None:
+    """The dotted name of the module in file ``path`` of this checkout, or None (another file)."""
+    path = os.path.abspath(path)
+    if not path.endswith(".py") or not path.startswith(_REPO + os.sep):
+        return None
+    parts = os.path.relpath(path, _REPO)[: -len(".py")].split(os.sep)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _docstring_groups(app, doctree):
+    from docutils import nodes
+
+    set_up: set[str] = set()
+    for block in doctree.findall(nodes.doctest_block):
+        path, sep, obj = (block.source or "").partition(":docstring of ")
+        module = _module_of(path) if sep else None
+        if module is None:
+            continue
+        group = f"docstring of {obj}"
+        block["groups"] = [group]
+        if group not in set_up:  # the first block of the docstring starts with the module's names
+            set_up.add(group)
+            block["test"] = (
+                f">>> import importlib; globals().update(vars(importlib.import_module({module!r})))\n"
+                + block.astext()
+            )
+
+
 def setup(app):
     app.add_directive("functional-table", _functional_table_directive())
+    app.connect("doctree-read", _docstring_groups)
     return {"parallel_read_safe": True}
 

@@ -478,8 +478,9 @@ class ParquetDataFrameLoader(_ParquetBase):
     Raises:
         ImportError: at construction, when pyarrow is not installed (``datapipes[parquet]``).
         TypeError: ``dtype`` is not a ``pyarrow.Schema`` (torcharrow's dtypes are gone).
-        Otherwise as :class:`ParquetParser`; a table that does not cast to ``dtype`` raises
-        pyarrow's error with a note naming the file and the row group.
+
+    Otherwise errors are as :class:`ParquetParser`'s; a table that does not cast to ``dtype`` raises
+    pyarrow's error with a note naming the file and the row group.
 
     ``len()`` raises ``TypeError``: the number of row groups is known only after reading.
 
