@@ -32,35 +32,72 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks import _results  # noqa: E402
 from datapipes.iter import IterableWrapper  # noqa: E402
 
 ROWS: list[tuple[str, str, str, str]] = []
+# The same figures as numbers, for --json (the schema of benchmarks/_results.py): workload name -> record.
+WORKLOADS: dict[str, dict[str, Any]] = {}
 
 
 def median_time(run: Callable[[], Any], repeats: int) -> float:
     return medians({"run": run}, repeats)["run"]
 
 
-def medians(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
-    """Median wall time of each run, the runs interleaved repeat by repeat (drift hits all alike)."""
+def timings(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, list[float]]:
+    """Wall time of each run in every repeat, the runs interleaved repeat by repeat (drift hits all alike)."""
     times: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(repeats):
         for name, run in runs.items():
             t = time.perf_counter()
             run()
             times[name].append(time.perf_counter() - t)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times
 
 
-def row(workload: str, runner: str, value: str, note: str = "") -> None:
+def medians(runs: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+    """Median wall time of each run (see :func:`timings`)."""
+    return {k: statistics.median(v) for k, v in timings(runs, repeats).items()}
+
+
+def workload(name: str, title: str, unit: str, baseline: str | None) -> None:
+    """Open the JSON record of a workload; ``baseline`` names the row the ratios are taken against."""
+    WORKLOADS[name] = {"name": name, "title": title, "unit": unit, "baseline": baseline, "systems": [],
+                       "targets": []}
+
+
+def row(workload: str, runner: str, value: str, note: str = "", *, n: int | None = None,
+        times: list[float] | None = None, role: str | None = None, **extra: Any) -> None:
+    """Print one row; record it for --json: throughput ``n`` over the median of ``times`` (each
+    repeat's wall seconds), the rate of every repeat as its spread."""
     ROWS.append((workload, runner, value, note))
     print(f"  {runner:<42} {value:>16}  {note}", flush=True)
+    if workload in WORKLOADS:
+        role = role or _results.role_of(runner)
+        if n is None or not times:
+            status = value if value in ("not installed", "failed") else "ok"
+            WORKLOADS[workload]["systems"].append(_results.system(runner, role, None, status=status, note=note))
+        else:
+            WORKLOADS[workload]["systems"].append(_results.system(
+                runner, role, n / statistics.median(times), runs=[n / t for t in times],
+                seconds=statistics.median(times), note=note, **extra))
+
+
+def target(workload: str, text: str, value: float, passed: bool) -> None:
+    if workload in WORKLOADS:
+        WORKLOADS[workload]["targets"].append({"text": text, "value": value, "passed": passed})
+
+
+def results_json(settings: dict[str, Any]) -> dict[str, Any]:
+    """Everything recorded so far as the results JSON, with each row's ratio to its workload's baseline."""
+    return _results.document("concurrency", settings, [_results.add_ratios(w) for w in WORKLOADS.values()])
 
 
 def peer(name: str) -> Any:
@@ -98,11 +135,11 @@ def peers_rows(workload: str, items: list[Any], fn: Callable[[Any], Any], worker
             continue
         f = spdl_fn if (name == "spdl.pipeline" and spdl_fn is not None) else fn
         try:
-            t = median_time(lambda: runner(items, f, workers), repeats)
+            times = timings({"run": lambda: runner(items, f, workers)}, repeats)["run"]
         except Exception as e:  # noqa: BLE001 - a peer's failure is reported, not fatal
             row(workload, name, "failed", repr(e)[:60])
             continue
-        row(workload, name, scale(t))
+        row(workload, name, scale(statistics.median(times)), n=len(items), times=times)
 
 
 # -- I/O-bound, threads ------------------------------------------------------------------------------
@@ -127,11 +164,15 @@ def bench_io(n: int, repeats: int) -> None:
             for _ in ex.map(sleep_5ms, items):
                 pass
 
-    m = medians({"plain": plain, "ours": ours}, repeats)
+    workload("io", f"io: {n:,} items, fn sleeps 5 ms, 32 threads", "items/s", "plain ThreadPoolExecutor(32)")
+    ts = timings({"plain": plain, "ours": ours}, repeats)
+    m = {k: statistics.median(v) for k, v in ts.items()}
     t_plain, t_ours = m["plain"], m["ours"]
-    row("io", "plain ThreadPoolExecutor(32)", f"{n / t_plain:,.0f} items/s", f"{ideal / t_plain:.0%} of ideal")
+    row("io", "plain ThreadPoolExecutor(32)", f"{n / t_plain:,.0f} items/s", f"{ideal / t_plain:.0%} of ideal",
+        n=n, times=ts["plain"], role="limit")
     row("io", "datapipes map(concurrency=32)", f"{n / t_ours:,.0f} items/s",
-        f"{ideal / t_ours:.0%} of ideal, {t_plain / t_ours:.1%} of the plain pool (target >= 97%)")
+        f"{ideal / t_ours:.0%} of ideal, {t_plain / t_ours:.1%} of the plain pool (target >= 97%)", n=n, times=ts["ours"])
+    target("io", ">= 97% of the plain pool's rate", t_plain / t_ours, t_plain / t_ours >= 0.97)
     peers_rows("io", items, sleep_5ms, 32, repeats, lambda t: f"{n / t:,.0f} items/s")
 
 
@@ -161,17 +202,24 @@ def bench_async(n: int, repeats: int) -> None:
         while window:
             await window.popleft()
 
-    m = medians({"plain": lambda: asyncio.run(plain_main()), "ours": ours}, repeats)
+    workload("async", f"async: {n:,} items, await asyncio.sleep(0.005), 256 tasks", "items/s",
+             "plain asyncio (256-task window)")
+    ts = timings({"plain": lambda: asyncio.run(plain_main()), "ours": ours}, repeats)
+    m = {k: statistics.median(v) for k, v in ts.items()}
     t_plain, t_ours = m["plain"], m["ours"]
-    row("async", "plain asyncio (256-task window)", f"{n / t_plain:,.0f} items/s", f"{ideal / t_plain:.0%} of ideal")
+    row("async", "plain asyncio (256-task window)", f"{n / t_plain:,.0f} items/s", f"{ideal / t_plain:.0%} of ideal",
+        n=n, times=ts["plain"], role="limit")
     row("async", "datapipes map(async fn, concurrency=256)", f"{n / t_ours:,.0f} items/s",
-        f"{ideal / t_ours:.0%} of ideal, {t_plain / t_ours:.1%} of plain asyncio (target >= 95%)")
+        f"{ideal / t_ours:.0%} of ideal, {t_plain / t_ours:.1%} of plain asyncio (target >= 95%)",
+        n=n, times=ts["ours"])
+    target("async", ">= 95% of plain asyncio's rate", t_plain / t_ours, t_plain / t_ours >= 0.95)
     if peer("spdl.pipeline") is None:
         row("async", "spdl.pipeline", "not installed")
     else:
         try:
-            t = median_time(lambda: run_spdl(items, asleep_5ms, 256), repeats)
-            row("async", "spdl.pipeline", f"{n / t:,.0f} items/s", f"{ideal / t:.0%} of ideal")
+            times = timings({"run": lambda: run_spdl(items, asleep_5ms, 256)}, repeats)["run"]
+            t = statistics.median(times)
+            row("async", "spdl.pipeline", f"{n / t:,.0f} items/s", f"{ideal / t:.0%} of ideal", n=n, times=times)
         except Exception as e:  # noqa: BLE001
             row("async", "spdl.pipeline", "failed", repr(e)[:60])
 
@@ -222,13 +270,19 @@ def bench_decode(n: int, repeats: int, label: str) -> None:
             pass
 
     decode(items[0])
-    m = medians({"serial": serial, "plain": plain, "ours": ours}, repeats)
-    t_serial, t_plain, t_ours = m["serial"], m["plain"], m["ours"]
     w = f"decode{label}"
-    row(w, "serial", f"{n / t_serial:,.0f} img/s", "1.00x")
-    row(w, "plain ThreadPoolExecutor(2)", f"{n / t_plain:,.0f} img/s", f"{t_serial / t_plain:.2f}x serial")
+    workload(w, f"decode{label}: {n:,} JPEG decode + resize to 224x224, 2 threads", "images/s",
+             "plain ThreadPoolExecutor(2)")
+    ts = timings({"serial": serial, "plain": plain, "ours": ours}, repeats)
+    m = {k: statistics.median(v) for k, v in ts.items()}
+    t_serial, t_plain, t_ours = m["serial"], m["plain"], m["ours"]
+    row(w, "serial", f"{n / t_serial:,.0f} img/s", "1.00x", n=n, times=ts["serial"], role="reference")
+    row(w, "plain ThreadPoolExecutor(2)", f"{n / t_plain:,.0f} img/s", f"{t_serial / t_plain:.2f}x serial",
+        n=n, times=ts["plain"], role="limit")
     row(w, "datapipes map(concurrency=2)", f"{n / t_ours:,.0f} img/s",
-        f"{t_serial / t_ours:.2f}x serial, {t_plain / t_ours:.1%} of the plain pool (target >= 95%)")
+        f"{t_serial / t_ours:.2f}x serial, {t_plain / t_ours:.1%} of the plain pool (target >= 95%)",
+        n=n, times=ts["ours"])
+    target(w, ">= 95% of the plain pool's rate", t_plain / t_ours, t_plain / t_ours >= 0.95)
     peers_rows(w, items, decode, 2, repeats, lambda t: f"{n / t:,.0f} img/s ({t_serial / t:.2f}x serial)")
 
 
@@ -270,21 +324,29 @@ def bench_gil(n: int, repeats: int) -> None:
                 best = (t, cs)
         assert best is not None
         cs = best[1]
-        m = medians({"serial": serial, "pool": lambda: sum(1 for _ in pool.imap(gil_work, docs, chunksize=cs)),
-                     "ours": ours}, repeats)
+        ts = timings({"serial": serial, "pool": lambda: sum(1 for _ in pool.imap(gil_work, docs, chunksize=cs)),
+                      "ours": ours}, repeats)
+    m = {k: statistics.median(v) for k, v in ts.items()}
     t_serial, t_pool, t_ours = m["serial"], m["pool"], m["ours"]
-    row("gil", "serial", f"{n / t_serial:,.0f} items/s", f"1.00x ({t_serial / n * 1e6:.1f} us/item)")
-    row("gil", f"multiprocessing.Pool(2).imap best (chunksize={cs})", f"{n / t_pool:,.0f} items/s",
-        f"{t_serial / t_pool:.2f}x serial (pool started before timing)")
+    pool_name = f"multiprocessing.Pool(2).imap best (chunksize={cs})"
+    workload("gil", f"gil: {n:,} items, json.loads + a Python loop, 2 processes", "items/s", pool_name)
+    row("gil", "serial", f"{n / t_serial:,.0f} items/s", f"1.00x ({t_serial / n * 1e6:.1f} us/item)",
+        n=n, times=ts["serial"], role="reference")
+    row("gil", pool_name, f"{n / t_pool:,.0f} items/s",
+        f"{t_serial / t_pool:.2f}x serial (pool started before timing)", n=n, times=ts["pool"], role="limit")
     row("gil", "datapipes map(executor='process', concurrency=2)", f"{n / t_ours:,.0f} items/s",
         f"{t_serial / t_ours:.2f}x serial (target >= 1.5x), {t_pool / t_ours:.1%} of the best Pool "
-        "(target >= 95%); includes starting the workers")
+        "(target >= 95%); includes starting the workers", n=n, times=ts["ours"])
+    target("gil", ">= 1.5x serial", t_serial / t_ours, t_serial / t_ours >= 1.5)
+    target("gil", ">= 95% of the best Pool's rate", t_pool / t_ours, t_pool / t_ours >= 0.95)
     if peer("torchdata.nodes") is None:
         row("gil", "torchdata.nodes (process)", "not installed")
     else:
         try:
-            t = median_time(lambda: run_nodes(docs, gil_work, 2, "process"), 1)  # ~15 s a run: once
-            row("gil", "torchdata.nodes (process)", f"{n / t:,.0f} items/s", f"{t_serial / t:.2f}x serial (one run)")
+            times = timings({"run": lambda: run_nodes(docs, gil_work, 2, "process")}, 1)["run"]  # ~15 s a run: once
+            t = times[0]
+            row("gil", "torchdata.nodes (process)", f"{n / t:,.0f} items/s", f"{t_serial / t:.2f}x serial (one run)",
+                n=n, times=times)
         except Exception as e:  # noqa: BLE001
             row("gil", "torchdata.nodes (process)", "failed", repr(e)[:60])
 
@@ -318,21 +380,30 @@ def bench_overhead(n: int, repeats: int) -> None:
         for _ in IterableWrapper(items).map(identity):
             pass
 
-    m = medians({"window": window, "ours": ours, "serial": serial}, repeats)
+    workload("overhead", f"overhead: {n:,} items, trivial fn, 4 workers", "items/s",
+             "bounded ThreadPoolExecutor(4) window")
+    ts = timings({"window": window, "ours": ours, "serial": serial}, repeats)
+    m = {k: statistics.median(v) for k, v in ts.items()}
     t_window, t_ours, t_serial = m["window"], m["ours"], m["serial"]
-    row("overhead", "bounded ThreadPoolExecutor(4) window", f"{t_window / n * 1e6:.2f} us/item")
+    row("overhead", "bounded ThreadPoolExecutor(4) window", f"{t_window / n * 1e6:.2f} us/item",
+        n=n, times=ts["window"], role="limit", us_per_item=t_window / n * 1e6)
     row("overhead", "datapipes map(concurrency=4)", f"{t_ours / n * 1e6:.2f} us/item",
-        f"{t_ours / t_window:.2f}x the window (target <= 1.2x)")
-    row("overhead", "datapipes map (serial, concurrency=1)", f"{t_serial / n * 1e6:.3f} us/item")
+        f"{t_ours / t_window:.2f}x the window (target <= 1.2x)", n=n, times=ts["ours"], us_per_item=t_ours / n * 1e6)
+    row("overhead", "datapipes map (serial, concurrency=1)", f"{t_serial / n * 1e6:.3f} us/item",
+        n=n, times=ts["serial"], us_per_item=t_serial / n * 1e6)
+    target("overhead", "per-item cost <= 1.2x the window's", t_ours / t_window, t_ours / t_window <= 1.2)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", action="append", choices=["io", "async", "decode", "gil", "overhead"])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=5, help="repeats per system, interleaved (default 5)")
     parser.add_argument("--decode-label", default="", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    parser.add_argument("--json", metavar="PATH", help="also write the figures and the machine to PATH "
+                        "(the schema of benchmarks/_results.py; benchmarks/plots.py draws them)")
+    args = parser.parse_args(argv)
+    WORKLOADS.clear()
     only = set(args.only or ["io", "async", "decode", "gil", "overhead"])
     q = args.quick
     reps = 1 if q else args.repeats
@@ -349,13 +420,23 @@ def main() -> None:
                    "--repeats", str(reps)]
             if q:
                 cmd.append("--quick")
-            out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-            for line in out.splitlines()[1:]:
-                print(line, flush=True)
+            with tempfile.TemporaryDirectory(prefix="datapipes-concurrency-") as tmp:
+                if args.json:
+                    cmd += ["--json", os.path.join(tmp, "decode.json")]
+                out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+                for line in out.splitlines()[1:]:
+                    print(line, flush=True)
+                if args.json:
+                    with open(os.path.join(tmp, "decode.json")) as f:
+                        for w in json.load(f)["workloads"]:
+                            w["env"] = {k: env[k] for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")}
+                            WORKLOADS[w["name"]] = w
     if "gil" in only:
         bench_gil(20000 if q else 100000, reps)
     if "overhead" in only:
         bench_overhead(20000 if q else 100000, reps)
+    if args.json:
+        _results.write(args.json, results_json({"only": sorted(only), "quick": q, "repeats": reps}))
 
 
 if __name__ == "__main__":

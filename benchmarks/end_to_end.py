@@ -70,6 +70,8 @@ from typing import Any, Callable, Iterator
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks import _results  # noqa: E402
+
 SIZE = 224
 BATCH = 32
 TUNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "1048576", "MALLOC_TRIM_THRESHOLD_": "268435456"}
@@ -424,40 +426,80 @@ def table(results: dict[str, list[dict[str, Any]]], order: list[tuple[str, int]]
     return med
 
 
-def verdicts(med: dict[str, dict[str, float]], c: int) -> bool:
+def verdicts(med: dict[str, dict[str, float]], c: int, targets: list[dict[str, Any]] | None = None) -> bool:
+    """Print the targets' PASS/FAIL lines; append each to ``targets`` (for --json) when given."""
     ours = med.get(f"datapipes:{c}")
     if ours is None:
         print("datapipes did not run: no verdicts")
         return False
     ok = True
 
-    def say(passed: bool, text: str) -> None:
+    def say(passed: bool, text: str, value: float = float("nan")) -> None:
         nonlocal ok
         ok &= passed
         print(f"  {'PASS' if passed else 'FAIL'}  {text}")
+        if targets is not None:
+            targets.append({"text": text, "value": value, "passed": passed})
 
     peers = {k: v for k, v in med.items() if k.split(":")[0] in PEERS}
     if peers:
         best_key, best = max(peers.items(), key=lambda kv: kv[1]["ips"])
         name = LABELS[best_key.split(':')[0]].format(c=best_key.split(':')[1])
         say(ours["ips"] > best["ips"],
-            f"ahead of every peer: {ours['ips']:,.0f} images/s vs the best peer's {best['ips']:,.0f} ({name})")
+            f"ahead of every peer: {ours['ips']:,.0f} images/s vs the best peer's {best['ips']:,.0f} ({name})",
+            ours["ips"] / best["ips"])
     limit = med.get("limit:0")
     if limit:
         say(ours["ips"] >= 0.75 * limit["ips"],
-            f">= 75% of the limit: {ours['ips'] / limit['ips']:.0%} ({ours['ips']:,.0f} vs {limit['ips']:,.0f} images/s)")
+            f">= 75% of the limit: {ours['ips'] / limit['ips']:.0%} ({ours['ips']:,.0f} vs {limit['ips']:,.0f} images/s)",
+            ours["ips"] / limit["ips"])
     dl2 = med.get("dataloader2:0")
     if dl2:
         say(ours["first_s"] <= dl2["first_s"] / 3,
             f"time to first batch <= 1/3 of DataLoader(num_workers=2)'s: {1000 * ours['first_s']:.0f} ms vs "
-            f"{1000 * dl2['first_s']:.0f} ms ({ours['first_s'] / dl2['first_s']:.2f}x)")
+            f"{1000 * dl2['first_s']:.0f} ms ({ours['first_s'] / dl2['first_s']:.2f}x)", ours["first_s"] / dl2["first_s"])
         say(ours["rss_mb"] <= dl2["rss_mb"] / 2,
             f"peak RSS <= 1/2 of DataLoader(num_workers=2)'s: {ours['rss_mb']:,.0f} MB vs {dl2['rss_mb']:,.0f} MB "
-            f"({ours['rss_mb'] / dl2['rss_mb']:.2f}x)")
+            f"({ours['rss_mb'] / dl2['rss_mb']:.2f}x)", ours["rss_mb"] / dl2["rss_mb"])
     return ok
 
 
-def main() -> int:
+def workload_json(malloc: str, env: dict[str, str], results: dict[str, list[dict[str, Any]]],
+                  order: list[tuple[str, int]], failed: dict[str, str], skipped: list[str],
+                  med: dict[str, dict[str, float]], targets: list[dict[str, Any]]) -> dict[str, Any]:
+    """One malloc setting's table as a workload of the results JSON (benchmarks/_results.py).
+
+    ``results`` holds each system's child-process figures run by run (what :func:`child` returns),
+    ``med`` their medians (what :func:`table` returns). Per system: images/s (median, and each
+    run's), first batch, peak RSS, CPU s, cores used (medians, and each run's where measured per run);
+    the ratio is to ``DataLoader(num_workers=0)``, the table's "vs DataLoader(0)" column."""
+    systems = []
+    for system, c in order:
+        key = f"{system}:{c}"
+        role = "limit" if system == "limit" else "datapipes" if system == "datapipes" else "peer"
+        label = LABELS[system].format(c=c)
+        if key in failed:
+            systems.append(_results.system(label, role, None, status="failed", key=key, note=failed[key]))
+        elif key in med:
+            m, rows = med[key], results[key]
+            systems.append(_results.system(
+                label, role, m["ips"], runs=[r["images"] / r["seconds"] for r in rows], key=key,
+                first_batch_s=m["first_s"], first_batch_runs=[r["first_s"] for r in rows],
+                peak_rss_mb=m["rss_mb"], peak_rss_runs=[r["rss_mb"] for r in rows],
+                steady_ips=m["steady_ips"], cpu_s=m["cpu_s"], cores=m["cores"], seconds=m["seconds"],
+                workers=max(r["workers"] for r in rows)))
+    for system in skipped:
+        role = "datapipes" if system == "datapipes" else "peer"
+        systems.append(_results.system(LABELS[system].format(c="-"), role, None, status="not installed", key=system))
+    what = "default malloc" if not env else "malloc pinned"
+    baseline = LABELS["dataloader0"]
+    return _results.add_ratios({
+        "name": f"{malloc} malloc", "title": f"JPEG folder -> 224x224 uint8 batches of {BATCH} ({what})",
+        "unit": "images/s", "baseline": baseline if any(s["name"] == baseline for s in systems) else None,
+        "env": env, "systems": systems, "targets": targets})
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--images", type=int, default=1000, help="JPEGs to generate (default 1000)")
     parser.add_argument("--repeats", type=int, default=3, help="fresh-process runs per system (default 3)")
@@ -470,9 +512,11 @@ def main() -> int:
                         help="before each run, wait up to this many seconds for the machine to be idle (default 20; "
                              "0: do not wait)")
     parser.add_argument("--data", default=None, help="use the JPEGs under DIR instead of generating them")
+    parser.add_argument("--json", metavar="PATH", help="also write the figures and the machine to PATH "
+                        "(the schema of benchmarks/_results.py; benchmarks/plots.py draws them)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--root", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     conc = [int(x) for x in str(args.concurrency).split(",")]
     if args.child:
         print(json.dumps(child(args.child, args.root, conc[0])))
@@ -502,6 +546,7 @@ def main() -> int:
     if args.malloc != "both":
         settings = {args.malloc: settings[args.malloc]}
     ok = True
+    workloads: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="datapipes-e2e-") as tmp:
         root = args.data
         if root is None:
@@ -539,7 +584,13 @@ def main() -> int:
                 print(f"\n({noisy} of {args.repeats * len(order)} runs started while the machine was busy "
                       f"after waiting {args.wait_idle:.0f} s: compare the CPU s column, which load does not inflate much)")
             print(f"\ntargets ({name} malloc):")
-            ok &= verdicts(med, conc[0])
+            targets: list[dict[str, Any]] = []
+            ok &= verdicts(med, conc[0], targets)
+            workloads.append(workload_json(name, extra, results, order, failed, skipped, med, targets))
+    if args.json:
+        settings = {"images": args.images, "repeats": args.repeats, "concurrency": conc, "malloc": args.malloc,
+                    "only": systems, "wait_idle": args.wait_idle, "data": args.data, "batch": BATCH, "size": SIZE}
+        _results.write(args.json, _results.document("end_to_end", settings, workloads))
     return 0 if ok else 1
 
 

@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterable, Iterator
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the datapipes of this checkout
 
 import datapipes.iter  # noqa: E402  (registers the functional methods)
+from benchmarks import _results  # noqa: E402
 from datapipes import IterDataPipe  # noqa: E402
 
 BATCH = 32
@@ -184,20 +185,31 @@ def consume(build: Callable[[list[int]], Iterable[Any]], data: list[int]) -> tup
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def measure(
+def measure_runs(
     systems: dict[str, Callable[[list[int]], Iterable[Any]]], data: list[int], repeats: int
-) -> dict[str, tuple[float, float]]:
-    """Median (wall, CPU) seconds per system: one warm-up pass each, then the systems interleaved
-    within each repeat."""
+) -> dict[str, list[tuple[float, float]]]:
+    """(wall, CPU) seconds of every repeat per system: one warm-up pass each, then the systems
+    interleaved within each repeat."""
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in systems}
     for name, build in systems.items():
         consume(build, data)
     for _ in range(repeats):
         for name, build in systems.items():
             times[name].append(consume(build, data))
+    return times
+
+
+def medians_of(times: dict[str, list[tuple[float, float]]]) -> dict[str, tuple[float, float]]:
     return {
         name: (statistics.median(w for w, _ in t), statistics.median(c for _, c in t)) for name, t in times.items()
     }
+
+
+def measure(
+    systems: dict[str, Callable[[list[int]], Iterable[Any]]], data: list[int], repeats: int
+) -> dict[str, tuple[float, float]]:
+    """Median (wall, CPU) seconds per system (see :func:`measure_runs`)."""
+    return medians_of(measure_runs(systems, data, repeats))
 
 
 def check_same_output(systems: dict[str, Callable[[list[int]], Iterable[Any]]], data: list[int]) -> None:
@@ -224,6 +236,42 @@ def table(title: str, medians: dict[str, tuple[float, float]], n: int, limit: st
     return lines
 
 
+def workload_json(title: str, times: dict[str, list[tuple[float, float]]], n: int, limit: str, clock: int,
+                  targets: list[dict[str, Any]]) -> dict[str, Any]:
+    """One table as a workload of the results JSON (benchmarks/_results.py): items/s by the chosen
+    clock (median and every repeat), the ratio to the limit, ns/item by both clocks."""
+    medians = medians_of(times)
+    base = n / medians[limit][clock]
+    systems = [
+        _results.system(
+            name, "limit" if name == limit else _results.role_of(name), n / m[clock],
+            runs=[n / t[clock] for t in times[name]], baseline=base,
+            ns_per_item=m[clock] / n * 1e9, wall_ns_per_item=m[0] / n * 1e9, cpu_ns_per_item=m[1] / n * 1e9,
+        )
+        for name, m in medians.items()
+    ]
+    return {"name": title, "title": f"{title}, {n:,} ints", "unit": "items/s", "baseline": limit,
+            "systems": systems, "targets": targets}
+
+
+def results_json(chain: dict[str, list[tuple[float, float]]], single: dict[str, list[tuple[float, float]]], n: int,
+                 clock: int, settings: dict[str, Any], skipped: list[str]) -> dict[str, Any]:
+    """The figures main() prints, as the results JSON: the chain and the single stage, their targets."""
+    chain_m, single_m = medians_of(chain), medians_of(single)
+    chain_ratio = chain_m["plain generator chain (the limit)"][clock] / chain_m["datapipes"][clock]
+    map_cost = single_m["datapipes map"][clock] / single_m["plain generator (the limit)"][clock]
+    workloads = [
+        workload_json("map -> filter -> batch(32)", chain, n, "plain generator chain (the limit)", clock,
+                      [{"text": "chain rate >= 0.67x plain", "value": chain_ratio, "passed": chain_ratio >= 0.67}]),
+        workload_json("one map stage", single, n, "plain generator (the limit)", clock,
+                      [{"text": "one map stage <= 1.3x a generator's time", "value": map_cost,
+                        "passed": map_cost <= 1.3}]),
+    ]
+    for w in workloads:
+        w["systems"] += [_results.system(s.split(":")[0], "peer", None, status="not installed") for s in skipped]
+    return _results.document("overhead", {**settings, "clock": "cpu" if clock else "wall"}, workloads)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--items", type=int, default=200_000, help="ints through the chain (default 200,000)")
@@ -233,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         help="the time the ratios and targets use: process CPU time (default: robust on a shared machine, "
         "since every system here runs on the calling thread) or wall time; the other is shown beside",
     )
+    parser.add_argument("--json", metavar="PATH", help="also write the figures and the machine to PATH "
+                        "(the schema of benchmarks/_results.py; benchmarks/plots.py draws them)")
     args = parser.parse_args(argv)
     if args.items < 1 or args.repeats < 1:
         parser.error("--items and --repeats must be >= 1")
@@ -277,8 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"python {platform.python_version()}, torch {torch.__version__}, {os.cpu_count()} cores "
           f"(load {os.getloadavg()[0]:.2f}), {args.items:,} ints, {args.repeats} repeats, "
           f"map -> filter (keeps 2/3) -> batch({BATCH})")
-    chain_medians = measure(chain, data, args.repeats)
-    single_medians = measure(single, data, args.repeats)
+    chain_runs = measure_runs(chain, data, args.repeats)
+    single_runs = measure_runs(single, data, args.repeats)
+    chain_medians, single_medians = medians_of(chain_runs), medians_of(single_runs)
     clock = 1 if args.clock == "cpu" else 0
     lines = table("map -> filter -> batch(32)", chain_medians, args.items, "plain generator chain (the limit)", clock)
     lines += [""] + table("one map stage", single_medians, args.items, "plain generator (the limit)", clock)
@@ -291,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     lines += [f"skipped {s}" for s in skipped]
     print("\n".join(lines))
+    if args.json:
+        _results.write(args.json, results_json(chain_runs, single_runs, args.items, clock,
+                                               {"items": args.items, "repeats": args.repeats}, skipped))
     return 0 if chain_ratio >= 0.67 and map_cost <= 1.3 else 1
 
 

@@ -1,0 +1,107 @@
+"""The JSON that ``--json PATH`` writes (overhead.py, concurrency.py, end_to_end.py) and plots.py reads.
+
+Schema (``"schema": 1``)::
+
+    {
+      "schema": 1,
+      "benchmark": "overhead" | "concurrency" | "end_to_end",
+      "machine": {"python", "implementation", "torch", "cpu_count", "platform", "machine", "processor",
+                  "load_avg", "date" (UTC, ISO 8601), "command" (the exact command line), "env" (MALLOC_*)},
+      "settings": {...the script's options...},
+      "workloads": [
+        {"name": str, "title": str, "unit": "items/s" | "images/s",
+         "baseline": str | null,          # the system the ratios are taken against (the plain/limit version)
+         "systems": [
+           {"name": str, "role": "limit" | "datapipes" | "peer" | "reference",
+            "status": "ok" | "not installed" | "failed",
+            "throughput": float,          # median, in the workload's unit (absent unless status is "ok")
+            "runs": [float, ...],         # throughput of each run (the spread), where the script repeats
+            "ratio": float,               # throughput / the baseline's, where there is a baseline
+            ...                           # script-specific medians (ns_per_item, first_batch_s, peak_rss_mb, ...)
+           }, ...],
+         "targets": [{"text": str, "value": float, "passed": bool}, ...]
+        }, ...]
+    }
+
+Only the standard library here: the scripts import it in every environment.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import shlex
+import sys
+from typing import Any
+
+SCHEMA = 1
+
+
+def machine() -> dict[str, Any]:
+    """Where and how the figures were measured: interpreter, torch, cores, platform, date, command line."""
+    try:
+        import torch
+
+        torch_version = torch.__version__
+    except ImportError:
+        torch_version = None
+    try:
+        load = round(os.getloadavg()[0], 2)
+    except OSError:
+        load = None
+    return {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "torch": torch_version,
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "processor": platform.processor() or None,
+        "load_avg": load,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": shlex.join(getattr(sys, "orig_argv", [sys.executable, *sys.argv])),
+        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("MALLOC_")},
+    }
+
+
+def document(benchmark: str, settings: dict[str, Any], workloads: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"schema": SCHEMA, "benchmark": benchmark, "machine": machine(), "settings": settings,
+            "workloads": workloads}
+
+
+def system(name: str, role: str, throughput: float | None, runs: list[float] | None = None,
+           baseline: float | None = None, status: str = "ok", **extra: Any) -> dict[str, Any]:
+    """One system's record; ``baseline`` is the baseline's throughput (for the ratio)."""
+    out: dict[str, Any] = {"name": name, "role": role, "status": status}
+    if status == "ok" and throughput is not None:
+        out["throughput"] = throughput
+        if runs is not None:
+            out["runs"] = list(runs)
+        if baseline:
+            out["ratio"] = throughput / baseline
+    out.update(extra)
+    return out
+
+
+def role_of(name: str) -> str:
+    return "datapipes" if name.startswith("datapipes") else "peer"
+
+
+def write(path: str, doc: dict[str, Any]) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+
+
+def add_ratios(workload: dict[str, Any]) -> dict[str, Any]:
+    """Set each system's ``ratio`` to its throughput over the baseline system's (where both ran)."""
+    base = next((s.get("throughput") for s in workload["systems"] if s["name"] == workload.get("baseline")), None)
+    if base:
+        for s in workload["systems"]:
+            if "throughput" in s:
+                s["ratio"] = s["throughput"] / base
+    return workload
