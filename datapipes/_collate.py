@@ -78,7 +78,7 @@ def _empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     n = 1
     for s in shape:
         n *= s
-    storage = torch.UntypedStorage._new_shared(n * dtype.itemsize)
+    storage = torch.UntypedStorage._new_shared(n * dtype.itemsize)  # type: ignore[no-untyped-call]  # torch leaves it untyped
     strides = torch.empty(shape, dtype=dtype, device="meta").stride()
     return torch.empty(0, dtype=dtype).set_(storage, 0, shape, strides)
 

@@ -22,7 +22,7 @@ import inspect
 import pickle
 import sys
 import threading
-from typing import Any, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeAlias, TypeVar
 
 import cloudpickle
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
@@ -284,7 +284,10 @@ class MapDataPipe(Dataset[T_co], MapMethods[T_co], _DataPipeMixin):
             yield self[i]
 
 
-DataPipe = IterDataPipe | MapDataPipe
+if TYPE_CHECKING:
+    DataPipe: TypeAlias = IterDataPipe[Any] | MapDataPipe[Any]
+else:  # a plain union at run time, so isinstance(x, DataPipe) works
+    DataPipe = IterDataPipe | MapDataPipe
 
 # Our pipes are torch's DataPipes as far as isinstance (and so torch's DataLoader) can tell.
 _torch_datapipe.IterDataPipe.register(IterDataPipe)
@@ -415,7 +418,7 @@ def functional_datapipe(name: str, *, source: type | None = None) -> Callable[[t
             base = IterDataPipe if issubclass(cls, IterDataPipe) else MapDataPipe
         if base not in (IterDataPipe, MapDataPipe):
             raise ValueError(f"source must be IterDataPipe or MapDataPipe, got {base!r}")
-        registry: dict[str, type] = base._functions  # type: ignore[attr-defined]
+        registry: dict[str, type] = base._functions
         taken = registry.get(name)
         if taken is not None and not _same_class(taken, cls):
             raise ValueError(

@@ -115,7 +115,7 @@ def _as_pipe(data: Any, name: str) -> IterDataPipe[Any]:
     if isinstance(data, IterDataPipe):
         return data
     if isinstance(data, MapDataPipe):
-        return data.to_iter_datapipe()  # type: ignore[attr-defined]
+        return data.to_iter_datapipe()
     kind = type(data)
     if not (hasattr(kind, "__iter__") or hasattr(kind, "__aiter__") or hasattr(kind, "__getitem__")):
         raise TypeError(f"{_WHERE}: {name} must be an IterDataPipe, an iterable or an async iterable, "
