@@ -146,20 +146,29 @@ class _DataPipeMixin(Node):
         # torch's graph walk (torch.utils.data.graph.traverse_dps, which torch's DataLoader runs to
         # seed, shuffle and shard a pipe) pickles the graph with hooks set on torch's base classes:
         # honour them, so torch finds our stages as it finds its own.
-        torch_base = self._torch_base
-        hook = torch_base.reduce_ex_hook
-        if hook is not None:
-            try:
-                return hook(self)
-            except NotImplementedError:
-                pass
+        reduced = self._torch_reduced()
+        if reduced is not None:
+            return reduced
         cls = type(self)
         state = self.__getstate__()
-        if torch_base.getstate_hook is not None:
-            state = torch_base.getstate_hook(state)
+        getstate_hook = self._torch_base.getstate_hook
+        if getstate_hook is not None:
+            state = getstate_hook(state)
         if isinstance(state, dict):
             state = {k: _portable(v) for k, v in state.items()}
         return _new_instance, (cls if _by_reference(cls) else _ByValue(cls),), state
+
+    def _torch_reduced(self) -> Any:
+        """What torch's ``reduce_ex_hook`` makes of this pipe while torch walks a graph (a stub
+        that records the pipe as a node), or None: no walk under way, or the hook declines (it
+        raises ``NotImplementedError`` for the pipe the walk starts from, by torch's protocol)."""
+        hook = self._torch_base.reduce_ex_hook
+        if hook is None:
+            return None
+        try:
+            return hook(self)
+        except NotImplementedError:  # torch's "not this one": pickle it as usual
+            return None
 
     def __copy__(self) -> Any:
         new = type(self).__new__(type(self))

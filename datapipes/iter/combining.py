@@ -764,14 +764,12 @@ class _HubChild(IterDataPipe[T]):
         self._hub.forget(pass_)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
-        torch_base = self._torch_base
-        if torch_base.reduce_ex_hook is not None:  # torch's graph walk (see IterDataPipe.__reduce_ex__)
-            try:
-                return torch_base.reduce_ex_hook(self)
-            except NotImplementedError:
-                pass
-        if torch_base.getstate_hook is not None:  # what torch's walk follows: the shared source
-            return _new_instance, (type(self),), torch_base.getstate_hook({"datapipe": self._hub.datapipe})
+        reduced = self._torch_reduced()  # torch's graph walk (see IterDataPipe.__reduce_ex__)
+        if reduced is not None:
+            return reduced
+        getstate_hook = self._torch_base.getstate_hook
+        if getstate_hook is not None:  # what torch's walk follows: the shared source
+            return _new_instance, (type(self),), getstate_hook({"datapipe": self._hub.datapipe})
         # Created first, then given its hub (see _Hub.__reduce_ex__): cycles through the hub close.
         return _new_instance, (type(self),), (self._hub, self.instance_id), None, None, _init_child
 

@@ -346,7 +346,7 @@ class _ParquetBase(IterDataPipe[Any]):
     return_path = False
 
     def _source(self) -> IterDataPipe[Any]:
-        raise NotImplementedError
+        raise NotImplementedError  # pragma: no cover - both readers define it (a pipe of files)
 
     def __iter__(self) -> Iterator[Any]:
         # The file being read, its row group and the rows of it consumed (see _ParquetRun).
