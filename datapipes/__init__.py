@@ -15,6 +15,8 @@ from ._collate import collate
 from .datapipe import IterDataPipe, MapDataPipe, functional_datapipe
 from .errors import ErrorPolicy, FailureLog
 from . import graph
+from . import hooks
+from .hooks import Hook
 from .loader import DataLoader
 from .profiling import profile
 from . import iter  # noqa: A004 - a submodule, deliberately not in __all__
@@ -33,10 +35,12 @@ __all__ = [
     "DataLoader",
     "ErrorPolicy",
     "FailureLog",
+    "Hook",
     "IterDataPipe",
     "MapDataPipe",
     "collate",
     "functional_datapipe",
     "graph",
+    "hooks",
     "profile",
 ]

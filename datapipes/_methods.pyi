@@ -56,7 +56,7 @@ class IterMethods(Generic[T_co]):
         *,
         on_error: _OnError = ...,
         max_failures: int | None = ...,
-        concurrency: int = ...,
+        concurrency: int | Literal["auto"] = ...,
         ordered: bool = ...,
         executor: _Executor = ...,
         timeout: float | None = ...,
@@ -72,7 +72,7 @@ class IterMethods(Generic[T_co]):
         *,
         on_error: _OnError = ...,
         max_failures: int | None = ...,
-        concurrency: int = ...,
+        concurrency: int | Literal["auto"] = ...,
         ordered: bool = ...,
         executor: _Executor = ...,
         timeout: float | None = ...,
@@ -88,7 +88,7 @@ class IterMethods(Generic[T_co]):
         *,
         on_error: _OnError = ...,
         max_failures: int | None = ...,
-        concurrency: int = ...,
+        concurrency: int | Literal["auto"] = ...,
         ordered: bool = ...,
         executor: _Executor = ...,
         timeout: float | None = ...,
@@ -104,7 +104,7 @@ class IterMethods(Generic[T_co]):
         *,
         on_error: _OnError = ...,
         max_failures: int | None = ...,
-        concurrency: int = ...,
+        concurrency: int | Literal["auto"] = ...,
         ordered: bool = ...,
         executor: _Executor = ...,
         timeout: float | None = ...,
@@ -120,7 +120,7 @@ class IterMethods(Generic[T_co]):
         *,
         on_error: _OnError = ...,
         max_failures: int | None = ...,
-        concurrency: int = ...,
+        concurrency: int | Literal["auto"] = ...,
         ordered: bool = ...,
         executor: _Executor = ...,
         timeout: float | None = ...,
@@ -153,6 +153,9 @@ class IterMethods(Generic[T_co]):
         *,
         on_error: _OnError = ...,
         max_failures: int | None = ...,
+        concurrency: int | Literal["auto"] = ...,
+        ordered: bool = ...,
+        executor: _Executor = ...,
     ) -> FlatMapper[U]: ...
     @overload
     def flatmap(
@@ -162,6 +165,9 @@ class IterMethods(Generic[T_co]):
         *,
         on_error: _OnError = ...,
         max_failures: int | None = ...,
+        concurrency: int | Literal["auto"] = ...,
+        ordered: bool = ...,
+        executor: _Executor = ...,
     ) -> FlatMapper[U]: ...
     @overload
     def flatmap(
@@ -171,6 +177,9 @@ class IterMethods(Generic[T_co]):
         *,
         on_error: _OnError = ...,
         max_failures: int | None = ...,
+        concurrency: int | Literal["auto"] = ...,
+        ordered: bool = ...,
+        executor: _Executor = ...,
     ) -> FlatMapper[U]: ...
     @overload
     def flatmap(
@@ -180,6 +189,9 @@ class IterMethods(Generic[T_co]):
         *,
         on_error: _OnError = ...,
         max_failures: int | None = ...,
+        concurrency: int | Literal["auto"] = ...,
+        ordered: bool = ...,
+        executor: _Executor = ...,
     ) -> FlatMapper[U]: ...
 
     # -- grouping.py -------------------------------------------------------------------------------

@@ -49,11 +49,13 @@ from torch.utils.data import get_worker_info
 
 from ._engine.lifecycle import STARTED
 from ._engine.stats import StageStats
+from ._observe import Observer, TaskHooks, observing, pending_observation
+from ._tuning import AUTO, Budget, Tuner, usable_cpus
 from ._seeds import derive_seed, draw_seed
 from ._worker import base_seed, is_sharding_stage, unseeded_across_ranks
 from .graph import sources_of, stage_label, stages, walk
 
-__all__ = ["FrameRun", "Pass", "PassConfig", "PassIterator", "STARTED", "configured", "current", "remaining", "stage_keys", "state_of",
+__all__ = ["observing", "inherited", "task_hooks", "concurrency_for", "budgeted", "FrameRun", "Pass", "PassConfig", "PassIterator", "STARTED", "configured", "current", "remaining", "stage_keys", "state_of",
            "track", "track_generator", "latest_stats", "owner", "start", "stats_for"]
 
 _local = threading.local()
@@ -190,8 +192,10 @@ def latest_stats(stage: Any) -> StageStats | None:
 class Pass:
     """The runtime of one pass of ``root``'s graph (see the module's docstring)."""
 
-    def __init__(self, root: Any, config: PassConfig | None = None) -> None:
+    def __init__(self, root: Any, config: PassConfig | None = None, observe: tuple[Any, ...] | None = None,
+                 budget: tuple[int | None, int | None] | None = None) -> None:
         self.root = root
+        self.budget_limits = budget
         self.config = config
         self.ended = False
         self.built: set[int] = set()  # ids of the stages whose iterators this pass created
@@ -205,6 +209,12 @@ class Pass:
         self._seeds: dict[int, int] = {}
         self._shards: dict[int, tuple[int, int]] = {}
         self._decide()
+        self._budget: Budget | None = None
+        self._tuner: Tuner | None = None
+        self.observer: Observer | None = None
+        if observe is not None or any(getattr(s, "_hooks", ()) for s in self.graph):
+            self.observer = Observer(self, self.graph, observe or ())
+            weakref.finalize(self, self.observer.end)
 
     # -- what the pass decides when it starts --------------------------------------------------------
     def _decide(self) -> None:
@@ -285,6 +295,25 @@ class Pass:
             shard = self._shards[id(stage)] = stage._pass_shard() if placed is None else stage._pass_shard(placed)
         return shard
 
+    def budget(self) -> Budget:
+        """The thread budget of this pass (decided at the first request; see :mod:`datapipes._tuning`):
+        the tightest ``set_budget`` of its graph's stages and of the loader that runs it."""
+        with self._lock:
+            if self._budget is None:
+                limits = [s._budget for s in self.graph if getattr(s, "_budget", (None, None)) != (None, None)]
+                if self.budget_limits is not None:
+                    limits.append(self.budget_limits)
+                threads = [t for t, _ in limits if t is not None]
+                memory = [m for _, m in limits if m is not None]
+                self._budget = Budget(self.graph, min(threads) if threads else None, min(memory) if memory else None)
+            return self._budget
+
+    def tuner(self) -> Tuner:
+        with self._lock:
+            if self._tuner is None:
+                self._tuner = Tuner(self, self.budget())
+            return self._tuner
+
     def stats_for(self, stage: Any, make: Callable[[], StageStats]) -> StageStats:
         """The statistics sink of ``stage`` for this pass (made by ``make`` on first request); it is
         also what ``stage.stats`` shows until another pass of the stage starts."""
@@ -296,9 +325,21 @@ class Pass:
         return stats
 
     def stage_stats(self) -> list[tuple[Any, StageStats]]:
-        """``(stage, statistics)`` for every stage of this pass that keeps statistics."""
+        """``(stage, statistics)`` for every stage of this pass that keeps statistics, in graph order
+        (the root first); a serial stage's ``items_in`` is what its sources handed it."""
         with self._lock:
-            return [(self._stats_owner[k], v) for k, v in self.stats.items()]
+            found = [(self._stats_owner[k], v) for k, v in self.stats.items()]
+        order = {id(s): i for i, s in enumerate(self.graph)}
+        found.sort(key=lambda pair: order.get(id(pair[0]), len(order)))
+        by_id = {id(stage): stats for stage, stats in found}
+        for stage, stats in found:
+            if stats.kind == "serial":
+                upstream = [by_id[id(s)] for s in sources_of(stage) if id(s) in by_id]
+                if upstream:
+                    stats._in = sum(u.items_out for u in upstream)
+                else:
+                    stats._in = stats._out + stats._fail
+        return found
 
     def track(self, stage: Any, run: Any) -> None:
         """Record the *run* of ``stage`` in this pass: an object with ``state()`` (plain data, read
@@ -425,8 +466,14 @@ class PassIterator(itertools.chain):  # type: ignore[type-arg]
         """End the pass: close the root stage's iterator (idempotent)."""
         self.pass_.ended = True
         close = getattr(self._it, "close", None)
-        if close is not None:
-            close()
+        try:
+            if close is not None:
+                close()
+        finally:
+            if self.pass_.observer is not None:
+                self.pass_.observer.end()
+            if self.pass_._tuner is not None:
+                self.pass_._tuner.close()
 
     def stats(self) -> list[tuple[Any, StageStats]]:
         """``(stage, statistics)`` of every stage of this pass that keeps statistics, readable at
@@ -548,8 +595,9 @@ def start(pipe: Any, iter_fn: Callable[[Any], Iterator[Any]], config: PassConfig
         if within is not None:
             with within.building():
                 within.claim(pipe)
-                return _tracked(within, pipe, iter_fn(pipe))
-    pass_ = Pass(pipe, config)
+                it = _tracked(within, pipe, iter_fn(pipe))
+            return it if within.observer is None else within.observer.wrap(pipe, it)
+    pass_ = Pass(pipe, config, pending_observation(), _pending_budget())
     with pass_.building():
         pass_.claim(pipe)
         it = _tracked(pass_, pipe, iter_fn(pipe))
@@ -557,7 +605,80 @@ def start(pipe: Any, iter_fn: Callable[[Any], Iterator[Any]], config: PassConfig
         # A pipe that is its own iterator (``__iter__`` returns ``self``, items from ``__next__``, as
         # torch DataPipes allow): read it through ``__next__``; iter() of it would start a new pass.
         it = iter(it.__next__, _NEVER)
+    if pass_.observer is not None:
+        it = pass_.observer.wrap(pipe, it, root=True)
     return PassIterator(it, pass_)
+
+
+class budgeted:  # noqa: N801 - used as a context manager, like contextlib's
+    """``with budgeted(max_threads, max_memory): it = iter(pipe)``: the next pass started on this
+    thread inside the block takes this budget too (the loaders' ``max_threads``/``max_memory``)."""
+
+    __slots__ = ("limits", "saved")
+
+    def __init__(self, max_threads: int | None = None, max_memory: int | None = None) -> None:
+        self.limits = (max_threads, max_memory)
+
+    def __enter__(self) -> budgeted:
+        self.saved = getattr(_local, "budget", None)
+        _local.budget = self.limits
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _local.budget = self.saved
+
+
+def _pending_budget() -> tuple[int | None, int | None] | None:
+    limits = getattr(_local, "budget", None)
+    if limits is not None:
+        _local.budget = None
+    return limits  # type: ignore[no-any-return]
+
+
+def concurrency_for(stage: Any, requested: int | str, threads: bool) -> tuple[int, Callable[..., None] | None]:
+    """``(workers, tune)`` for concurrent ``stage`` in the pass building it: its concurrency within
+    the pass's thread budget (``threads``: it runs worker threads of its own; 0: inline), and for
+    ``concurrency="auto"`` the function that registers its run with the pass's tuner,
+    ``tune(stats, run, backend)``. Outside any pass: the requested value (auto: the CPU count)."""
+    pass_ = current() or owner(stage)
+    if requested == AUTO:
+        if pass_ is None:
+            return max(2, usable_cpus()), None
+        tuner = pass_.tuner()
+        start = tuner.initial(threads, stage)
+        if threads:
+            pass_.budget().set(stage, start)
+
+        def tune(stats: StageStats, run: Any, backend: Any) -> None:
+            tuner.register(stage, stats, run, backend, threads, start)
+
+        return start, tune
+    assert isinstance(requested, int)
+    if pass_ is None or not threads:
+        return requested, None
+    return pass_.budget().threads_for(stage, requested), None
+
+
+def inherited(stage: Any) -> tuple[tuple[Any, ...] | None, tuple[int | None, int | None] | None]:
+    """``(hooks, budget)`` that a stage running its sources as a pass of their own in this process
+    (the loader's ``InProcess``) hands to that pass: the hooks watching it (None: not observed) and
+    the budget of the pass building it (None: none)."""
+    pass_ = current() or owner(stage)
+    if pass_ is None:
+        return None, None
+    hooks = None if pass_.observer is None else tuple(pass_.observer.watchers.get(id(stage), ()))
+    budget = pass_.budget()
+    limits = (budget.max_threads, budget.max_memory)
+    return hooks, None if limits == (None, None) else limits
+
+
+def task_hooks(stage: Any) -> TaskHooks | None:
+    """The task hooks watching concurrent ``stage`` in the pass building it (None: none, the
+    common case, where the engine runs ``fn`` bare)."""
+    pass_ = current() or owner(stage)
+    if pass_ is None or pass_.observer is None:
+        return None
+    return pass_.observer.task_hooks(stage)
 
 
 _NEVER = object()  # a sentinel no ``__next__`` returns: the pass ends at StopIteration

@@ -30,6 +30,7 @@ from torch.utils.data import graph_settings as _torch_graph_settings
 from torch.utils.data.datapipes import datapipe as _torch_datapipe
 
 from . import _pass, _worker
+from .hooks import Hook
 from ._checks import require_callable, require_int
 from ._methods import IterMethods, MapMethods
 from ._seeds import derive_seed, draw_seed
@@ -269,6 +270,68 @@ class IterDataPipe(IterableDataset[T_co], IterMethods[T_co], _DataPipeMixin):
 
     def __iter__(self) -> Iterator[T_co]:
         raise TypeError(f"{type(self).__name__} is an IterDataPipe but defines no __iter__")
+
+    # -- watching and budgets: recorded on the pipe, read when a pass starts -----------------------
+    _hooks: tuple[tuple[Any, bool], ...] = ()
+    _budget: tuple[int | None, int | None] = (None, None)
+
+    def add_hook(self, hook: Any, *, stage_only: bool = False) -> Any:
+        """Attach ``hook`` (a :class:`datapipes.hooks.Hook`) to this stage and every stage upstream
+        of it (``stage_only=True``: this stage alone); every later pass of a graph holding this pipe
+        calls it. Returns the pipe. Attaching the same hook twice is a no-op.
+
+        >>> from datapipes.iter import IterableWrapper
+        >>> from datapipes.hooks import StatsReporter
+        >>> pipe = IterableWrapper(range(3)).add_hook(StatsReporter(interval=30))
+        >>> list(pipe)
+        [0, 1, 2]
+        """
+        if not isinstance(hook, Hook):
+            raise TypeError(f"add_hook: hook must be a datapipes.hooks.Hook, got {type(hook).__name__}")
+        if not isinstance(stage_only, bool):
+            raise TypeError(f"add_hook: stage_only must be a bool, got {type(stage_only).__name__}")
+        if not any(h is hook for h, _ in self._hooks):
+            self._hooks = (*self._hooks, (hook, stage_only))
+        return self
+
+    def remove_hook(self, hook: Any) -> Any:
+        """Detach ``hook`` from this pipe (passes already running keep it); returns the pipe.
+
+        Raises:
+            ValueError: ``hook`` is not attached to this pipe.
+        """
+        kept = tuple((h, only) for h, only in self._hooks if h is not hook)
+        if len(kept) == len(self._hooks):
+            raise ValueError(f"remove_hook: {hook!r} is not attached to {type(self).__name__}")
+        self._hooks = kept
+        return self
+
+    def set_budget(self, max_threads: int | None = None, max_memory: int | None = None) -> Any:
+        """Bound what a pass of this pipe's graph may use; returns the pipe.
+
+        Args:
+            max_threads: the most worker threads all thread stages of the graph run together (the
+                stages with ``concurrency="auto"`` included). Stages with a fixed ``concurrency``
+                whose sum exceeds it are scaled down in proportion when the pass starts; a stage
+                left no thread runs ``fn`` on the consumer's thread. Prefetch producer threads and
+                the event-loop thread of async stages are not counted. ``None``: no bound (auto
+                stages then stay within ``max(32, 4 x CPUs)`` threads each).
+            max_memory: bytes of resident memory (the process's RSS) the autotuner keeps below: it
+                takes workers away from auto stages when RSS comes near it. ``None``: no bound.
+
+        The tightest budget set on any stage of a graph applies to its passes;
+        ``datapipes.DataLoader(max_threads=..., max_memory=...)`` sets one for the loader's passes.
+
+        >>> from datapipes.iter import IterableWrapper
+        >>> pipe = IterableWrapper(range(6)).map(abs, concurrency=8).set_budget(max_threads=2)
+        >>> it = iter(pipe); list(it), it.stats()[0][1].workers
+        ([0, 1, 2, 3, 4, 5], 2)
+        """
+        for name, value in (("max_threads", max_threads), ("max_memory", max_memory)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"set_budget: {name} must be an int >= 1 or None, got {value!r}")
+        self._budget = (max_threads, max_memory)
+        return self
 
 
 class MapDataPipe(Dataset[T_co], MapMethods[T_co], _DataPipeMixin):

@@ -28,7 +28,7 @@ from .lifecycle import abandon, close_iterator
 from .process import ProcessWorkers, live_worker_pids, run_process_stage
 from .rng import RNG_KINDS, item_seed
 from .stats import StageStats
-from .threads import ExecutorWorkers, ThreadWorkers
+from .threads import ExecutorWorkers, InlineWorkers, ThreadWorkers
 
 __all__ = [
     "AsyncWorkers",
@@ -81,10 +81,11 @@ def window(concurrency: int) -> int:
     return 2 * concurrency
 
 
-def new_stats(label: str, fn: Callable[[Any], Any], concurrency: int, executor: str | Executor) -> StageStats:
-    """The statistics object of one pass of a concurrent map stage."""
-    kind = _kind(fn, executor)
-    return StageStats(label, kind, concurrency, window(concurrency))
+def new_stats(label: str, fn: Callable[[Any], Any], concurrency: int, executor: str | Executor,
+              auto: bool = False) -> StageStats:
+    """The statistics object of one pass of a concurrent map stage (``concurrency`` 0: inline)."""
+    kind = "inline" if concurrency == 0 else _kind(fn, executor)
+    return StageStats(label, kind, max(1, concurrency), window(max(1, concurrency)), auto)
 
 
 def concurrent_map(
@@ -102,27 +103,143 @@ def concurrent_map(
     stats: StageStats | None = None,
     rng_kind: str | None = None,
     run: EngineRun | None = None,
+    hooks: Any = None,
+    tune: Callable[[StageStats, EngineRun, Any], None] | None = None,
 ) -> Iterator[Any]:
     """Yield ``fn(x)`` for each item of ``source``, computed by ``concurrency`` workers.
 
     Nothing starts before the first ``next()``. ``rng_kind`` (process executor only) means the items
     are ``(x, seed)`` pairs and ``fn`` takes ``rng=``: the worker builds the generator (threads and
-    async get an ``fn`` that already does).
+    async get an ``fn`` that already does). ``hooks`` (a :class:`datapipes._observe.TaskHooks`):
+    the task hooks to call around each item (see :mod:`datapipes.hooks` for where they run).
+    ``tune``: for an auto stage, registers the pass's statistics, run and backend with the tuner,
+    which resizes the backend (``resize(n)``) and the window while the pass runs.
     """
     policy = policy if policy is not None else ErrorPolicy()
     log = log if log is not None else FailureLog()
     stats = stats if stats is not None else new_stats(label, fn, concurrency, executor)
+    run = run if run is not None else EngineRun()
     on_fail, count = failure_handler(label, policy, log)
     kind = _kind(fn, executor)
     if kind == "process":
+        if hooks:
+            return _process_hooked(source, fn, concurrency, label, rng_kind, ordered, chunksize, on_fail, count,
+                                   stats, run, hooks)
         return run_process_stage(ProcessWorkers(fn, concurrency, label, rng_kind), source, ordered, chunksize,
                                  on_fail, count, stats, run)
+    if hooks:
+        fn = _hooked_fn(fn, stats, hooks, kind == "async")
     backend: Any
     if kind == "async":
         backend = AsyncWorkers(fn, concurrency, label, timeout)
     elif kind == "executor":
         backend = ExecutorWorkers(fn, executor, label)  # type: ignore[arg-type]
+    elif concurrency == 0:
+        backend = InlineWorkers(fn)
     else:
         backend = ThreadWorkers(fn, concurrency, label, timeout)
+    if hooks:
+        backend = _Positioned(backend)
+    if tune is not None:
+        tune(stats, run, backend)
     loop = run_ordered if ordered else run_unordered
-    return loop(backend, source, window(concurrency), on_fail, count, stats, run)
+    return loop(backend, source, window(max(1, concurrency)), on_fail, count, stats, run)
+
+
+def _hooked_fn(fn: Callable[[Any], Any], stats: StageStats, hooks: Any, is_async: bool) -> Callable[[Any], Any]:
+    """``fn`` taking ``(position, item)`` and calling the task hooks around ``fn(item)``."""
+    starts, ends = hooks.starts, hooks.ends
+    if is_async:
+        async def call_async(job: tuple[int, Any]) -> Any:
+            i, x = job
+            for f in starts:
+                f(stats, i)
+            try:
+                y = await fn(x)
+            except BaseException:
+                for g in ends:
+                    g(stats, i, False)
+                raise
+            for g in ends:
+                g(stats, i, True)
+            return y
+
+        return call_async
+
+    def call(job: tuple[int, Any]) -> Any:
+        i, x = job
+        for f in starts:
+            f(stats, i)
+        try:
+            y = fn(x)
+        except BaseException:
+            for g in ends:
+                g(stats, i, False)
+            raise
+        for g in ends:
+            g(stats, i, True)
+        return y
+
+    return call
+
+
+class _Positioned:
+    """A backend whose ``fn`` receives ``(position, item)``: each job ``(i, x)`` is submitted as
+    ``(i, (i, x))`` (the task hooks need the position)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.busy = inner.busy
+
+    def start(self) -> None:
+        inner = self.inner
+        inner.start()
+        put = inner.submit
+        self.submit: Callable[[tuple[int, Any]], None] = lambda job: put((job[0], job))
+        self.get = inner.get
+        self.ready = inner.ready
+
+    def resize(self, n: int) -> None:
+        self.inner.resize(n)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _process_hooked(source: Iterable[Any], fn: Callable[[Any], Any], concurrency: int, label: str,
+                    rng_kind: str | None, ordered: bool, chunksize: int | None, on_fail: Any, count: Any,
+                    stats: StageStats, run: EngineRun, hooks: Any) -> Iterator[Any]:
+    """A process stage with task hooks, called on the consumer's thread: ``task_start`` when an item
+    is handed to the pool, ``task_end`` when its result (or failure) comes back."""
+    starts, ends = hooks.starts, hooks.ends
+    started: dict[int, None] = {}
+    failed: set[int] = set()
+
+    def pulled() -> Iterator[Any]:
+        k = run.resume[0][0] if run.resume else run.pulled
+        for x in source:
+            started[k] = None
+            for f in starts:
+                f(stats, k)
+            k += 1
+            yield x
+
+    def failing(exc: BaseException, position: int) -> None:
+        failed.add(position)
+        started.pop(position, None)
+        for g in ends:
+            g(stats, position, False)
+        on_fail(exc, position)
+
+    inputs = run.inputs
+    out = run_process_stage(ProcessWorkers(fn, concurrency, label, rng_kind), pulled(), ordered, chunksize,
+                            failing, count, stats, run)
+    try:
+        for y in out:
+            for k in [k for k in started if k not in inputs]:
+                del started[k]
+                for g in ends:
+                    g(stats, k, True)
+            yield y
+    finally:
+        close_iterator(out)

@@ -34,13 +34,19 @@ class BackgroundRun:
     saves the pending items themselves; a resumed pass yields them before anything new.
     """
 
-    __slots__ = ("pending", "lock", "resume", "started")
+    __slots__ = ("pending", "lock", "resume", "started", "taken")
 
     def __init__(self) -> None:
         self.pending: deque[Any] = deque()
         self.lock = threading.Lock()
         self.resume: list[Any] | None = None
         self.started = False
+        self.taken = 0  # items handed to the consumer (the live statistics read it)
+
+    def live(self) -> tuple[int, int, int]:
+        """``(items_in, items_out, failures)`` so far, for the pass's statistics."""
+        taken = self.taken
+        return taken + len(self.pending), taken, 0
 
     def state(self) -> dict[str, Any]:
         return {"pending": list(self.pending)}
@@ -141,7 +147,7 @@ def background_iter(make: Callable[[], Iterable[Any]], buffer_size: int, label: 
                 n += 1
                 yield value
         producer = _Producer(make, fn, buffer_size, label, busy, run)
-        stats.begin(busy)
+        stats.begin(busy, run.live)
         get, ready, release = producer.queue.get, producer.queue.qsize, producer.slots.release
         while True:
             t = clock()
@@ -157,6 +163,7 @@ def background_iter(make: Callable[[], Iterable[Any]], buffer_size: int, label: 
                 release()
                 taken()
                 n += 1
+                run.taken = n
                 yield value
             elif kind == _END:
                 return

@@ -44,13 +44,24 @@ class EngineRun:
     with the source. Costs one dict store and one delete per item on the consumer's thread.
     """
 
-    __slots__ = ("inputs", "pulled", "resume", "started")
+    __slots__ = ("inputs", "pulled", "resume", "started", "window")
 
     def __init__(self) -> None:
         self.inputs: dict[int, Any] = {}
         self.pulled = 0
         self.resume: list[Any] | None = None  # [position, input] pairs to compute first
         self.started = False
+        self.window = 0  # items kept in flight; the autotuner changes it while the pass runs
+
+    def live(self, count: _FailureCount) -> Callable[[], tuple[int, int, int]]:
+        """A reader of ``(items_in, items_out, failures)`` so far, for the pass's statistics."""
+        inputs = self.inputs
+
+        def read() -> tuple[int, int, int]:
+            pulled, failed = self.pulled, count.n
+            return pulled, max(0, pulled - len(inputs) - failed), failed
+
+        return read
 
     def state(self) -> dict[str, Any]:
         return {"pulled": self.pulled, "inputs": [[k, self.inputs[k]] for k in sorted(self.inputs)]}
@@ -125,7 +136,6 @@ def run_ordered(
     been pulled from the source (``window`` pulled ahead of the consumer).
     """
     n_in = n_out = fill = 0
-    pulling = waiting = 0.0
     clock = time.perf_counter
     src: Any = None
     stash: dict[int, Any] = {}
@@ -134,24 +144,28 @@ def run_ordered(
     try:
         src, first = resumed_source(run, iter(source))
         n_in = n_out = first
+        run.pulled = first
+        if not run.window:
+            run.window = window
         backend.start()
-        stats.begin(backend.busy)
+        stats.begin(backend.busy, run.live(count))
         submit, get, ready = backend.submit, backend.get, backend.ready
         deferred: BaseException | None = None
         more = True
-        while n_in - first < window:
+        while n_in - first < run.window:
             t = clock()
             try:
                 x = next(src, _END)
             except Exception as e:
                 deferred, x = e, _END
-            pulling += clock() - t
+            stats.source_s += clock() - t
             if x is _END:
                 more = False
                 break
             inputs[n_in] = x
             submit((n_in, x))
             n_in += 1
+            run.pulled = n_in
         while n_out < n_in:
             rec = stash.pop(n_out, _MISSING)
             if rec is _MISSING:
@@ -160,15 +174,15 @@ def run_ordered(
                 while rec[0] != n_out:
                     stash[rec[0]] = rec
                     rec = get()
-                waiting += clock() - t
+                stats.wait_s += clock() - t
             fill += len(stash) + ready()
-            if more:
+            while more and n_in - n_out <= run.window:  # one item per item taken; more after the window grew
                 t = clock()
                 try:
                     x = next(src, _END)
                 except Exception as e:
                     deferred, x = e, _END
-                pulling += clock() - t
+                stats.source_s += clock() - t
                 if x is _END:
                     more = False
                 else:
@@ -191,7 +205,7 @@ def run_ordered(
     finally:
         backend.close()
         stash.clear()
-        stats.finish(n_in, n_out - count.n, count.n, fill, n_out, pulling, waiting)
+        stats.finish(n_in, n_out - count.n, count.n, fill, n_out, stats.source_s, stats.wait_s)
 
 
 def run_unordered(
@@ -208,7 +222,6 @@ def run_unordered(
     No head-of-line blocking: a slow item delays only itself. Same bound as :func:`run_ordered`.
     """
     n_in = n_out = fill = 0
-    pulling = waiting = 0.0
     clock = time.perf_counter
     src: Any = None
     stash: dict[int, Any] = {}
@@ -217,36 +230,40 @@ def run_unordered(
     try:
         src, first = resumed_source(run, iter(source))
         n_in = n_out = first
+        run.pulled = first
+        if not run.window:
+            run.window = window
         backend.start()
-        stats.begin(backend.busy)
+        stats.begin(backend.busy, run.live(count))
         submit, get, ready = backend.submit, backend.get, backend.ready
         deferred: BaseException | None = None
         more = True
-        while n_in - first < window:
+        while n_in - first < run.window:
             t = clock()
             try:
                 x = next(src, _END)
             except Exception as e:
                 deferred, x = e, _END
-            pulling += clock() - t
+            stats.source_s += clock() - t
             if x is _END:
                 more = False
                 break
             inputs[n_in] = x
             submit((n_in, x))
             n_in += 1
+            run.pulled = n_in
         while n_out < n_in:
             t = clock()
             rec = get()
-            waiting += clock() - t
+            stats.wait_s += clock() - t
             fill += ready()
-            if more:
+            while more and n_in - n_out <= run.window:  # one item per item taken; more after the window grew
                 t = clock()
                 try:
                     x = next(src, _END)
                 except Exception as e:
                     deferred, x = e, _END
-                pulling += clock() - t
+                stats.source_s += clock() - t
                 if x is _END:
                     more = False
                 else:
@@ -269,4 +286,4 @@ def run_unordered(
     finally:
         backend.close()
         stash.clear()
-        stats.finish(n_in, n_out - count.n, count.n, fill, n_out, pulling, waiting)
+        stats.finish(n_in, n_out - count.n, count.n, fill, n_out, stats.source_s, stats.wait_s)

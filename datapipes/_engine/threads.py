@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections import deque
 import time
 import weakref
 from concurrent.futures import Executor, Future
@@ -15,7 +16,7 @@ from typing import Any, Callable
 
 from .lifecycle import Closeable
 
-__all__ = ["ThreadWorkers", "ExecutorWorkers", "JOIN_GRACE_S"]
+__all__ = ["ThreadWorkers", "ExecutorWorkers", "InlineWorkers", "JOIN_GRACE_S"]
 
 #: How long ``close()`` waits for workers to exit. An idle worker exits at once; one still inside
 #: ``fn`` exits as soon as ``fn`` returns, on its own (it is a daemon thread).
@@ -142,6 +143,30 @@ class ThreadWorkers(Closeable):
         self._threads.append(t)
         t.start()
 
+    def resize(self, n: int) -> None:
+        """Run ``n`` workers from now on (>= 1): start more at once, or stop the surplus as each
+        finishes the item it holds (one sentinel per worker to stop, queued behind the items
+        already submitted). Called by the autotuner's thread while the pass runs."""
+        if n < 1:
+            raise ValueError(f"resize: n must be >= 1, got {n}")
+        with self._lock:
+            if self._finalizer is None or not self._finalizer.alive:
+                self.n = n  # not started, or closed: the next start runs n
+                return
+            live = self.n
+            self.n = n
+            if n > live:
+                for _ in range(n - live):
+                    self._spawn_more()
+            else:
+                for _ in range(live - n):
+                    self._inq.put(_STOP)
+
+    def _spawn_more(self) -> None:
+        # A worker stopped by a sentinel leaves its slot; a new one takes a fresh slot (slots index
+        # the busy-time accumulators, which keep their sums).
+        self._spawn()
+
     def get(self) -> tuple[int, bool, Any]:
         """The next result record; with a timeout, a failure record for an item past its deadline."""
         timeout = self.timeout
@@ -168,6 +193,40 @@ class ThreadWorkers(Closeable):
                 return self._outq.get(timeout=max(0.0, soonest - now))
             except queue.Empty:
                 pass
+
+
+class InlineWorkers(Closeable):
+    """Runs ``fn`` on the consumer's thread as each item is submitted: a concurrent stage that its
+    pass's thread budget left no worker thread (see ``set_budget``)."""
+
+    kind = "inline"
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+        self.busy: list[float] = [0.0]
+        self._done: deque[tuple[int, bool, Any]] = deque()
+        self._finalizer: weakref.finalize | None = None
+
+    def start(self) -> None:
+        self.ready = self._done.__len__
+
+    def submit(self, job: tuple[int, Any]) -> None:
+        t = time.perf_counter()
+        try:
+            rec = (job[0], True, self.fn(job[1]))
+        except BaseException as e:  # noqa: BLE001 - the consumer's loop re-raises it, with its note
+            rec = (job[0], False, e)
+        self.busy[0] += time.perf_counter() - t
+        self._done.append(rec)
+
+    def get(self) -> tuple[int, bool, Any]:
+        return self._done.popleft()
+
+    def resize(self, n: int) -> None:
+        """Nothing to resize: no threads."""
+
+    def close(self) -> None:
+        self._done.clear()
 
 
 def _run_job(fn: Callable[[Any], Any], job: tuple[int, Any], busy: list[float], lock: threading.Lock) -> tuple[int, bool, Any]:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVa
 from .. import _pass
 from .._collate import collate as default_collate
 from .._engine import EngineRun, LoopRef, abandon, close_iterator, concurrent_map, is_async_callable, is_async_gen_callable, iterate_async, new_stats
+from .._tuning import usable_cpus
 from .._engine.rng import check_rng, item_seed, make_rng, seeded_call, with_seeds
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, call_lines, policy_and_log, raised_at
@@ -137,7 +138,10 @@ def _async_column_fn(fn: Callable[..., Any], input_col: _Col, output_col: _Col) 
 
 def _check_concurrency(stage: str, fn: Any, concurrency: Any, ordered: Any, executor: Any, timeout: Any,
                        chunksize: Any, rng: Any) -> None:
-    require_int(concurrency, stage, "concurrency", minimum=1)
+    if concurrency != "auto":
+        if isinstance(concurrency, str):
+            raise ValueError(f'{stage}: concurrency must be an int >= 1 or "auto", got {concurrency!r}')
+        require_int(concurrency, stage, "concurrency", minimum=1)
     if not isinstance(ordered, bool):
         raise TypeError(f"{stage}: ordered must be a bool, got {type(ordered).__name__}")
     if not isinstance(executor, Executor):
@@ -314,12 +318,22 @@ def _map_engine(pipe: Mapper, it: Iterator[Any], seed: int | None = None) -> Ite
     source: Iterable[Any] = it if seed is None else _seeded(it, run)
     fn = _engine_fn(pipe)
     worker_rng = pipe.rng if pipe.executor == "process" and pipe.input_col is None else None
-    stats = _pass.stats_for(pipe, lambda: new_stats(label, fn, pipe.concurrency, pipe.executor))
+    concurrency, tune = _stage_concurrency(pipe)
+    stats = _pass.stats_for(pipe, lambda: new_stats(label, fn, concurrency, pipe.executor, tune is not None))
     return concurrent_map(
-        source, fn, label=label, concurrency=pipe.concurrency, ordered=pipe.ordered, executor=pipe.executor,
+        source, fn, label=label, concurrency=concurrency, ordered=pipe.ordered, executor=pipe.executor,
         timeout=pipe.timeout, chunksize=pipe.chunksize, policy=pipe._policy, log=pipe.failures, stats=stats,
-        rng_kind=worker_rng, run=run.engine,
+        rng_kind=worker_rng, run=run.engine, hooks=_pass.task_hooks(pipe), tune=tune,
     )
+
+
+def _stage_concurrency(pipe: Any) -> tuple[int, Callable[..., None] | None]:
+    """``(workers, tune)`` of a concurrent map/flatmap's pass: its concurrency within the pass's
+    thread budget (0: inline), and for ``concurrency="auto"`` its registration with the tuner
+    (a process stage with "auto" runs one worker per usable CPU, untuned)."""
+    if pipe.executor == "process" and pipe.concurrency == "auto":
+        return usable_cpus(), None
+    return _pass.concurrency_for(pipe, pipe.concurrency, pipe._thread_demand() is not None)
 
 
 def _seeded(it: Iterator[Any], run: _MapRun) -> Iterator[tuple[Any, int]]:
@@ -379,11 +393,12 @@ def _map_engine_handover(pipe: Mapper, it: Iterator[Any], seed: int | None = Non
     _pass.track(pipe, run)
     source: Iterable[Any] = it if seed is None else _seeded(it, run)
     fn = _handover_fn(_engine_fn(pipe), ops, pipe._async)
-    stats = _pass.stats_for(pipe, lambda: new_stats(label, fn, pipe.concurrency, pipe.executor))
+    concurrency, tune = _stage_concurrency(pipe)
+    stats = _pass.stats_for(pipe, lambda: new_stats(label, fn, concurrency, pipe.executor, tune is not None))
     out = concurrent_map(
-        _tagged(source, ops.record), fn, label=label, concurrency=pipe.concurrency, ordered=pipe.ordered,
+        _tagged(source, ops.record), fn, label=label, concurrency=concurrency, ordered=pipe.ordered,
         executor=pipe.executor, timeout=pipe.timeout, chunksize=pipe.chunksize, policy=pipe._policy,
-        log=pipe.failures, stats=stats, run=run.engine,
+        log=pipe.failures, stats=stats, run=run.engine, hooks=_pass.task_hooks(pipe), tune=tune,
     )
     return _handed_back(out, ops)
 
@@ -437,6 +452,14 @@ class Mapper(IterDataPipe[U]):
         max_failures: with ``on_error="skip"``, failures tolerated per pass (``None``: any).
         concurrency: how many items ``fn`` works on at once (threads, tasks or processes). ``1`` with
             a plain ``fn``, no ``timeout``, no ``rng`` and ``executor="thread"`` is the serial loop.
+            ``"auto"``: tuned online while the pass runs, within the pass's thread budget (see
+            :meth:`~datapipes.iter.IterDataPipe.set_budget`); the value chosen, and why, are in the
+            pass's statistics (``workers``, ``tuning``). With ``executor="process"``, ``"auto"`` runs
+            one process per usable CPU. A thread stage's workers count against the pass's budget:
+            beyond it the stage gets fewer (with none left, ``fn`` runs on the consumer's thread).
+            A generator function run with ``concurrency`` above 1, or any async generator function,
+            yields the items it generates, as :class:`FlatMapper` does (SPDL's ``pipe()``); serially
+            a generator function's result is the generator object, as in torch.
         ordered: ``True`` yields in source order; ``False`` in completion order (no head-of-line
             blocking). Both yield the same items.
         executor: ``"thread"`` (daemon threads owned by the pass), ``"process"`` (worker processes for
@@ -536,7 +559,13 @@ class Mapper(IterDataPipe[U]):
         self.timeout = timeout
         self.chunksize = chunksize
         self.rng = rng
-        self._async = is_async_callable(fn)
+        self._async = is_async_callable(fn) or is_async_gen_callable(fn)
+        # SPDL's pipe(): a generator function run concurrently (or any async generator function)
+        # yields the items it generates; serial, a generator function's result is the generator.
+        self._flattens = is_async_gen_callable(fn) or (concurrency != 1 and inspect.isgeneratorfunction(fn))
+        if self._flattens and (input_col is not None or rng is not None or timeout is not None):
+            raise ValueError("Mapper: a generator function run concurrently yields its items, as flatmap does; "
+                             "input_col, rng and timeout are not supported with it (use flatmap with input_col)")
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
         if rng is not None:
             self._is_random = True
@@ -555,8 +584,19 @@ class Mapper(IterDataPipe[U]):
         else:
             self._run = _map_skip if self._policy.skips else _map_raise
 
+    def _thread_demand(self) -> int | str | None:
+        """What a pass's thread budget counts for this stage: its concurrency when it runs worker
+        threads of its own, else None."""
+        if self._stateless or self.rng is not None and self._run in (_map_seeded_raise, _map_seeded_skip):
+            return None  # serial
+        if self._async or self.executor != "thread":
+            return None
+        return self.concurrency
+
     def __iter__(self) -> Iterator[U]:
         it = iter(self.datapipe)
+        if self._flattens:
+            return _flat_engine(self, it, _listing_fn(self.fn, None))
         if self.rng is not None:
             if self._run is _map_seeded_raise or self._run is _map_seeded_skip:  # serial: a FrameRun reads it
                 run = _pass.FrameRun(_seeded_state)
@@ -899,6 +939,87 @@ def _flatmap_async_skip(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun
         raise
 
 
+class _Listed:
+    """``fn`` whose result (any iterable: a list, a generator) is made a list on the worker that
+    runs it, so a concurrent flatmap hands each item's outputs over at once. A class, not a
+    closure, so that it pickles to worker processes."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[Any], Iterable[Any]]) -> None:
+        self.fn = fn
+
+    def __call__(self, x: Any) -> list[Any]:
+        return list(self.fn(x))
+
+
+def _listing_fn(fn: Any, input_col: Any) -> Callable[[Any], Any]:
+    """The per-item function of a concurrent flatmap: ``fn``'s outputs for one item, as a list
+    (an async generator's or an async function's collected on the event loop)."""
+    if is_async_gen_callable(fn):
+        async def collect(x: Any) -> list[Any]:
+            out = fn(x) if input_col is None else _selected_fn(fn, input_col)(x)
+            return [y async for y in out]
+
+        return collect
+    if is_async_callable(fn):
+        async def await_list(x: Any) -> list[Any]:
+            out = await (fn(x) if input_col is None else _selected_fn(fn, input_col)(x))
+            return list(out)
+
+        return await_list
+    return _Listed(fn if input_col is None else _selected_fn(fn, input_col))
+
+
+class _FlatRun:
+    """The position of a concurrent flatmap's (or generator map's) pass: the engine's (items in
+    flight, computed again on resume) and the outputs of the current item not yet yielded."""
+
+    __slots__ = ("engine", "rest", "resume")
+
+    def __init__(self) -> None:
+        self.engine = EngineRun()
+        self.rest: Any = iter(())
+        self.resume: list[Any] | None = None
+
+    def state(self) -> dict[str, Any]:
+        return {**self.engine.state(), "rest": _pass.remaining(self.rest)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.engine.restore(state)
+        self.resume = list(state["rest"])
+
+
+def _flat_engine(pipe: Any, it: Iterator[Any], fn: Callable[[Any], Any]) -> Iterator[Any]:
+    """The pass of a concurrent flatmap (or a map of a generator function): ``fn`` gives each
+    item's outputs as a list on a worker; they are yielded one by one, in input order or in
+    completion order."""
+    label = stage_label(pipe)
+    run = _FlatRun()
+    _pass.track(pipe, run)
+    concurrency, tune = _stage_concurrency(pipe)
+    stats = _pass.stats_for(pipe, lambda: new_stats(label, fn, concurrency, pipe.executor, tune is not None))
+    lists = concurrent_map(
+        it, fn, label=label, concurrency=concurrency, ordered=pipe.ordered, executor=pipe.executor,
+        policy=pipe._policy, log=pipe.failures, stats=stats, run=run.engine, hooks=_pass.task_hooks(pipe),
+        tune=tune,
+    )
+    return _flattened(lists, run)
+
+
+def _flattened(lists: Iterator[list[Any]], run: _FlatRun) -> Iterator[Any]:
+    try:
+        if run.resume:
+            run.rest = iter(run.resume)
+            run.resume = None
+            yield from run.rest
+        for out in lists:
+            run.rest = rest = iter(out)
+            yield from rest
+    finally:
+        close_iterator(lists)
+
+
 # The lines that call fn or iterate what it returned: an exception passing through one of them is fn's.
 _FLATMAP_FN_LINES = call_lines(_flatmap_raise) | call_lines(_flatmap_raise, "out")
 
@@ -920,6 +1041,14 @@ class FlatMapper(IterDataPipe[U]):
         on_error: ``"raise"`` (default) or ``"skip"``. When skipping, a failure while iterating
             ``fn``'s result drops the rest of that item's outputs; what it already yielded stays.
         max_failures: with ``on_error="skip"``, failures tolerated per pass (``None``: any).
+        concurrency: how many items ``fn`` works on at once: above 1 (or ``"auto"``, tuned online as in
+            :class:`Mapper`) the calls run on ``executor``'s workers, each item's outputs collected
+            into a list on its worker (a sync or async generator is driven to its end there), then
+            yielded one by one. A failure then drops all of the item's outputs. Memory: the window of
+            ``2 * concurrency`` items in flight, each with all of its outputs.
+        ordered: with ``concurrency``: ``True`` yields the items' outputs in source order,
+            ``False`` in completion order (each item's outputs stay together and in order).
+        executor: ``"thread"``, ``"process"`` or a ``concurrent.futures.Executor``, as in :class:`Mapper`.
 
     Yields:
         The elements of ``fn(item)`` for each item, in order.
@@ -935,6 +1064,10 @@ class FlatMapper(IterDataPipe[U]):
         >>> from datapipes.iter import IterableWrapper
         >>> list(IterableWrapper([1, 2, 3]).flatmap(lambda x: [x] * x))
         [1, 2, 2, 3, 3, 3]
+        >>> def tiles(x):
+        ...     yield from range(x)
+        >>> list(IterableWrapper([1, 2, 3]).flatmap(tiles, concurrency=3))
+        [0, 0, 1, 0, 1, 2]
     """
 
     _repr_fields = ("fn",)
@@ -947,6 +1080,9 @@ class FlatMapper(IterDataPipe[U]):
         *,
         on_error: str = "raise",
         max_failures: int | None = None,
+        concurrency: int | str = 1,
+        ordered: bool = True,
+        executor: str | Executor = "thread",
     ) -> None:
         require_pipe(datapipe, "FlatMapper")
         require_callable(fn, "FlatMapper", "fn", optional=True)
@@ -954,16 +1090,36 @@ class FlatMapper(IterDataPipe[U]):
             raise ValueError("FlatMapper: input_col needs a fn")
         if fn is not None:
             check_arity(fn, input_col, "FlatMapper")
+        _check_concurrency("FlatMapper", fn, concurrency, ordered, executor, None, None, None)
         self.datapipe = datapipe
         self.fn = fn
         self.input_col = input_col
+        self.concurrency = concurrency
+        self.ordered = ordered
+        self.executor = executor
         self._policy, self.failures = policy_and_log(self, on_error, max_failures)
-        if fn is not None and is_async_gen_callable(fn):
+        self._concurrent = concurrency != 1 or executor != "thread"
+        if self._concurrent:
+            if fn is None:
+                raise ValueError("FlatMapper: concurrency needs a fn (flattening items themselves has nothing to "
+                                 "run concurrently)")
+            self._async = is_async_gen_callable(fn) or is_async_callable(fn)
+            if self._async and executor != "thread":
+                raise ValueError(f"FlatMapper: an async fn runs on the event loop, not executor={executor!r}")
+        elif fn is not None and is_async_gen_callable(fn):
             self._run = _flatmap_async_skip if self._policy.skips else _flatmap_async_raise
         else:
             self._run = _flatmap_skip if self._policy.skips else _flatmap_raise
 
+    def _thread_demand(self) -> int | str | None:
+        """What a pass's thread budget counts for this stage (see :class:`Mapper`)."""
+        if not self._concurrent or self._async or self.executor != "thread":
+            return None
+        return self.concurrency
+
     def __iter__(self) -> Iterator[U]:
+        if self._concurrent:
+            return _flat_engine(self, iter(self.datapipe), _listing_fn(self.fn, self.input_col))
         run = _pass.FrameRun(_flatmap_state)
         return _pass.track_generator(self, self._run(self, iter(self.datapipe), run), run)
 

@@ -17,6 +17,7 @@ from typing import Any, AsyncIterable, Callable, Generator, Generic, Iterable, I
 from .._engine import is_async_callable, is_async_gen_callable
 from ..datapipe import IterDataPipe, MapDataPipe, require_callable, require_int
 from ..graph import traverse
+from ..hooks import StatsReporter
 from ..iter import IterableWrapper
 from ..iter.sharding import SHARDING_PRIORITIES, is_sharding_stage
 from .buffer import TimedBuffer
@@ -220,6 +221,15 @@ class DataLoader(Generic[T]):
         timeout: seconds to wait for each batch; past it, ``TimeoutError`` naming the loader. The
             wait happens on a buffer: SPDL spelling, the final ``buffer_size`` buffer; torch
             spelling, a buffer of 2 batches on a background thread before ``pin_memory``.
+        report_stats_interval: seconds between two logs of every stage's statistics (a table on the
+            ``datapipes`` logger, at INFO; see :class:`datapipes.hooks.StatsReporter`), and one at the
+            end of each pass. ``None``: no reports. With ``num_workers > 0`` it reports the stages
+            of this process (the workers' stage included); attach a reporter to the pipe itself
+            (``pipe.add_hook``) for each worker's own stages.
+        max_threads, max_memory: the budget of this process's passes (see
+            :meth:`~datapipes.iter.IterDataPipe.set_budget`): the most worker threads of all thread
+            stages together, and the RSS in bytes that ``concurrency="auto"`` stages keep below.
+            Worker processes (``num_workers > 0``) take the budget set on the pipe itself.
         persistent_workers, prefetch_factor, multiprocessing_context, worker_init_fn: passed to
             torch's DataLoader for ``num_workers > 0``. Persistent workers see ``set_epoch``.
         src: the SPDL name of ``pipe``.
@@ -279,6 +289,9 @@ class DataLoader(Generic[T]):
         seed: int | None = None,
         even_batches: str | None = None,
         timeout: float | None = None,
+        report_stats_interval: float | None = None,
+        max_threads: int | None = None,
+        max_memory: int | None = None,
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
         multiprocessing_context: Any = None,
@@ -297,6 +310,9 @@ class DataLoader(Generic[T]):
         seed: int | None = None,
         even_batches: str | None = None,
         timeout: float | None = None,
+        report_stats_interval: float | None = None,
+        max_threads: int | None = None,
+        max_memory: int | None = None,
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
         multiprocessing_context: Any = None,
@@ -313,6 +329,9 @@ class DataLoader(Generic[T]):
         seed: int | None = None,
         even_batches: str | None = None,
         timeout: float | None = None,
+        report_stats_interval: float | None = None,
+        max_threads: int | None = None,
+        max_memory: int | None = None,
         src: Any = None,
         preprocessor: Callable[[Any], Any] | None = None,
         aggregator: Callable[[list[Any]], Any] | None = None,
@@ -332,6 +351,9 @@ class DataLoader(Generic[T]):
         seed: int | None = None,
         even_batches: str | None = None,
         timeout: float | None = None,
+        report_stats_interval: float | None = None,
+        max_threads: int | None = None,
+        max_memory: int | None = None,
         src: Any = None,
         preprocessor: Callable[[Any], Any] | None = None,
         aggregator: Callable[[Any], T],
@@ -354,6 +376,9 @@ class DataLoader(Generic[T]):
         seed: int | None = None,
         even_batches: str | None = None,
         timeout: float | None = None,
+        report_stats_interval: float | None = None,
+        max_threads: int | None = None,
+        max_memory: int | None = None,
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
         multiprocessing_context: Any = None,
@@ -380,6 +405,9 @@ class DataLoader(Generic[T]):
         seed: int | None = None,
         even_batches: str | None = None,
         timeout: float | None = None,
+        report_stats_interval: float | None = None,
+        max_threads: int | None = None,
+        max_memory: int | None = None,
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
         multiprocessing_context: Any = None,
@@ -428,6 +456,11 @@ class DataLoader(Generic[T]):
         else:
             self.pipe = self._build_torch(collate_fn, pin_memory, device, num_workers, persistent_workers,
                                           prefetch_factor, multiprocessing_context, worker_init_fn)
+        if report_stats_interval is not None:
+            self.pipe.add_hook(StatsReporter(report_stats_interval))  # the loader's own last stage
+        if max_threads is not None or max_memory is not None:
+            self.pipe.set_budget(max_threads, max_memory)
+        self.report_stats_interval = report_stats_interval
         self._epoch = 0
         self._epoch_set = False
         self._passes = 0

@@ -73,6 +73,8 @@ class ShardStream:
         self.it: Any = None  # the pass being iterated
         self.in_tail = False
         self.error: str | None = None  # why this shard cannot save its position
+        #: the hooks and budget its passes take from the loader's pass (see ``_pass.inherited``)
+        self.inherit: tuple[Any, Any] = (None, None)
 
     def state(self) -> dict[str, Any]:
         """The shard's position (``{"error": why}`` when a stage cannot save one)."""
@@ -91,7 +93,14 @@ class ShardStream:
         return {"tails": [], "main": current, "done": False}
 
     def _start(self, state: Any) -> Any:
-        with configured(self.config) if self.config is not None else contextlib.nullcontext():
+        hooks, budget = self.inherit
+        with contextlib.ExitStack() as within:
+            if self.config is not None:
+                within.enter_context(configured(self.config))
+            if hooks is not None:
+                within.enter_context(_pass.observing(hooks))
+            if budget is not None:
+                within.enter_context(_pass.budgeted(*budget))
             it = cast(_pass.PassIterator, iter(self.pipe))  # a new pass: iter() gives its PassIterator
         if state is not None:
             it.load_state_dict(state)
@@ -240,6 +249,7 @@ class InProcess(IterDataPipe[Any]):
         if run is None:  # iterated by itself, not by the loader: a plain pass
             return iter(self.datapipe)
         stream = ShardStream(self.datapipe, run.config, None if run.resume is None else run.resume[0])
+        stream.inherit = _pass.inherited(self)  # the loader's hooks and budget reach the shard's pass
         if not self.eager:
             run.stream = stream
             return stream.items()

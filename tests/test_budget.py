@@ -1,0 +1,208 @@
+"""Thread budgets, concurrency="auto" and concurrent generator stages."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import threading
+import time
+
+import pytest
+
+from datapipes import DataLoader
+from datapipes._tuning import Budget, _scaled
+from datapipes.iter import IterableWrapper
+
+WAIT = 10.0
+
+
+class Counting:
+    """A fn that records the most calls running at once (all stages sharing one counter)."""
+
+    def __init__(self, delay: float = 0.002) -> None:
+        self.delay = delay
+        self.lock = threading.Lock()
+        self.running = 0
+        self.most = 0
+        self.threads: set[int] = set()
+
+    def __call__(self, x):
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            self.threads.add(threading.get_ident())
+        try:
+            time.sleep(self.delay)
+            return x
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+def worker_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith("datapipes ") and "worker" in t.name)
+
+
+def test_fixed_stages_are_scaled_into_the_budget():
+    count = Counting()
+    pipe = IterableWrapper(range(60)).map(count, concurrency=8).map(count, concurrency=4).set_budget(max_threads=3)
+    it = iter(pipe)
+    assert list(it) == list(range(60))
+    workers = [s.workers for _, s in it.stats()]
+    assert sum(workers) == 3 and count.most <= 3
+
+
+def test_a_stage_left_no_thread_runs_inline():
+    count = Counting(0)
+    pipe = (IterableWrapper(range(10)).map(count, concurrency=2).map(count, concurrency=2)
+            .map(count, concurrency=2).set_budget(max_threads=2))
+    it = iter(pipe)
+    assert list(it) == list(range(10))
+    kinds = sorted(s.kind for _, s in it.stats())
+    assert kinds == ["inline", "thread", "thread"]
+
+
+def test_budget_within_budget_changes_nothing():
+    it = iter(IterableWrapper(range(10)).map(abs, concurrency=3).set_budget(max_threads=16))
+    list(it)
+    assert it.stats()[0][1].workers == 3
+
+
+def test_scaling_keeps_the_total_and_proportions():
+    assert _scaled({1: 8, 2: 4}, 3) == {1: 2, 2: 1}
+    assert sum(_scaled({1: 5, 2: 5, 3: 5}, 7).values()) == 7
+
+
+def test_auto_never_exceeds_the_thread_budget():
+    count = Counting(0.003)
+    pipe = (IterableWrapper(range(600)).map(count, concurrency="auto")
+            .map(count, concurrency=2).set_budget(max_threads=5))
+    it = iter(pipe)
+    seen_threads = 0
+    for i, _ in enumerate(it):
+        if i % 50 == 0:
+            seen_threads = max(seen_threads, worker_threads())
+    assert count.most <= 5
+    assert seen_threads <= 5 + 1  # a thread told to stop may still be finishing its last item
+
+
+def test_auto_grows_an_io_stage():
+    # A stage sleeping 5 ms per item starts at one worker per CPU and grows: decisions are made on
+    # the tuner's clock, so the test waits for a decision instead of timing anything.
+    gate = threading.Event()
+
+    def io(x):
+        time.sleep(0.005)
+        return x
+
+    it = iter(IterableWrapper(range(100_000)).map(io, concurrency="auto").set_budget(max_threads=16))
+    (_, stats), = [pair for pair in it.stats()]
+    start = stats.workers
+    deadline = time.monotonic() + WAIT
+    for _ in it:
+        if stats.workers > start or time.monotonic() > deadline:
+            gate.set()
+            break
+    it.close()
+    assert gate.is_set() and stats.workers > start, stats.tuning
+    assert stats.auto and stats.tuning
+
+
+def test_auto_outside_a_budget_and_with_processes():
+    it = iter(IterableWrapper(range(20)).map(abs, concurrency="auto"))
+    assert list(it) == list(range(20))
+    assert it.stats()[0][1].auto
+    it = iter(IterableWrapper(range(20)).map(abs, concurrency="auto", executor="process"))
+    assert list(it) == list(range(20))
+    assert not it.stats()[0][1].auto and it.stats()[0][1].workers >= 1
+
+
+def test_bad_concurrency_and_budget_values():
+    with pytest.raises(ValueError, match="auto"):
+        IterableWrapper([1]).map(abs, concurrency="many")
+    with pytest.raises(ValueError, match="max_threads"):
+        IterableWrapper([1]).set_budget(max_threads=0)
+    with pytest.raises(ValueError, match="max_memory"):
+        IterableWrapper([1]).set_budget(max_memory=-5)
+
+
+def test_loader_budget():
+    count = Counting()
+    loader = DataLoader(IterableWrapper(range(40)).map(count, concurrency=8), batch_size=8, max_threads=2)
+    assert len(list(loader)) == 5
+    assert count.most <= 2
+
+
+def test_budget_direct():
+    budget = Budget([], max_threads=4, max_memory=None)
+    assert budget.room_for(object()) == 4
+
+
+# -- concurrent generator stages --------------------------------------------------------------------
+
+
+def tiles(x):
+    time.sleep(0.001)
+    for i in range(x % 4):
+        yield (x, i)
+
+
+async def async_tiles(x):
+    await asyncio.sleep(0.001)
+    for i in range(x % 4):
+        yield (x, i)
+
+
+SERIAL = [(x, i) for x in range(30) for i in range(x % 4)]
+
+
+@pytest.mark.parametrize("kw", [dict(concurrency=4), dict(concurrency=4, ordered=False),
+                                dict(concurrency=2, executor="process"), dict(concurrency="auto")])
+def test_concurrent_flatmap_of_a_generator(kw):
+    out = list(IterableWrapper(range(30)).flatmap(tiles, **kw))
+    assert (out == SERIAL) if kw.get("ordered", True) else (sorted(out) == SERIAL)
+
+
+def test_concurrent_flatmap_keeps_each_items_outputs_together():
+    out = list(IterableWrapper(range(30)).flatmap(tiles, concurrency=4, ordered=False))
+    firsts = [pair for pair in out if pair[1] == 0]
+    for x, _ in firsts:
+        k = out.index((x, 0))
+        assert out[k:k + x % 4] == [(x, i) for i in range(x % 4)]
+
+
+def test_async_generator_runs_concurrently():
+    assert list(IterableWrapper(range(30)).flatmap(async_tiles, concurrency=8)) == SERIAL
+    assert sorted(IterableWrapper(range(30)).map(async_tiles, concurrency=8, ordered=False)) == SERIAL
+
+
+def test_map_of_a_generator_function_flattens_when_concurrent():
+    assert list(IterableWrapper(range(30)).map(tiles, concurrency=3)) == SERIAL
+    serial = list(IterableWrapper(range(3)).map(tiles))  # torch's behaviour: the generator objects
+    assert all(hasattr(g, "__next__") for g in serial)
+    with pytest.raises(ValueError, match="flatmap"):
+        IterableWrapper(range(3)).map(tiles, input_col=0, concurrency=2)
+
+
+def test_concurrent_flatmap_resumes_exactly():
+    pipe = IterableWrapper(range(30)).flatmap(tiles, concurrency=4)
+    for k in (0, 1, 7, len(SERIAL) - 1):
+        it = iter(pipe)
+        first = [next(it) for _ in range(k)]
+        state = pickle.loads(pickle.dumps(it.state_dict()))
+        it.close()
+        again = iter(pipe)
+        again.load_state_dict(state)
+        assert first + list(again) == SERIAL
+
+
+def test_concurrent_flatmap_skips_failures():
+    def bad(x):
+        if x == 5:
+            raise ValueError(x)
+        return [x, x]
+
+    out = list(IterableWrapper(range(8)).flatmap(bad, concurrency=2, on_error="skip"))
+    assert out == [y for x in range(8) if x != 5 for y in (x, x)]
+    with pytest.raises(ValueError, match="concurrency needs a fn"):
+        IterableWrapper([[1]]).flatmap(concurrency=2)
