@@ -1,11 +1,23 @@
-"""``profile(pipe, num_items=...)``: run a pipe and report each concurrent stage's figures and the bottleneck.
+"""``profile(pipe, num_items=...)``: run a pipe, measure every stage and name the bottleneck.
 
-Every concurrent stage (concurrent ``map``, ``prefetch``) keeps :class:`~datapipes._engine.StageStats` of
-its last pass. :func:`profile` runs the pipe for ``num_items`` items, collects the figures of the
-stages that ran, prints a table and names the bottleneck:
+:func:`profile` runs one *observed* pass of the pipe (see :mod:`datapipes.hooks`): every stage of the
+pass, serial ones included, keeps :class:`~datapipes._engine.StageStats` (items in and out, self
+time; a concurrent stage also its workers' busy time and its queue fill). The
+:class:`ProfileReport` it returns shows them
+
+- as a text table (``print(report)``, :meth:`ProfileReport.table`);
+- as the pipe's Mermaid graph, each stage labelled with its figures and the bottleneck highlighted
+  (:meth:`ProfileReport.to_mermaid`);
+- with ``trace=``, as a Chrome trace-event file of what the stages did over time, to open in
+  Perfetto (https://ui.perfetto.dev): :meth:`ProfileReport.save_trace`, recorded by a
+  :class:`TraceRecorder` hook, which you can also attach to any pass yourself.
+
+The bottleneck:
 
 - if the thread reading the pipe spends most of its time (>= 50%) neither waiting for the last
-  concurrent stage nor pulling its source, the code consuming the pipe is the limit (``consumer``);
+  concurrent stage nor pulling its source, the work downstream of that stage is the limit: the serial
+  stage there with the most self time, if it took half that time or more, else ``consumer`` (the
+  code reading the pipe);
 - otherwise, walking upstream from the last concurrent stage, the first stage whose workers are busy
   most of the time (busy fraction >= 50%) limits the pipe. The advice depends on what the process's
   CPU time and the machine's CPU use say:
@@ -23,8 +35,19 @@ stages that ran, prints a table and names the bottleneck:
     GIL show each of n workers busy about 1/n of the time). Where the machine's CPU use cannot be
     read, the advice says the GIL is one possible cause, not the cause;
   - otherwise raise its ``concurrency``;
-- otherwise, if the first concurrent stage spends most of its time pulling its source, the serial
-  stages feeding it are the limit (``serial stages``).
+- otherwise the stages the concurrent ones waited for are the limit: the serial stages upstream of
+  the first concurrent stage when it spent most of its time pulling its source, those between two
+  concurrent stages when the later one did; when no stage's workers were saturated, any stage, by
+  its own time on the thread reading it (a concurrent stage whose ``fn`` is too cheap for
+  concurrency spends it starting workers and handing items over). The one with the most self time
+  is named when it took a fifth of the run or more; when none did (the time is spread over
+  several), or without figures for the serial stages, the verdict is ``serial stages``;
+- a pipe with no concurrent stage: its serial stage with the most self time.
+
+A stage's *self time* is the time spent in its own ``next()``, its upstream's excluded: for a serial
+stage its own work (for a source, reading); for a concurrent stage, the time the thread reading it
+spends in it, which the report splits into waiting for its workers' results (``wait_share``) and
+its own bookkeeping (``self_share``: starting workers, handing items over, taking results back).
 
 The machine's CPU use is read from Linux's ``/proc/stat`` (busy and idle time of the CPUs this
 process may run on) when the run starts and ends; elsewhere it is unknown (``machine_cores`` None).
@@ -32,34 +55,34 @@ process may run on) when the run starts and ends; elsewhere it is unknown (``mac
 >>> from datapipes.iter import IterableWrapper
 >>> from datapipes.profiling import profile
 >>> report = profile(IterableWrapper(range(100)).map(abs, concurrency=2).prefetch(4), show=False)
->>> report.items, [row["stage"] for row in report.stages]
-(100, ['Mapper(abs)', 'Prefetcher(4)'])
+>>> report.items, [(row["stage"], row["items_out"]) for row in report.stages]
+(100, [('IterableWrapper', 100), ('Mapper(abs)', 100), ('Prefetcher(4)', 100)])
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, Iterable
 
+from . import _pass
+from ._engine.stats import StageStats
+from ._tuning import usable_cpus
+from .graph import chain_repr, sources_of
 from .graph import stages as _stages
+from .graph import to_mermaid as _to_mermaid
+from .hooks import Hook
 
-__all__ = ["ProfileReport", "profile"]
+__all__ = ["ProfileReport", "TraceRecorder", "profile"]
 
 _SATURATED = 0.5
 _BACKED_UP = 0.5
 _CPU_BOUND = 0.85  # share of the machine's CPUs the process used for the pipe to count as CPU-bound
 _IDLE = 0.5  # CPUs left idle on the machine for the process to have had room to use more
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask where the OS has one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _cpu_times(text: str, cpus: set[int] | None) -> tuple[int, int, int] | None:
@@ -105,6 +128,25 @@ def _machine_cores(start: tuple[int, int, int] | None, end: tuple[int, int, int]
     return (end[0] - start[0]) / (end[1] - start[1]) * end[2]
 
 
+#: how the bottleneck's node is drawn in :meth:`ProfileReport.to_mermaid`
+_HIGHLIGHT = "fill:#fdd,stroke:#c00,stroke-width:3px"
+
+
+def _rate(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def _figures(row: dict[str, Any]) -> str:
+    """The figures of a Mermaid node: items/s, the self-time share, and a concurrent stage's waits
+    and busy workers."""
+    rate = f"{_rate(row['items_per_s'])} items/s<br/>self {row['self_share']:.0%}"
+    if row["kind"] in ("serial", "inline"):
+        return rate
+    auto = ", auto" if row["auto"] else ""
+    workers = "" if row["kind"] == "prefetch" else f" of {row['concurrency']} workers{auto}"
+    return f"{rate}, waited {row['wait_share']:.0%}<br/>busy {row['busy_fraction']:.0%}{workers}"
+
+
 @dataclass
 class ProfileReport:
     """What :func:`profile` measured.
@@ -113,9 +155,15 @@ class ProfileReport:
         items: items the pipe yielded.
         seconds: wall time of the run.
         items_per_s: the pipe's output rate.
-        stages: one dict per concurrent stage that ran, in data-flow order (keys: ``stage``, ``kind``,
-            ``workers``, ``items_in``, ``items_out``, ``failures``, ``seconds``, ``items_per_s``,
-            ``busy_s``, ``busy_fraction``, ``queue_fill``).
+        stages: one dict per stage of the pass, serial ones included, in data-flow order (sources
+            first). Keys: those of :meth:`StageStats.as_dict <datapipes._engine.StageStats.as_dict>`
+            (``stage``, ``kind``, ``workers``, ``concurrency``, ``auto``, ``items_in``, ``items_out``,
+            ``failures``, ``seconds``, ``items_per_s``, ``busy_s``, ``busy_fraction``, ``self_s``,
+            ``queue_fill``, ``source_s``, ``wait_s``, ``tuning``), plus ``self_share``, ``wait_share``
+            and ``source``. ``self_share``: the stage's own time on the thread reading it over the
+            run's ``seconds`` (``self_s``; for a concurrent stage ``self_s`` less ``wait_s``, the time
+            that thread waited for its workers' results, which is ``wait_share``); ``source``: the
+            stage reads no other stage.
         bottleneck: the label of the limiting stage, or ``"consumer"`` or ``"serial stages"``.
         reason: one sentence saying why.
         cpu_cores: CPU seconds this process used per wall second (all its threads; worker
@@ -123,6 +171,12 @@ class ProfileReport:
         cpus: CPUs the process may run on.
         machine_cores: CPUs kept busy by all processes together during the run, on the CPUs this
             process may run on (from ``/proc/stat``); None where it cannot be read.
+        bottleneck_index: the index in ``stages`` of the limiting stage (None for ``"consumer"``
+            and ``"serial stages"``).
+        trace: the Chrome trace-event JSON object (``{"traceEvents": [...], ...}``) recorded with
+            ``profile(..., trace=...)``; None without.
+        pipe: the pipe profiled.
+        stage_objects: the stages themselves, one per entry of ``stages``.
     """
 
     items: int
@@ -134,6 +188,10 @@ class ProfileReport:
     cpu_cores: float = 0.0
     cpus: int = 1
     machine_cores: float | None = None
+    bottleneck_index: int | None = None
+    trace: dict[str, Any] | None = field(default=None, repr=False)
+    pipe: Any = field(default=None, repr=False, compare=False)
+    stage_objects: list[Any] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def other_cores(self) -> float | None:
@@ -141,15 +199,32 @@ class ProfileReport:
         return None if self.machine_cores is None else max(self.machine_cores - self.cpu_cores, 0.0)
 
     def table(self) -> str:
-        """The report as a text table."""
-        head = f"{'stage':<32} {'kind':<9} {'workers':>7} {'items':>8} {'items/s':>10} {'busy':>6} {'queue fill':>10}"
+        """The report as a text table: one line per stage (``*`` marks the bottleneck), sources first.
+
+        ``self``: the stage's own time on the thread reading it, as a share of the run (``self_share``);
+        a concurrent stage's: ``waited``, the share of the run that thread waited for its results,
+        ``busy``, its workers' busy time over (elapsed x workers), and ``queue fill``, the mean share
+        of its output buffer holding results ready for the consumer (near 100%: downstream is
+        slower). ``-`` where a serial stage has no such figure.
+        """
+        head = (f"  {'stage':<30} {'kind':<8} {'workers':>7} {'items in':>9} {'items out':>9} {'items/s':>10} "
+                f"{'self':>5} {'waited':>6} {'busy':>5} {'queue fill':>10}")
         lines = [head, "-" * len(head)]
-        for r in self.stages:
+        for i, r in enumerate(self.stages):
+            serial = r["kind"] in ("serial", "inline")
+            workers = "-" if serial else f"{r['concurrency']}{' auto' if r['auto'] else ''}"
+            waited, busy, fill = ("-", "-", "-") if serial else (
+                f"{r['wait_share']:.0%}", f"{r['busy_fraction']:.0%}", f"{r['queue_fill']:.0%}")
+            mark = "*" if i == self.bottleneck_index else " "
             lines.append(
-                f"{r['stage'][:32]:<32} {r['kind']:<9} {r['workers']:>7} {r['items_out']:>8} "
-                f"{r['items_per_s']:>10.1f} {r['busy_fraction']:>6.0%} {r['queue_fill']:>10.0%}"
+                f"{mark} {r['stage'][:30]:<30} {r['kind']:<8} {workers:>7} {r['items_in']:>9} {r['items_out']:>9} "
+                f"{r['items_per_s']:>10.1f} {r['self_share']:>5.0%} {waited:>6} {busy:>5} {fill:>10}"
             )
-        lines.append(f"{'(pipe output)':<32} {'':<9} {'':>7} {self.items:>8} {self.items_per_s:>10.1f}")
+        lines.append(f"  {'(pipe output)':<30} {'':<8} {'':>7} {'':>9} {self.items:>9} {self.items_per_s:>10.1f}")
+        for r in self.stages:
+            if r["auto"]:
+                tuning = f": {r['tuning']}" if r["tuning"] else ""
+                lines.append(f"{r['stage']}: concurrency=\"auto\" chose {r['concurrency']} workers{tuning}")
         if self.machine_cores is None:
             machine = "all processes: unknown"
         else:
@@ -161,6 +236,53 @@ class ProfileReport:
     def __str__(self) -> str:
         return self.table()
 
+    def to_mermaid(self) -> str:
+        """The pipe's Mermaid graph (:func:`datapipes.graph.to_mermaid`), each stage labelled with
+        its items/s and self-time share (a concurrent stage also with its workers' busy share), the
+        bottleneck drawn in red (a ``classDef bottleneck``; for ``"consumer"``, a node after the
+        pipe). Paste it into a Markdown file (a ``mermaid`` code block) or https://mermaid.live.
+
+        Raises:
+            ValueError: the report holds no pipe (one made by hand).
+        """
+        if self.pipe is None:
+            raise ValueError("to_mermaid: this report holds no pipe; profile(pipe) makes one that does")
+        figures = {id(stage): row for stage, row in zip(self.stage_objects, self.stages)}
+
+        def annotate(stage: Any) -> str | None:
+            row = figures.get(id(stage))
+            return None if row is None else _figures(row)
+
+        lines = [_to_mermaid(self.pipe, annotate)]
+        graph = _stages(self.pipe)
+        target = None
+        if self.bottleneck_index is not None:
+            stage = self.stage_objects[self.bottleneck_index]
+            target = next((f"s{k}" for k, s in enumerate(graph) if s is stage), None)
+        elif self.bottleneck == "consumer":
+            lines.append(f"    s{len(graph) - 1} --> consumer([\"consumer: the code reading the pipe\"])")
+            target = "consumer"
+        if target is not None:
+            lines.append(f"    classDef bottleneck {_HIGHLIGHT}")
+            lines.append(f"    class {target} bottleneck")
+        return "\n".join(lines)
+
+    def save_trace(self, path: str | os.PathLike[str]) -> None:
+        """Write the trace recorded with ``profile(..., trace=True)`` as a Chrome trace-event JSON file
+        (open it in https://ui.perfetto.dev or ``chrome://tracing``).
+
+        Raises:
+            ValueError: the run recorded no trace (``profile`` was called without ``trace=``).
+        """
+        if self.trace is None:
+            raise ValueError("save_trace: this report holds no trace; run profile(pipe, trace=True) (or "
+                             "trace='path.json') to record one")
+        _write_json(self.trace, path)
+
+
+def _write_json(obj: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, separators=(",", ":"))
 
 def _frac(seconds: float, row: dict[str, Any]) -> float:
     return seconds / row["seconds"] if row["seconds"] > 0 else 0.0
@@ -232,63 +354,429 @@ def _saturated_advice(row: dict[str, Any], cpu_cores: float, cpus: int, machine_
     return f"{busy}; raise its concurrency or speed up its fn"
 
 
-def _diagnose(
+_NAMED = 0.2  # self-time share of the run for a serial stage to be named the bottleneck among several
+
+
+def _self_share(row: dict[str, Any]) -> float:
+    share = row.get("self_share")
+    return float(share) if share is not None else _frac(row.get("self_s", 0.0), row)
+
+
+def _slowest(rows: list[dict[str, Any]], candidates: list[int], where: str) -> tuple[int, str, str]:
+    """The stage among ``candidates`` (indices of ``rows``) with the most self time."""
+    i = max(candidates, key=lambda k: _self_share(rows[k]))
+    row = rows[i]
+    share = _self_share(row)
+    if row["kind"] != "serial":
+        return i, row["stage"], (
+            f"its own work on the thread reading it (starting its workers, handing items to them and taking "
+            f"results back) took {share:.0%} of the run, the most of {where}, while its workers were busy "
+            f"{row['busy_fraction']:.0%} of the time: fn is too cheap to pay for concurrency; call it serially "
+            "(map(fn)) or on batches"
+        )
+    if row.get("source", False):
+        advice = ("it is a source, read on one thread: read ahead with .prefetch(n) after it, or split the "
+                  "reading over several sources read concurrently")
+    else:
+        advice = ("it works on one item at a time, on one thread: give it workers (map(fn, concurrency=N): "
+                  "threads for I/O or code that releases the GIL, executor=\"process\" for Python code that "
+                  "holds it) or make it cheaper")
+    return i, row["stage"], (
+        f"it spent {share:.0%} of the run in its own work (its upstream excluded), the most of {where}; {advice}"
+    )
+
+
+def _bottleneck(
     rows: list[dict[str, Any]], cpu_cores: float = 0.0, cpus: int = 1, machine_cores: float | None = None
-) -> tuple[str, str]:
-    if not rows:
-        return "serial stages", "the pipe has no concurrent stage: every stage runs on the consumer's thread"
-    last = rows[-1]
+) -> tuple[int | None, str, str]:
+    """``(index in rows, label, reason)`` of the limiting stage (the rules are in the module's
+    docstring); the index is None for ``"consumer"`` and ``"serial stages"``. ``rows`` are in
+    data-flow order; serial stages' rows (kind ``"serial"``) are optional: without them the serial
+    stages are named as a whole."""
+    conc = [i for i, r in enumerate(rows) if r["kind"] != "serial"]
+    serial = [i for i, r in enumerate(rows) if r["kind"] == "serial"]
+    if not conc:
+        if serial:
+            return _slowest(rows, serial, "the stages (none is concurrent: all run on the consumer's thread)")
+        return None, "serial stages", "the pipe has no concurrent stage: every stage runs on the consumer's thread"
+    last_i = conc[-1]
+    last = rows[last_i]
     # Time of the thread reading the last stage: waiting for it, pulling its source (a concurrent map
     # pulls on that thread), and the rest, which is the consumer's own work.
     own = last["wait_s"] + (last["source_s"] if last["kind"] != "prefetch" else 0.0)
     consumer = 1.0 - _frac(own, last)
     if consumer >= _BACKED_UP:
-        return "consumer", (
+        after = [i for i in serial if i > last_i]
+        if after and max(rows[i].get("self_s", 0.0) for i in after) >= 0.5 * consumer * last["seconds"]:
+            return _slowest(rows, after, (
+                f"the serial stages after {last['stage']}, on the consumer's thread (which spent {consumer:.0%} of "
+                "the time after that stage while its results were ready)"))
+        return None, "consumer", (
             f"the work after {last['stage']} on the consumer's thread (serial stages downstream of it, or the "
             f"code reading the pipe) took {consumer:.0%} of the time while its results were ready"
         )
-    for row in reversed(rows):
+    broke_at = None
+    for k in range(len(conc) - 1, -1, -1):
+        row = rows[conc[k]]
         if row["kind"] != "prefetch" and (
             row["busy_fraction"] >= _SATURATED
             or _on_one_cpu(row, cpu_cores, cpus)
             or (machine_cores is not None and _starved(cpu_cores, cpus, machine_cores) and _taking_turns(row))
         ):
-            return row["stage"], _saturated_advice(row, cpu_cores, cpus, machine_cores)
+            return conc[k], row["stage"], _saturated_advice(row, cpu_cores, cpus, machine_cores)
         if _frac(row["source_s"], row) < _SATURATED:
+            broke_at = k
             break
-    first = rows[0]
+    if serial:
+        if broke_at is None:  # every concurrent stage waited on its source: the serial stages upstream
+            first = rows[conc[0]]
+            candidates = [i for i in serial if i < conc[0]]
+            where = (f"the serial stages upstream of {first['stage']} (which spent {_frac(first['source_s'], first):.0%} "
+                     "of the time pulling its source)")
+        elif broke_at < len(conc) - 1:  # the stage after conc[broke_at] waited on what lies between
+            lo, hi = rows[conc[broke_at]], rows[conc[broke_at + 1]]
+            candidates = [i for i in serial if conc[broke_at] < i < conc[broke_at + 1]]
+            where = (f"the serial stages between {lo['stage']} and {hi['stage']} (which spent "
+                     f"{_frac(hi['source_s'], hi):.0%} of the time pulling its source)")
+        else:  # no stage's workers were saturated: the stages' own work on the threads reading them
+            candidates = list(range(len(rows)))
+            where = "the stages (no concurrent stage's workers were saturated)"
+        if candidates and max(_self_share(rows[i]) for i in candidates) >= _NAMED:
+            return _slowest(rows, candidates, where)
+    first = rows[conc[0]]
     if _frac(first["source_s"], first) >= _SATURATED:
-        return "serial stages", (
+        return None, "serial stages", (
             f"{first['stage']} spent {_frac(first['source_s'], first):.0%} of the time pulling its source: the serial "
             "stages upstream of it (source, serial maps) limit the rate; make them concurrent or add a prefetch"
         )
-    top = max(rows, key=lambda r: r["busy_fraction"])
-    return "serial stages", (
+    top = max((rows[i] for i in conc), key=lambda r: r["busy_fraction"])
+    return None, "serial stages", (
         f"no concurrent stage was saturated (busiest: {top['stage']} at {top['busy_fraction']:.0%}): the serial "
         "stages between them limit the rate"
     )
 
 
-def profile(pipe: Any, num_items: int | None = 1000, *, show: bool = True, file: IO[str] | None = None) -> ProfileReport:
-    """Run ``pipe`` for ``num_items`` items (``None``: to the end) and report per-stage figures.
+def _diagnose(
+    rows: list[dict[str, Any]], cpu_cores: float = 0.0, cpus: int = 1, machine_cores: float | None = None
+) -> tuple[str, str]:
+    """``(label, reason)`` of :func:`_bottleneck`."""
+    _, label, reason = _bottleneck(rows, cpu_cores, cpus, machine_cores)
+    return label, reason
+
+_LANED = ("async", "process")  # stages whose tasks overlap on one thread (event loop; submit/result)
+_SYNTHETIC = 1 << 32  # track ids of stage tracks and task lanes: above any thread id
+_MIN_LANES = 8  # task lanes per stage and thread: at least this many, and twice the stage's workers
+
+
+class TraceRecorder(Hook):
+    """A hook that records what the stages of a pass do over time, as Chrome trace events: the
+    format Perfetto (https://ui.perfetto.dev) and ``chrome://tracing`` open.
+
+    Recorded, with ``time.perf_counter_ns`` (the trace's time 0 is when the recorder was made):
+
+    - one span per stage and pass, from its first ``next()`` to its end, on a track of its own
+      (``stage Mapper(f)``), with its final counts;
+    - one span per task of a concurrent stage (``fn`` on one item), on the track of the thread that
+      ran it (a worker thread). Tasks that overlap on one thread (an ``async`` stage's on the event
+      loop; a ``process`` stage's items between handing them to the pool and taking their results
+      back, on the thread reading the stage) go on lanes of their own (``Mapper(f) tasks on <thread>
+      (2)``), at most twice the stage's workers or 8 per stage and thread: overlapping tasks beyond
+      those are left out (counted in :attr:`dropped`). Serial stages run no tasks: they show their
+      stage span and their counters, not a span per item;
+    - every ``interval`` seconds and when the pass ends, counters per stage: ``items/s`` since the
+      previous sample; for a concurrent stage also ``queue fill`` (the share of its output buffer
+      holding ready results, averaged since the previous sample, where the stage publishes it while
+      it runs), ``tasks running`` (tasks started and not ended) and ``workers`` (when it changes, as
+      ``concurrency="auto"`` makes it).
+
+    Size: at most ``max_events`` task spans and counter samples are kept (about 100 bytes each in
+    the file), the first ones; later ones are counted in :attr:`dropped` and left out. Stage spans
+    are always kept. Cost: a task span costs a microsecond or a few on the thread that runs the task
+    (the recorder takes one lock per task start and end).
+
+    Attach it to a pipe (``pipe.add_hook(recorder)``) or give it to ``profile(pipe, trace=...)``,
+    which does; every pass it watches adds to the same recording (:meth:`events` picks some stages').
+
+    Args:
+        interval: seconds between two counter samples (``None``: only when the pass ends).
+        max_events: how many task spans and counter samples to keep (``>= 0``).
+
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> recorder = TraceRecorder()
+        >>> pipe = IterableWrapper(range(8)).map(abs, concurrency=2).add_hook(recorder)
+        >>> sum(pipe)
+        28
+        >>> trace = recorder.trace()  # recorder.save(path) writes it as JSON
+        >>> sorted({e["name"] for e in trace["traceEvents"] if e["ph"] == "X"})
+        ['IterableWrapper', 'Mapper(abs)']
+    """
+
+    def __init__(self, interval: float | None = 0.05, max_events: int = 100_000) -> None:
+        if interval is not None and (isinstance(interval, bool) or not isinstance(interval, (int, float))):
+            raise TypeError(f"TraceRecorder: interval must be a number of seconds or None, got {type(interval).__name__}")
+        if interval is not None and not interval > 0:
+            raise ValueError(f"TraceRecorder: interval must be > 0 (or None), got {interval!r}")
+        if isinstance(max_events, bool) or not isinstance(max_events, int) or max_events < 0:
+            raise ValueError(f"TraceRecorder: max_events must be an int >= 0, got {max_events!r}")
+        self.interval = None if interval is None else float(interval)
+        self.max_events = max_events
+        #: task spans and counter samples left out because ``max_events`` were kept already
+        self.dropped = 0
+        self._t0 = time.perf_counter_ns()
+        self._lock = threading.Lock()
+        self._kept = 0
+        self._stats: dict[int, StageStats] = {}  # id -> the statistics seen (kept alive: their ids stay theirs)
+        self._passes: dict[int, list[int | None]] = {}  # id(stats) -> [start ns, stop ns or None]
+        self._spans: list[tuple[StageStats, int, int, int, int, bool]] = []  # stats, tid, start, end, position, ok
+        self._counters: list[tuple[StageStats, int, int, str, float]] = []  # stats, tid, ns, series, value
+        # (id(stats), position) -> start, track (None: left out), what frees the track at the end, stats
+        self._open: dict[tuple[int, int], tuple[int, int | None, Any, StageStats]] = {}
+        self._threads: dict[int, str] = {}  # native thread id -> name
+        self._real_busy: set[int] = set()  # native ids of threads whose own track holds an open task span
+        self._lanes: dict[tuple[int, int], list[bool]] = {}  # (thread, id(stats)) -> lanes (busy or free)
+        self._tracks: dict[tuple[Any, ...], int] = {}  # synthetic track key -> track id
+        self._samples: dict[int, tuple[int, int, int, int, int]] = {}  # id(stats) -> ns, out, fill sum, n, workers
+
+    # -- hooks (any thread) ----------------------------------------------------------------------------
+    def stage_start(self, stats: StageStats) -> None:
+        now = time.perf_counter_ns()
+        with self._lock:
+            self._stats[id(stats)] = stats
+            self._passes[id(stats)] = [now, None]
+
+    def stage_stop(self, stats: StageStats) -> None:
+        now = time.perf_counter_ns()
+        with self._lock:
+            span = self._passes.get(id(stats))
+            if span is not None and span[1] is None:
+                span[1] = now
+
+    def task_start(self, stats: StageStats, position: int) -> None:
+        now = time.perf_counter_ns()
+        thread = threading.get_native_id()
+        key = (id(stats), position)
+        with self._lock:
+            if self._kept >= self.max_events:
+                self._open[key] = (now, None, None, stats)  # left out: counted when it ends
+                return
+            if thread not in self._threads:
+                self._threads[thread] = threading.current_thread().name
+            if stats.kind not in _LANED and thread not in self._real_busy:
+                self._real_busy.add(thread)
+                self._open[key] = (now, thread, thread, stats)
+                return
+            lanes = self._lanes.setdefault((thread, id(stats)), [])
+            lane = next((k for k, busy in enumerate(lanes) if not busy), len(lanes))
+            if lane == len(lanes):
+                if lane >= max(2 * stats.workers, _MIN_LANES):
+                    self._open[key] = (now, None, None, stats)  # more in flight than lanes: left out
+                    return
+                lanes.append(True)
+            else:
+                lanes[lane] = True
+            tid = self._track(("lane", thread, id(stats), lane))
+            self._open[key] = (now, tid, (thread, id(stats), lane), stats)
+
+    def task_end(self, stats: StageStats, position: int, ok: bool) -> None:
+        now = time.perf_counter_ns()
+        with self._lock:
+            opened = self._open.pop((id(stats), position), None)
+            if opened is None:
+                return  # started before the recorder was attached
+            start, tid, frees, _ = opened
+            if frees.__class__ is tuple:
+                self._lanes[frees[:2]][frees[2]] = False
+            elif frees is not None:
+                self._real_busy.discard(frees)
+            if tid is None or self._kept >= self.max_events:
+                self.dropped += 1
+                return
+            self._kept += 1
+            self._spans.append((stats, tid, start, now, position, ok))
+
+    def periodic(self, stats: list[tuple[Any, StageStats]]) -> None:
+        now = time.perf_counter_ns()
+        thread = threading.get_native_id()
+        with self._lock:
+            if thread not in self._threads:
+                self._threads[thread] = threading.current_thread().name
+            running: dict[int, int] = {}  # id(stats) -> tasks started and not ended
+            for k, _ in self._open:
+                running[k] = running.get(k, 0) + 1
+            for _, s in stats:
+                if s.started is None:
+                    continue
+                self._stats[id(s)] = s
+                out, fill_sum, fill_n, workers = s.items_out, s.fill_sum, s.fill_samples, s.workers
+                prev = self._samples.get(id(s))
+                if prev is None:
+                    prev = (int(s.started * 1e9), 0, 0, 0, -1)
+                self._samples[id(s)] = (now, out, fill_sum, fill_n, workers)
+                series = [("items/s", (out - prev[1]) / max(now - prev[0], 1) * 1e9)]
+                if s.kind not in ("serial", "inline"):
+                    if s.capacity and fill_n > prev[3]:
+                        series.append(("queue fill", (fill_sum - prev[2]) / (fill_n - prev[3]) / s.capacity))
+                    if workers != prev[4]:
+                        series.append(("workers", float(workers)))
+                    if s.kind != "prefetch":
+                        series.append(("tasks running", float(running.get(id(s), 0))))
+                for name, value in series:
+                    if self._kept >= self.max_events:
+                        self.dropped += 1
+                        continue
+                    self._kept += 1
+                    self._counters.append((s, thread, now, name, value))
+
+    # -- the trace -------------------------------------------------------------------------------------
+    def _track(self, key: tuple[Any, ...]) -> int:
+        tid = self._tracks.get(key)
+        if tid is None:
+            tid = self._tracks[key] = _SYNTHETIC + len(self._tracks)
+        return tid
+
+    def events(self, stats: Iterable[StageStats] | None = None) -> list[dict[str, Any]]:
+        """The recorded trace events (metadata first, then in time order), for the stages whose
+        statistics are in ``stats`` (default: every stage seen)."""
+        with self._lock:
+            known = dict(self._stats)
+            passes = {k: list(v) for k, v in self._passes.items()}
+            spans = list(self._spans)
+            counters = list(self._counters)
+            threads = dict(self._threads)
+            for k in passes:
+                self._track(("stage", k))
+            tracks = dict(self._tracks)
+        for span in spans:  # a stage whose tasks were seen before its start (attached mid-pass)
+            known.setdefault(id(span[0]), span[0])
+        wanted = list(known.values()) if stats is None else list(stats)
+        keep = {id(s) for s in wanted}
+        names = _unique_labels(wanted)
+        pid = os.getpid()
+
+        def us(ns: int) -> float:
+            return round((ns - self._t0) / 1000, 3)
+
+        meta: list[dict[str, Any]] = []
+        body: list[dict[str, Any]] = []
+        used: set[int] = set()
+        order = {id(s): k for k, s in enumerate(wanted)}
+        for key, (start, stop) in passes.items():
+            if key not in keep or start is None:
+                continue
+            s = known[key]
+            tid = tracks[("stage", key)]
+            end = stop if stop is not None else time.perf_counter_ns()
+            body.append({"name": names[key], "cat": "stage", "ph": "X", "pid": pid, "tid": tid, "ts": us(start),
+                         "dur": round((end - start) / 1000, 3),
+                         "args": {"kind": s.kind, "items_in": s.items_in, "items_out": s.items_out,
+                                  "failures": s.failures}})
+            meta.extend(_thread_meta(pid, tid, f"stage {names[key]}", order[key]))
+        for s, tid, start, end, position, ok in spans:
+            if id(s) not in keep:
+                continue
+            used.add(tid)
+            args: dict[str, Any] = {"item": position} if ok else {"item": position, "failed": True}
+            body.append({"name": names[id(s)], "cat": "task", "ph": "X", "pid": pid, "tid": tid, "ts": us(start),
+                         "dur": round((end - start) / 1000, 3), "args": args})
+        for s, tid, ns, series, value in counters:
+            if id(s) not in keep:
+                continue
+            used.add(tid)
+            body.append({"name": f"{names[id(s)]} {series}", "cat": "counter", "ph": "C", "pid": pid, "tid": tid,
+                         "ts": us(ns), "args": {series: round(value, 3)}})
+        lanes = {tid: key for key, tid in tracks.items() if key[0] == "lane"}
+        for tid in sorted(used):
+            if tid in lanes:
+                _, thread, key, lane = lanes[tid]
+                name = f"{names[key]} tasks on {threads.get(thread, thread)} ({lane + 1})"
+                meta.extend(_thread_meta(pid, tid, name, 10_000 + len(wanted) + tid - _SYNTHETIC))
+            else:
+                meta.extend(_thread_meta(pid, tid, threads.get(tid, str(tid)), 1_000 + len(wanted)))
+        body.sort(key=lambda e: (e["ts"], -e.get("dur", 0)))
+        meta.sort(key=lambda e: (e["tid"], e["name"]))
+        return meta + body
+
+    def trace(self, stats: Iterable[StageStats] | None = None, title: str = "datapipes") -> dict[str, Any]:
+        """The Chrome trace-event JSON object: ``{"traceEvents": [...], "displayTimeUnit": "ms",
+        "otherData": {...}}`` (times in microseconds), for the stages whose statistics are in
+        ``stats`` (default: every stage seen); ``title`` names the process in the viewer."""
+        events = self.events(stats)
+        pid = os.getpid()
+        head = {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "ts": 0, "args": {"name": title}}
+        return {
+            "traceEvents": [head, *events],
+            "displayTimeUnit": "ms",
+            "otherData": {"source": "datapipes TraceRecorder", "max_events": self.max_events,
+                          "dropped_events": self.dropped},
+        }
+
+    def save(self, path: str | os.PathLike[str], stats: Iterable[StageStats] | None = None,
+             title: str = "datapipes") -> None:
+        """Write :meth:`trace` to ``path`` as JSON."""
+        _write_json(self.trace(stats, title), path)
+
+
+def _thread_meta(pid: int, tid: int, name: str, sort_index: int) -> list[dict[str, Any]]:
+    """The metadata events naming track ``tid`` and placing it (lower ``sort_index`` first)."""
+    return [{"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "ts": 0, "args": {"name": name}},
+            {"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "ts": 0,
+             "args": {"sort_index": sort_index}}]
+
+
+def _unique_labels(stats: list[StageStats]) -> dict[int, str]:
+    """``id(stats) -> label``, a label shared by several stages numbered (``Mapper(f) #2``)."""
+    seen: dict[str, int] = {}
+    names = {}
+    for s in stats:
+        n = seen[s.label] = seen.get(s.label, 0) + 1
+        names[id(s)] = s.label if n == 1 else f"{s.label} #{n}"
+    return names
+
+def profile(pipe: Any, num_items: int | None = 1000, *, show: bool = True, file: IO[str] | None = None,
+            trace: bool | str | os.PathLike[str] = False, max_trace_events: int = 100_000) -> ProfileReport:
+    """Run ``pipe`` for ``num_items`` items (``None``: to the end), measure every stage and name the
+    bottleneck (the rules are in :mod:`datapipes.profiling`).
+
+    The pass is observed (:mod:`datapipes.hooks`): each serial stage's items are counted and timed,
+    about a microsecond per item and stage, so a pipe of very cheap stages runs slower here than
+    unobserved.
 
     Args:
         pipe: the pipe to run (one pass; the iterator is closed at the end).
         num_items: how many items to take.
         show: print the table (to ``file``, default ``sys.stdout``).
         file: where to print.
+        trace: record a Chrome trace of the run (a :class:`TraceRecorder`): a path writes it there
+            as JSON, ``True`` keeps it in the report (:meth:`ProfileReport.save_trace` writes it).
+        max_trace_events: the most task spans and counter samples the trace keeps.
 
     Returns:
         A :class:`ProfileReport` with the same figures as data.
+
+    Raises:
+        ValueError: ``num_items`` or ``max_trace_events`` is not an int >= 1 (>= 0), or ``trace`` is
+            neither a bool nor a path.
+
+    >>> from datapipes.iter import IterableWrapper
+    >>> report = profile(IterableWrapper(range(50)).map(abs).map(str, concurrency=2), num_items=None, show=False)
+    >>> [(row["stage"], row["kind"], row["items_out"]) for row in report.stages]
+    [('IterableWrapper', 'serial', 50), ('Mapper(abs)', 'serial', 50), ('Mapper(str)', 'thread', 50)]
     """
     if num_items is not None and (isinstance(num_items, bool) or not isinstance(num_items, int) or num_items < 1):
         raise ValueError(f"profile: num_items must be an int >= 1 or None, got {num_items!r}")
+    if not isinstance(trace, (bool, str, os.PathLike)):
+        raise ValueError(f"profile: trace must be True, False or a file path, got {trace!r}")
+    if isinstance(max_trace_events, bool) or not isinstance(max_trace_events, int) or max_trace_events < 0:
+        raise ValueError(f"profile: max_trace_events must be an int >= 0, got {max_trace_events!r}")
+    recorder = TraceRecorder(max_events=max_trace_events) if trace is not False else None
     graph = _stages(pipe)
     m0 = _read_proc_stat()
     t0 = time.perf_counter()
     c0 = time.process_time()
     n = 0
-    it = iter(pipe)
+    with _pass.observing(() if recorder is None else (recorder,)):
+        it = iter(pipe)
     try:
         if num_items is None:
             for _ in it:
@@ -306,14 +794,24 @@ def profile(pipe: Any, num_items: int | None = 1000, *, show: bool = True, file:
     cpu_cores = (time.process_time() - c0) / seconds
     machine_cores = _machine_cores(m0, _read_proc_stat())
     cpus = usable_cpus()
+    measured = it.stats() if isinstance(it, _pass.PassIterator) else []
+    order = {id(stage): k for k, stage in enumerate(graph)}
+    measured.sort(key=lambda pair: order.get(id(pair[0]), len(order)))
     rows = []
-    for stage in graph:
-        stats = getattr(stage, "stats", None)
-        if stats is None or getattr(stats, "started", None) is None or stats.started < t0:
-            continue
-        rows.append(stats.as_dict())
-    bottleneck, reason = _diagnose(rows, cpu_cores, cpus, machine_cores)
-    report = ProfileReport(n, seconds, n / seconds, rows, bottleneck, reason, cpu_cores, cpus, machine_cores)
+    for stage, stats in measured:
+        row = stats.as_dict()
+        waited = 0.0 if stats.kind in ("serial", "inline") else row["wait_s"]
+        row["self_share"] = max(row["self_s"] - waited, 0.0) / seconds
+        row["wait_share"] = waited / seconds
+        row["source"] = not sources_of(stage)
+        rows.append(row)
+    index, bottleneck, reason = _bottleneck(rows, cpu_cores, cpus, machine_cores)
+    report = ProfileReport(n, seconds, n / seconds, rows, bottleneck, reason, cpu_cores, cpus, machine_cores,
+                           index, pipe=pipe, stage_objects=[stage for stage, _ in measured])
+    if recorder is not None:
+        report.trace = recorder.trace([stats for _, stats in measured], title=f"datapipes.profile: {chain_repr(pipe)}")
+        if not isinstance(trace, bool):
+            report.save_trace(trace)
     if show:
         print(report.table(), file=file if file is not None else sys.stdout)
     return report
