@@ -17,7 +17,7 @@ in source order (``ordered=True``) or completion order (:mod:`datapipes._engine.
 
 from __future__ import annotations
 
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import ErrorPolicy, FailureLog
@@ -127,6 +127,8 @@ def concurrent_map(
                                    stats, run, hooks)
         return run_process_stage(ProcessWorkers(fn, concurrency, label, rng_kind), source, ordered, chunksize,
                                  on_fail, count, stats, run)
+    if hooks and isinstance(executor, ProcessPoolExecutor):
+        hooks = None  # fn travels to the user's processes by pickle: the hooks stay here, uncalled
     if hooks:
         fn = _hooked_fn(fn, stats, hooks, kind == "async")
     backend: Any

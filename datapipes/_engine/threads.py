@@ -229,16 +229,16 @@ class InlineWorkers(Closeable):
         self._done.clear()
 
 
-def _run_job(fn: Callable[[Any], Any], job: tuple[int, Any], busy: list[float], lock: threading.Lock) -> tuple[int, bool, Any]:
+def _run_job(fn: Callable[[Any], Any], job: tuple[int, Any]) -> tuple[int, bool, Any, float]:
+    """Run one job where the executor runs it (a thread, or a process of a process pool: only ``fn``
+    and the job travel, so this is a module-level function and its result plain data): the result
+    record and the seconds ``fn`` took."""
     t = time.perf_counter()
     try:
         rec = (job[0], True, fn(job[1]))
     except BaseException as e:  # noqa: BLE001
         rec = (job[0], False, e)
-    dt = time.perf_counter() - t
-    with lock:
-        busy[0] += dt
-    return rec
+    return (*rec, time.perf_counter() - t)
 
 
 def _cancel_all(pending: set[Future[Any]]) -> None:
@@ -274,13 +274,16 @@ class ExecutorWorkers(Closeable):
             if f.cancelled():
                 return
             try:
-                rec = f.result()
+                i, ok, value, seconds = f.result()
             except BaseException as e:  # noqa: BLE001 - the executor itself failed (e.g. a broken pool)
-                rec = (f._datapipes_index, False, e)  # type: ignore[attr-defined]
-            put(rec)
+                put((f._datapipes_index, False, e))  # type: ignore[attr-defined]
+                return
+            with lock:  # done callbacks run on the executor's threads
+                busy[0] += seconds
+            put((i, ok, value))
 
         def submit_job(job: tuple[int, Any]) -> None:
-            f = submit(_run_job, fn, job, busy, lock)
+            f = submit(_run_job, fn, job)
             f._datapipes_index = job[0]  # type: ignore[attr-defined]
             pending.add(f)
             f.add_done_callback(done)

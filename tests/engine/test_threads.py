@@ -399,3 +399,28 @@ class TestThreadWorkers:
 
     def test_direct_engine_call(self):
         assert list(concurrent_map(range(5), lambda x: x - 1, label="L", concurrency=2)) == [-1, 0, 1, 2, 3]
+
+
+def _square(x):
+    return x * x
+
+
+def _fails_on_2(x):
+    if x == 2:
+        raise KeyError(x)
+    return x
+
+
+class TestUserProcessPool:
+    """An executor the user built may be a process pool: only fn and the item travel to it."""
+
+    def test_results_busy_time_and_errors(self):
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(2) as pool:
+            it = iter(IterableWrapper(range(10)).map(_square, executor=pool, concurrency=2))
+            assert list(it) == [x * x for x in range(10)]
+            assert it.stats()[0][1].busy_s > 0
+            with pytest.raises(KeyError) as caught:
+                list(IterableWrapper(range(5)).map(_fails_on_2, executor=pool, concurrency=2))
+            assert "Mapper(_fails_on_2)" in caught.value.__notes__[0]
