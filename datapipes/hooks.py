@@ -47,7 +47,7 @@ from typing import Any
 
 from ._engine.stats import StageStats
 
-__all__ = ["Hook", "StatsReporter", "format_stats", "overrides"]
+__all__ = ["Hook", "StatsReporter", "format_stats"]
 
 logger = logging.getLogger("datapipes")
 
@@ -134,6 +134,9 @@ class StatsReporter(Hook):
 
     def periodic(self, stats: list[tuple[Any, StageStats]]) -> None:
         log = self.logger if self.logger is not None else logger
+        # Stages a loader adds without changing any item (the stage that runs the pipe as a pass of
+        # its own, whose stages this hook reports from that pass) are left out.
+        stats = [(stage, s) for stage, s in stats if not getattr(stage, "_unseen", False)]
         if stats and log.isEnabledFor(self.level):
             log.log(self.level, "datapipes stage statistics:\n%s", format_stats(stats))
 

@@ -135,7 +135,7 @@ def run_ordered(
     Bound: when the consumer holds the item at position ``k``, at most ``k + 1 + window`` items have
     been pulled from the source (``window`` pulled ahead of the consumer).
     """
-    n_in = n_out = fill = 0
+    n_in = n_out = 0
     clock = time.perf_counter
     src: Any = None
     stash: dict[int, Any] = {}
@@ -175,7 +175,8 @@ def run_ordered(
                     stash[rec[0]] = rec
                     rec = get()
                 stats.wait_s += clock() - t
-            fill += len(stash) + ready()
+            stats.fill_sum += len(stash) + ready()
+            stats.fill_samples += 1
             while more and n_in - n_out <= run.window:  # one item per item taken; more after the window grew
                 t = clock()
                 try:
@@ -205,7 +206,7 @@ def run_ordered(
     finally:
         backend.close()
         stash.clear()
-        stats.finish(n_in, n_out - count.n, count.n, fill, n_out, stats.source_s, stats.wait_s)
+        stats.finish(n_in, n_out - count.n, count.n, stats.fill_sum, stats.fill_samples, stats.source_s, stats.wait_s)
 
 
 def run_unordered(
@@ -221,7 +222,7 @@ def run_unordered(
 
     No head-of-line blocking: a slow item delays only itself. Same bound as :func:`run_ordered`.
     """
-    n_in = n_out = fill = 0
+    n_in = n_out = 0
     clock = time.perf_counter
     src: Any = None
     stash: dict[int, Any] = {}
@@ -256,7 +257,8 @@ def run_unordered(
             t = clock()
             rec = get()
             stats.wait_s += clock() - t
-            fill += ready()
+            stats.fill_sum += ready()
+            stats.fill_samples += 1
             while more and n_in - n_out <= run.window:  # one item per item taken; more after the window grew
                 t = clock()
                 try:
@@ -286,4 +288,4 @@ def run_unordered(
     finally:
         backend.close()
         stash.clear()
-        stats.finish(n_in, n_out - count.n, count.n, fill, n_out, stats.source_s, stats.wait_s)
+        stats.finish(n_in, n_out - count.n, count.n, stats.fill_sum, stats.fill_samples, stats.source_s, stats.wait_s)
