@@ -21,6 +21,7 @@ from .loader import DataLoader
 from .profiling import profile
 from . import iter  # noqa: A004 - a submodule, deliberately not in __all__
 from . import map  # noqa: A004 - a submodule, deliberately not in __all__
+from . import spdl  # SPDL's spelling, reached as datapipes.spdl (not in __all__)
 
 # torchdata exports MapToIterConverter from its iter package too. It lives with the map-style pipes
 # (which import the iterable-style ones, not the other way round), so it joins datapipes.iter here,

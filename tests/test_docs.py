@@ -18,7 +18,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 BUILD_TIMEOUT = 280  # seconds per build; either takes about 10 s on 2 cores
-PUBLIC_PACKAGES = ("datapipes", "datapipes.iter", "datapipes.map")
+PUBLIC_PACKAGES = ("datapipes", "datapipes.iter", "datapipes.map", "datapipes.spdl", "datapipes.hooks")
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2 * BUILD_TIMEOUT + 60)]
 
