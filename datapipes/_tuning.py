@@ -33,6 +33,7 @@ from typing import Any
 
 from ._engine.tune import HillClimber, Observation
 from ._observe import Reporter
+from .hooks import Hook
 
 __all__ = ["AUTO", "INTERVAL", "Budget", "Tuner", "auto_maximum", "rss_bytes", "thread_demand", "usable_cpus"]
 
@@ -144,8 +145,9 @@ class _Entry:
         self.last: tuple[float, int, float, float, float] | None = None  # time, out, busy, source, wait
 
 
-class Tuner:
-    """Tunes the auto stages of one pass (see the module)."""
+class Tuner(Hook):
+    """Tunes the auto stages of one pass (see the module): a periodic hook of the pass, called on
+    the pass's tuner thread."""
 
     interval = INTERVAL
 
