@@ -148,15 +148,8 @@ class _DropNoneAsync(_Named):
     itself, as ``flatmap`` drives those on the event loop)."""
 
     async def __call__(self, item: Any) -> Any:
-        gen = self.op(item)
-        try:
-            async for y in gen:
-                if y is not None:
-                    yield y
-        finally:
-            aclose = getattr(gen, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        async for y in _anot_none(self.op(item)):
+            yield y
 
 
 class _Gathered(NamedTuple):
@@ -360,22 +353,11 @@ class PipelineBuilder(Generic[T, U]):
 
     Example:
         >>> from datapipes.spdl import PipelineBuilder
-        >>> pipeline = (
-        ...     PipelineBuilder()
-        ...     .add_source(range(12))
-        ...     .pipe(lambda x: 2 * x)
-        ...     .pipe(lambda x: x + 1)
-        ...     .aggregate(3)
-        ...     .add_sink(3)
-        ...     .build(num_threads=1)
-        ... )
+        >>> builder = PipelineBuilder().add_source("abc").pipe(str.upper, output_order="input").add_sink(2)
+        >>> pipeline = builder.build(num_threads=2)
         >>> with pipeline.auto_stop():
-        ...     for item in pipeline:
-        ...         print(item)
-        [1, 3, 5]
-        [7, 9, 11]
-        [13, 15, 17]
-        [19, 21, 23]
+        ...     print(list(pipeline.get_iterator(timeout=10)))
+        ['A', 'B', 'C']
     """
 
     def __init__(self) -> None:
