@@ -11,8 +11,8 @@ every other thread stage runs at that moment.
 Tuning. Each auto stage of a pass is tuned by a :class:`~datapipes._engine.tune.HillClimber` from
 its live statistics, every :data:`INTERVAL` seconds on the pass's tuner thread (a
 :class:`~datapipes._observe.Reporter`): items completed, busy time of its workers, time the
-consumer spent pulling the stage's source (*starved*: the source is the limit) and time it spent
-elsewhere than in the stage (*blocked*: downstream is the limit), whether the process kept its
+consumer spent pulling the stage's source (*starved*: the source is the limit) and time the
+workers stood idle without the stage being starved (*blocked*: downstream is the limit), whether the process kept its
 CPUs saturated, and whether RSS came within 10% of ``max_memory``. A new value takes effect at once:
 threads are started, or stopped as they finish their item; async stages change their number of
 running tasks; the window of items in flight follows (twice the concurrency). The choice and the
@@ -226,8 +226,9 @@ class Tuner(Hook):
         c = stats.workers
         busy = min(1.0, max(0.0, (reading[2] - last[2]) / (dt * max(1, c))))
         starved = min(1.0, max(0.0, (reading[3] - last[3]) / dt))
-        inside = (reading[3] - last[3]) + (reading[4] - last[4])
-        blocked = min(1.0, max(0.0, 1.0 - inside / dt))
+        # Workers idle while the stage was not waiting for its source: with a window of twice the
+        # workers, they idle only when the consumer does not take the results (downstream limits).
+        blocked = min(1.0, max(0.0, 1.0 - busy - starved))
         limit = self.budget.room_for(e.stage) if e.threads else ASYNC_MAXIMUM
         obs = Observation(concurrency=c, items=max(0, reading[1] - last[1]), seconds=dt, busy=busy, starved=starved,
                           blocked=blocked, cpu_saturated=saturated, memory_high=high, limit=max(1, limit))

@@ -4,6 +4,7 @@ They measure nothing here: they check that the scripts still run against the cur
 session that is lent a GPU finds a working benchmark.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -35,3 +36,27 @@ def test_gpu_overlap_without_cuda_says_so():
     proc = run("--images", "8")
     assert proc.returncode == 2
     assert "CUDA is not available" in proc.stderr and "--device cpu" in proc.stderr
+
+
+AUTOTUNE = os.path.join(ROOT, "benchmarks", "autotune.py")
+
+
+@pytest.mark.slow
+def test_autotune_smoke_run(tmp_path):
+    out = tmp_path / "autotune.json"
+    proc = subprocess.run(
+        [sys.executable, AUTOTUNE, "--quick", "--images", "48", "--sweep", "1,2", "--io-sweep", "2,8",
+         "--switch", "0.5", "--after", "1", "--json", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode in (0, 1), proc.stderr  # 1: a target missed (a smoke run's figures mean nothing)
+    for title in ("decode: 48 JPEG decode", "e2e: 48 JPEGs on disk", "io: fn sleeps 2 ms, then 20 ms"):
+        assert title in proc.stdout
+    assert proc.stdout.count("datapipes map(concurrency='auto')") == 3
+    assert "re-tunes within 3 s" in proc.stdout
+    doc = json.loads(out.read_text())
+    assert doc["benchmark"] == "autotune" and doc["settings"]["quick"] is True
+    assert [w["name"] for w in doc["workloads"]] == ["decode", "e2e", "io"]
+    for w in doc["workloads"]:
+        names = [s["name"] for s in w["systems"]]
+        assert "datapipes map(concurrency='auto')" in names and w["baseline"] in names
+        assert len(w["targets"]) == 1

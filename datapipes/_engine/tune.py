@@ -7,53 +7,59 @@ observations always give the same decisions, which is what the tests feed it.
 
 What it reads
     Per interval: the concurrency that ran, the items the stage completed and the interval's
-    length (so the throughput, items/s), whether the stage is the limit of its pipe (``starved``:
-    it waited for its source; ``blocked``: its consumer did not take its results; either for half
-    of the interval or more means the limit is elsewhere and more workers cannot help), whether the
-    process's CPUs were saturated, whether RSS neared ``max_memory``, and ``limit``, the most
-    workers the stage may have now (its share of the thread budget). Intervals are summed into one
-    measurement until ``samples`` intervals and ``min_items`` items are in, so a slow stage is
-    judged over enough items for its rate to mean something.
+    length (so its throughput, items/s), whether its pipe's limit seems to be elsewhere
+    (``starved``: it waited for its source; ``blocked``: its consumer did not take its results;
+    either for half of the interval or more), whether the process's CPUs were saturated, whether
+    RSS neared ``max_memory``, and ``limit``, the most workers the stage may have now (its share
+    of the thread budget). Intervals are summed into one measurement until there are ``samples``
+    of them and ``min_items`` items, so a slow stage is judged over enough items for its rate to
+    mean something. Throughput decides; starved and blocked are hints, believed only where the
+    throughput does not contradict them.
 
 How it decides (three phases)
-    *climb*: from ``initial``, double the concurrency while each step raises the throughput by at
+    *climb*: double the concurrency (from ``initial``) while each step raises the throughput by at
     least ``gain`` (5%; twice that while the CPUs are saturated, where a step mostly takes CPU from
-    other stages) and the stage is its pipe's limit. A step that did not pay is undone at once.
-    *trim*: after a climb stops, the climber looks for the fewest workers that keep the
-    throughput, by bisection between the last setting known to be slower and the best one
-    (a setting is kept when its throughput is within ``tolerance``, 3%, of the best measured;
-    the search stops within 1/8 of the best setting). A stage whose limit is elsewhere
-    (starved or blocked) is trimmed the same way, down to ``minimum``.
-    *hold*: the chosen setting stays while its throughput stays within ``retune`` (25%) of the
-    plateau's measure (a moving average). Two successive intervals outside that band mean the
-    bottleneck moved: the climber *re-tunes*. When the throughput fell while the stage is still
-    its pipe's limit and the CPUs are not saturated, the work per item got slower (an I/O
-    latency grew): by Little's law the concurrency that restores the old throughput is the
-    current one times old/new, so it jumps there (at most 8x, within the limit) and climbs on;
-    when the stage's limit is elsewhere it trims; otherwise it climbs from where it is. A stage
-    held because its limit was elsewhere (or the budget) re-tunes as soon as it is the limit for
-    two intervals (and the budget allows more). Every ``probe_every`` intervals a hold probes one
-    step (a quarter) up, or down from 4 workers or more (alternating; down only when the stage is
-    not the limit); a probe that changes nothing doubles the wait for the next one (up to 8x).
-    A probe up that pays becomes a climb.
+    other stages or processes). A step that did not pay is undone at once.
+    *trim*: where the last step that paid gained less than in proportion (the knee lies below),
+    bisect between the setting before it and the best one for the fewest workers whose throughput
+    is within ``tolerance`` (3%) of the best measured; stop within 1/8 of the best setting. Where
+    even the first step up did not pay and the hints put the limit elsewhere, or the step made
+    things worse on saturated CPUs (more threads than cores for CPU-bound work), bisect downwards
+    from the first setting to ``minimum`` the same way.
+    *hold*: keep the setting while its throughput stays near the plateau (a moving average that
+    follows changes up to half of ``retune``). When the last two intervals together moved by more
+    than ``retune`` (25%), each by more than half of it, the bottleneck moved: the climber
+    *re-tunes*. If the throughput fell and the CPUs are not saturated, the work per item got
+    slower (an I/O latency grew): by Little's law the concurrency that restores the old throughput
+    is the current one times old/new, so it jumps there (at most 8x, within the limit) and climbs
+    on; if the hints put the limit elsewhere it trims downwards; otherwise it climbs from where
+    it is. A change of the hints alone for two intervals (the limit moved to or away from this
+    stage) re-tunes the same way, and so does a budget that grew under a stage held at it. Every
+    ``probe_every`` intervals a hold probes a quarter up, or down from 4 workers or more
+    (alternating); a probe up that pays becomes a climb, a probe down that keeps the throughput
+    stays, and a probe that finds nothing doubles the wait for the next one (up to 8x).
 
 Bounds, memory and CPU
-    The result never exceeds ``limit``, ``maximum`` or a memory ceiling, and is never below
+    The result never exceeds ``limit``, ``maximum`` or the memory ceiling, and is never below
     ``minimum`` unless ``limit`` is (the budget is a hard bound). ``memory_high`` steps down at
-    once by a quarter (at least one worker) and caps later climbs at the new value until the next
-    re-tune; the interval after a step down is given time to show its effect before another one.
-    ``cpu_saturated`` makes increases pay twice the ``gain`` and makes the step that did not pay
-    go back (the back-off).
+    once by a quarter (at least one worker) and sets a ceiling one below the setting where memory
+    was high, for the rest of the pass; the next interval is given time to show the step's effect
+    before another, and a probe soon after looks for room between the two. ``cpu_saturated``
+    doubles the gain a step must bring and turns an increase that hurt into a downward search
+    (the back-off).
 
 Known limits
-    It optimises its own stage's throughput: two auto stages of one pipe each climb while they are
-    the limit, which is right for a chain (only the limit grows) but not a joint optimum. A small
-    change (below ``retune``) is found only by the periodic probes. Noise of the order of ``gain``
-    can accept a step that did not really pay, or refuse one that did; the next trim or probe
-    corrects either. RSS rarely shrinks once grown (allocators keep freed memory), so a memory
-    ceiling is conservative. An interval in which the concurrency changed is not measured
-    (``Observation.concurrency`` differs from the value asked for), and ``settle`` more after each
-    change are skipped, for engines whose change takes time to show.
+    It optimises its own stage's throughput: two auto stages of one pipe each climb while they
+    pay, which suits a chain (only the slowest stage's steps pay) but is not a joint optimum. A
+    change smaller than ``retune`` is found only by the periodic probes, and the probes' growing
+    wait makes that slow on a long-stable pipe. Noise of the order of ``gain`` can accept a step
+    that did not really pay (a few workers too many) or refuse one that did; the trims and probes
+    correct either over time. The Little's-law jump assumes the slowdown is in the work itself:
+    a CPU-starved process whose ``cpu_saturated`` does not say so (other processes took the CPUs)
+    jumps, finds the jump did not pay, and goes back. RSS rarely shrinks once grown (allocators
+    keep freed memory), so the memory ceiling is conservative. An interval that ran at another
+    concurrency than the one asked for (``Observation.concurrency``) is not measured, and
+    ``settle`` more are skipped after each change, for engines whose change takes time to show.
 
 >>> climber = HillClimber(initial=2, maximum=64)
 >>> def io(c: int) -> Observation:  # 20 ms per item; the consumer takes at most 1,000 items/s
@@ -220,7 +226,7 @@ class HillClimber:
         self._held_for = "plateau"
         self._plateau: float | None = None
         self._recent: list[float] = []  # the last two rates measured at the held setting
-        self._was_elsewhere = False  # the stage's limit was elsewhere when the hold began
+        self._was_elsewhere: bool | None = None  # the stage's limit was elsewhere when the hold began
         self._limit_streak = self._flip = 0
         self._held = 0
         self._period = probe_every or 0
@@ -300,15 +306,17 @@ class HillClimber:
         self.history.append(Step(measured, rate, value, reason))
         return value
 
-    def _to_hold(self, value: int, why: str, measured: int, rate: float, reason: str, resume: bool = False) -> int:
-        """Hold ``value``; ``resume``: back from a probe that changed nothing, so the plateau measured
-        before it still stands (a change of throughput or of bottleneck during the probe shows
-        against it)."""
+    def _to_hold(self, value: int, why: str, measured: int, rate: float, reason: str, resume: bool = False,
+                 known: float | None = None) -> int:
+        """Hold ``value``. ``known``: its throughput measured during the search, the plateau's first
+        measure, so a change that happened during the search shows against it. ``resume``: back from
+        a probe, the plateau measured before it still stands."""
         self._held_for = why
         if not resume:
-            self._plateau = None
+            self._plateau = known
             self._recent = []
             self._flip = 0
+            self._was_elsewhere = None
         self._limit_streak = 0
         self._held = 0
         self._probing = None
@@ -320,7 +328,7 @@ class HillClimber:
         self._lo, self._hi, self._ref = lo, hi, ref
         self._trim_for = why or self._trim_for
         if hi - lo <= max(1, hi // 8):
-            return self._to_hold(hi, self._trim_for, m.concurrency, m.rate, reason)
+            return self._to_hold(hi, self._trim_for, m.concurrency, m.rate, reason, known=self._ref)
         return self._set((lo + hi) // 2, "trim", m.concurrency, m.rate, f"{reason}; trying {(lo + hi) // 2}")
 
     def _trim_down(self, m: _Measure, reason: str) -> int:
@@ -330,7 +338,7 @@ class HillClimber:
             reason += "; the limit is " + ("its source" if m.starved >= m.blocked else "its consumer")
         if m.concurrency > self.minimum:
             return self._to_trim(self.minimum - 1, m.concurrency, m.rate, m, reason, "elsewhere")
-        return self._to_hold(m.concurrency, "elsewhere", m.concurrency, m.rate, reason)
+        return self._to_hold(m.concurrency, "elsewhere", m.concurrency, m.rate, reason, known=m.rate)
 
     def _to_climb(self, m: _Measure, cap: int, reason: str, jump: int | None = None) -> int:
         """Climb from the measured setting (its rate is the base), or jump to ``jump`` first."""
@@ -347,7 +355,7 @@ class HillClimber:
             if self._below is not None and not self._linear and not small:
                 # the last step paid less than in proportion: fewer workers may do as well
                 return self._to_trim(self._below, c, m.rate, m, f"{reason}; at the most allowed ({cap})", "plateau")
-            return self._to_hold(c, "limit", c, m.rate, f"{reason}; at the most allowed ({cap})")
+            return self._to_hold(c, "limit", c, m.rate, f"{reason}; at the most allowed ({cap})", known=m.rate)
         up = min(cap, c + max(1, c // 4) if small else max(c + 1, 2 * c))
         return self._set(up, "climb", c, m.rate, f"{reason}; trying {up}")
 
@@ -379,7 +387,7 @@ class HillClimber:
             # them), or made things worse on saturated CPUs (fewer may do better): search downwards
             return self._trim_down(_Measure(p, rp, m.starved, m.blocked, m.cpu_saturated), f"{why}: back to {p}")
         # nothing to trim: no slower setting known, or the throughput grew in proportion up to p
-        return self._to_hold(p, "plateau", c, r, f"{why}: back to {p}")
+        return self._to_hold(p, "plateau", c, r, f"{why}: back to {p}", known=rp)
 
     def _trim(self, m: _Measure) -> int:
         c, r = m.concurrency, m.rate
@@ -399,9 +407,10 @@ class HillClimber:
     def _hold(self, m: _Measure, cap: int) -> int:
         c, r = m.concurrency, m.rate
         self._recent = [*self._recent[-1:], r]
+        if self._was_elsewhere is None:
+            self._was_elsewhere = m.elsewhere
         if self._plateau is None:
             self._plateau = r
-            self._was_elsewhere = m.elsewhere
             return self.value
         plateau = self._plateau
         level = sum(self._recent) / len(self._recent)
@@ -473,12 +482,15 @@ class HillClimber:
             self._period = self.probe_every if changed else min(self._period * 2, self.probe_every * 8)
 
     def _memory(self, obs: Observation, cap: int) -> int:
+        """RSS is near ``max_memory``: a quarter fewer workers now (one interval's grace after each step)."""
         c = self.value
         if self._mem_wait > 0:
             self._mem_wait -= 1
+            if c > cap:
+                return self._to_hold(cap, "memory", obs.concurrency, obs.rate, f"the budget allows {cap}")
             self._clear()
             self.reason = f"memory high: waiting for the step down to {c} to show"
-            return min(c, cap)
+            return c
         down = max(min(self.minimum, cap), min(cap, c - max(1, c // 4)))
         self._mem_wait = 1
         self._ceiling = max(down, c - 1)  # probes may try between the two
