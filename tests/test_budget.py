@@ -206,3 +206,15 @@ def test_concurrent_flatmap_skips_failures():
     assert out == [y for x in range(8) if x != 5 for y in (x, x)]
     with pytest.raises(ValueError, match="concurrency needs a fn"):
         IterableWrapper([[1]]).flatmap(concurrency=2)
+
+
+def mapper_threads_here(x):
+    """How many worker threads of Mapper stages run in this process now."""
+    return sum(1 for t in threading.enumerate() if t.name.startswith("datapipes Mapper") and "worker" in t.name)
+
+
+def test_loader_budget_reaches_worker_processes():
+    pipe = IterableWrapper(range(40)).sharding_filter().map(mapper_threads_here, concurrency=8)
+    loader = DataLoader(pipe, num_workers=2, max_threads=3)
+    seen = list(loader)
+    assert len(seen) == 40 and 1 <= max(seen) <= 3

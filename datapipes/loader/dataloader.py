@@ -223,13 +223,13 @@ class DataLoader(Generic[T]):
             spelling, a buffer of 2 batches on a background thread before ``pin_memory``.
         report_stats_interval: seconds between two logs of every stage's statistics (a table on the
             ``datapipes`` logger, at INFO; see :class:`datapipes.hooks.StatsReporter`), and one at the
-            end of each pass. ``None``: no reports. With ``num_workers > 0`` it reports the stages
-            of this process (the workers' stage included); attach a reporter to the pipe itself
-            (``pipe.add_hook``) for each worker's own stages.
-        max_threads, max_memory: the budget of this process's passes (see
+            end of each pass. ``None``: no reports. With ``num_workers > 0`` each worker process
+            also logs its own stages (through its ``logging`` configuration: a forked worker
+            inherits the main process's).
+        max_threads, max_memory: the budget of the loader's passes (see
             :meth:`~datapipes.iter.IterDataPipe.set_budget`): the most worker threads of all thread
             stages together, and the RSS in bytes that ``concurrency="auto"`` stages keep below.
-            Worker processes (``num_workers > 0``) take the budget set on the pipe itself.
+            With ``num_workers > 0``, each worker process has this budget for its own pass.
         persistent_workers, prefetch_factor, multiprocessing_context, worker_init_fn: passed to
             torch's DataLoader for ``num_workers > 0``. Persistent workers see ``set_epoch``.
         src: the SPDL name of ``pipe``.

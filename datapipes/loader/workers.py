@@ -19,7 +19,9 @@ from .._worker import capture_rank, placement
 from ..datapipe import IterDataPipe
 from ..graph import traverse
 from ..iter.sharding import SHARDING_PRIORITIES, ShardingFilter
+from .. import _pass
 from .._pass import PassConfig, configured
+from ..hooks import StatsReporter
 from .distributed import _shard_id
 from .shards import ShardsRun, ShardStream
 
@@ -41,12 +43,14 @@ class _WorkerFeed(IterableDataset):  # type: ignore[type-arg]
     worker's shard for a resumed pass (a loader gives such a pass workers of its own).
     """
 
-    def __init__(self, datapipe: IterDataPipe[Any], seed: int, epoch: Any, resume: list[Any] | None) -> None:
+    def __init__(self, datapipe: IterDataPipe[Any], seed: int, epoch: Any, resume: list[Any] | None,
+                 inherit: tuple[Any, Any] = (None, None)) -> None:
         self.datapipe = datapipe
         self.seed = seed
         self.epoch = epoch
         self.resume = resume
         self.captured = capture_rank()  # a spawned worker is not in the process group
+        self.inherit = inherit  # the loader's stats reporters and budget, for each worker's passes
 
     def __iter__(self) -> Iterator[Any]:
         # The loader hands every pass its seed and epoch (a persistent worker's pass count does
@@ -54,6 +58,7 @@ class _WorkerFeed(IterableDataset):  # type: ignore[type-arg]
         config = PassConfig(self.seed, int(self.epoch.value), _shard_id(self.captured))
         worker = placement(self.captured).worker_id
         stream = ShardStream(self.datapipe, config, None if self.resume is None else self.resume[worker])
+        stream.inherit = self.inherit
         return _feed(stream, worker)
 
 
@@ -126,6 +131,7 @@ class WorkerProcesses(IterDataPipe[Any]):
         self._loader: Any = None
         self._next_run: ShardsRun | None = None
         self._lock = threading.Lock()
+        self._inherit: tuple[Any, Any] = (None, None)
 
     def prepare(self, seed: int, epoch: int, run: ShardsRun | None = None) -> None:
         """Set the seed and epoch the workers of the next pass use, and where it keeps their
@@ -151,7 +157,7 @@ class WorkerProcesses(IterDataPipe[Any]):
         if self.prefetch_factor is not None:
             kwargs["prefetch_factor"] = self.prefetch_factor
         loader = TorchDataLoader(
-            _WorkerFeed(self.datapipe, self.seed, self._epoch, resume), batch_size=None,
+            _WorkerFeed(self.datapipe, self.seed, self._epoch, resume, self._inherit), batch_size=None,
             num_workers=self.num_workers, collate_fn=_identity,
             persistent_workers=self.persistent_workers and resume is None, worker_init_fn=self.worker_init_fn,
             multiprocessing_context=self.multiprocessing_context, **kwargs,
@@ -169,6 +175,11 @@ class WorkerProcesses(IterDataPipe[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         run, self._next_run = self._next_run, None
+        # The loader's periodic reports and thread budget reach the workers' passes: reporters
+        # (plain data) travel with the feed and log from each worker process; other hooks stay here.
+        hooks, budget = _pass.inherited(self)
+        reporters = None if hooks is None else tuple(h for h in hooks if isinstance(h, StatsReporter)) or None
+        self._inherit = (reporters, budget)
         return _run_workers(self, run)
 
     def __len__(self) -> int:
