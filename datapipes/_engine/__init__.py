@@ -105,6 +105,7 @@ def concurrent_map(
     run: EngineRun | None = None,
     hooks: Any = None,
     tune: Callable[[StageStats, EngineRun, Any], None] | None = None,
+    owner: Any = None,
 ) -> Iterator[Any]:
     """Yield ``fn(x)`` for each item of ``source``, computed by ``concurrency`` workers.
 
@@ -113,7 +114,9 @@ def concurrent_map(
     async get an ``fn`` that already does). ``hooks`` (a :class:`datapipes._observe.TaskHooks`):
     the task hooks to call around each item (see :mod:`datapipes.hooks` for where they run).
     ``tune``: for an auto stage, registers the pass's statistics, run and backend with the tuner,
-    which resizes the backend (``resize(n)``) and the window while the pass runs.
+    which resizes the backend (``resize(n)``) and the window while the pass runs. ``owner``: the
+    stage; a process stage keeps its worker processes warm across the owner's passes (see
+    :mod:`datapipes._engine.process`).
     """
     policy = policy if policy is not None else ErrorPolicy()
     log = log if log is not None else FailureLog()
@@ -124,8 +127,8 @@ def concurrent_map(
     if kind == "process":
         if hooks:
             return _process_hooked(source, fn, concurrency, label, rng_kind, ordered, chunksize, on_fail, count,
-                                   stats, run, hooks)
-        return run_process_stage(ProcessWorkers(fn, concurrency, label, rng_kind), source, ordered, chunksize,
+                                   stats, run, hooks, owner)
+        return run_process_stage(ProcessWorkers(fn, concurrency, label, rng_kind, owner), source, ordered, chunksize,
                                  on_fail, count, stats, run)
     if hooks and isinstance(executor, ProcessPoolExecutor):
         hooks = None  # fn travels to the user's processes by pickle: the hooks stay here, uncalled
@@ -210,7 +213,7 @@ class _Positioned:
 
 def _process_hooked(source: Iterable[Any], fn: Callable[[Any], Any], concurrency: int, label: str,
                     rng_kind: str | None, ordered: bool, chunksize: int | None, on_fail: Any, count: Any,
-                    stats: StageStats, run: EngineRun, hooks: Any) -> Iterator[Any]:
+                    stats: StageStats, run: EngineRun, hooks: Any, owner: Any = None) -> Iterator[Any]:
     """A process stage with task hooks, called on the consumer's thread: ``task_start`` when an item
     is handed to the pool, ``task_end`` when its result (or failure) comes back."""
     starts, ends = hooks.starts, hooks.ends
@@ -234,7 +237,7 @@ def _process_hooked(source: Iterable[Any], fn: Callable[[Any], Any], concurrency
         on_fail(exc, position)
 
     inputs = run.inputs
-    out = run_process_stage(ProcessWorkers(fn, concurrency, label, rng_kind), pulled(), ordered, chunksize,
+    out = run_process_stage(ProcessWorkers(fn, concurrency, label, rng_kind, owner), pulled(), ordered, chunksize,
                             failing, count, stats, run)
     try:
         for y in out:

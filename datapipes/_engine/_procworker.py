@@ -6,12 +6,20 @@ cloudpickle, not torch (the parent imports this module too, for :func:`make_rng`
 
 Protocol over two pipes (length-framed messages of ``multiprocessing.connection.Connection``):
 
-1. parent -> worker: ``pickle`` of ``{"sys_path": [...]}``;
-2. parent -> worker: ``pickle`` of ``(fn_payload, rng_kind)`` where ``fn_payload`` is the
-   cloudpickle of ``fn``; worker -> parent: ``pickle`` of ``("hello", pid, torch_imported)``;
+1. parent -> worker, once: ``pickle`` of ``{"sys_path": [...]}``; worker -> parent: ``pickle`` of
+   ``("hello", torch_imported)``;
+2. parent -> worker, at the start of each pass that uses this worker (before its first chunk):
+   ``pickle`` of ``("fn", sys_path, fn_payload, rng_kind)`` where ``fn_payload`` is the cloudpickle
+   of ``fn``; worker -> parent: ``pickle`` of ``("fn", torch_imported)`` once ``fn`` is loaded;
 3. parent -> worker, repeatedly: ``pickle`` of ``(chunk_id, items)``; worker -> parent:
-   ``pickle`` of ``(chunk_id, seconds_in_fn, [(ok, value), ...])``;
+   ``pickle`` of ``(chunk_id, seconds_in_fn, values, failures)``: ``values[j]`` is ``fn(items[j])``
+   and ``failures`` maps the index of each item whose call raised to the exception (its value is
+   ``None``), usually an empty dict;
 4. parent -> worker: an empty message, or end of file: the worker exits.
+
+A worker outlives the pass that started it when its stage keeps a warm pool
+(:mod:`datapipes._engine.process`): step 2 then comes again for the next pass, and each pass calls
+the ``fn`` it sent (a fresh copy), never a previous pass's.
 
 SIGINT is ignored in the worker: Ctrl-C reaches the parent, which stops its workers.
 """
@@ -87,19 +95,51 @@ def _portable(exc: BaseException) -> BaseException:
         return stand_in
 
 
-def _results_payload(chunk_id: int, seconds: float, out: list[Any], failed: bool) -> bytes:
+def _results_payload(chunk_id: int, seconds: float, values: list[Any], failures: dict[int, BaseException]) -> bytes:
     try:
-        return _cloud_dumps((chunk_id, seconds, out)) if failed else dumps((chunk_id, seconds, out))
+        return _cloud_dumps((chunk_id, seconds, values, failures)) if failures else dumps((chunk_id, seconds, values, failures))
     except Exception:  # noqa: BLE001 - find the results that do not pickle and fail only those
-        fixed = []
-        for ok, value in out:
+        for j, value in enumerate(values):
+            if j in failures:
+                continue
             try:
                 dumps(value)
-                fixed.append((ok, value))
             except Exception as e:  # noqa: BLE001
-                err = TypeError(f"the result of fn cannot be pickled to return from the worker process: {e}")
-                fixed.append((False, err))
-        return _cloud_dumps((chunk_id, seconds, fixed))
+                values[j] = None
+                failures[j] = TypeError(f"the result of fn cannot be pickled to return from the worker process: {e}")
+        return _cloud_dumps((chunk_id, seconds, values, failures))
+
+
+def run_chunk(fn: Callable[[Any], Any], items: list[Any]) -> tuple[list[Any], dict[int, BaseException]]:
+    """``fn`` on each item: the values, and the exceptions of the calls that raised by index.
+
+    The loop runs without a ``try`` per item (a chunk's calls rarely fail): a failure ends the loop,
+    is recorded, and the loop resumes after the failed item.
+    """
+    values: list[Any] = []
+    failures: dict[int, BaseException] = {}
+    append = values.append
+    start = 0
+    while start < len(items):
+        try:
+            for x in items[start:] if start else items:
+                append(fn(x))
+            break
+        except BaseException as e:  # noqa: BLE001 - reported to the parent with the item
+            failures[len(values)] = _portable(e)
+            append(None)
+            start = len(values)
+    return values, failures
+
+
+def _load_fn(spec: Any) -> Callable[[Any], Any]:
+    """The ``fn`` of a pass from its ``("fn", sys_path, fn_payload, rng_kind)`` message."""
+    _, sys_path, fn_payload, rng_kind = spec
+    sys.path[:] = sys_path
+    fn = pickle.loads(fn_payload)
+    if rng_kind is not None:
+        fn = seeded_call(fn, rng_kind)
+    return fn  # type: ignore[no-any-return]
 
 
 def main(rfd: int, wfd: int) -> None:
@@ -110,11 +150,8 @@ def main(rfd: int, wfd: int) -> None:
     tx = Connection(wfd, readable=False)
     setup = pickle.loads(rx.recv_bytes())
     sys.path[:] = setup["sys_path"]
-    fn_payload, rng_kind = pickle.loads(rx.recv_bytes())
-    fn = pickle.loads(fn_payload)
-    if rng_kind is not None:
-        fn = seeded_call(fn, rng_kind)
-    tx.send_bytes(pickle.dumps(("hello", os.getpid(), "torch" in sys.modules)))
+    tx.send_bytes(pickle.dumps(("hello", "torch" in sys.modules)))
+    fn: Callable[[Any], Any] | None = None
     clock = time.perf_counter
     while True:
         try:
@@ -123,19 +160,24 @@ def main(rfd: int, wfd: int) -> None:
             return
         if not msg:
             return
-        chunk_id, items = pickle.loads(msg)
-        out = []
-        failed = False
+        obj = pickle.loads(msg)
+        msg = None  # type: ignore[assignment]
+        if type(obj[0]) is str:  # ("fn", ...): a new pass; its fn replaces the previous pass's
+            fn = None
+            fn = _load_fn(obj)
+            obj = None
+            tx.send_bytes(pickle.dumps(("fn", "torch" in sys.modules)))
+            continue
+        chunk_id, items = obj
+        obj = None
+        if fn is None:  # pragma: no cover - the parent always sends a pass's fn before its chunks
+            raise RuntimeError("datapipes worker: a chunk arrived before the pass's fn")
         t = clock()
-        for x in items:
-            try:
-                out.append((True, fn(x)))
-            except BaseException as e:  # noqa: BLE001 - reported to the parent with the item
-                out.append((False, _portable(e)))
-                failed = True
+        values, failures = run_chunk(fn, items)
         seconds = clock() - t
-        tx.send_bytes(_results_payload(chunk_id, seconds, out, failed))
-        msg = items = out = None  # type: ignore[assignment]
+        items = None  # type: ignore[assignment]
+        tx.send_bytes(_results_payload(chunk_id, seconds, values, failures))
+        values = failures = None  # type: ignore[assignment]
 
 
 if __name__ == "__main__":

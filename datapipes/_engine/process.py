@@ -1,11 +1,32 @@
 """The process backend: ``fn`` on worker processes, items travelling in chunks.
 
 Workers are fresh interpreters (spawn semantics: fork-exec, safe however many threads the parent
-runs) started on the first ``next()`` and running ``_procworker.py`` by path, so their start-up
-imports only the standard library and cloudpickle, not torch. ``fn`` travels once per pass through
-cloudpickle; items travel in chunks to amortise the inter-process cost (about 50-100 us per message
-here, more than a small item's work). Each worker has two chunks in flight at most, so one is queued
-in its pipe while it works on the other.
+runs) running ``_procworker.py`` by path, so their start-up imports only the standard library and
+cloudpickle, not torch. Items travel in chunks to amortise the inter-process cost (about 50-100 us
+per message here, more than a small item's work). Each worker has two chunks in flight at most, so
+one is queued in its pipe while it works on the other.
+
+Lifetime of the workers (a *pool*): a pass starts its pool at its first ``next()``. A stage that
+names an ``owner`` (the pipe) keeps its pool *warm* across passes: when a pass ends, its pool is
+parked with the owner and the next pass of that owner (the next epoch) takes it instead of starting
+processes again (about 80 ms for two workers here, plus whatever unpickling ``fn`` imports: torch,
+for a ``fn`` defined in a module that imports it). A parked pool is
+shut down when its owner is garbage-collected, when it has been idle for ``IDLE_S`` seconds (60), or
+at interpreter exit, whichever comes first. ``fn`` travels again with every pass (each worker
+unpickles it before its first chunk of the pass), so a pass never sees a previous pass's ``fn``
+object; what ``fn`` leaves in its worker's modules (caches, imports) stays, as with persistent
+DataLoader workers. Without an owner, a pass's pool is shut down when the pass ends.
+
+A pass ends in one of two ways for its pool:
+
+- exhausted, or closed early by its consumer (``break``, ``close()``, a ``header``): the chunks still
+  in flight are waited for and dropped (at most ``GRACE_S``, 1 s), so the pool is parked clean and
+  nothing of this pass reaches the next one; a pool whose chunks do not come back in time is shut
+  down instead;
+- failed: ``fn`` raised (fail fast), a worker died, the consumer was interrupted, or the pass was
+  closed by a consumer that is itself failing (:func:`datapipes._engine.lifecycle.abandon`): the
+  pool is shut down at once, as nothing of a failing program should be kept (workers still busy
+  after ``GRACE_S`` are killed).
 
 Chunk size: ``chunksize`` items, or chosen automatically: the first chunk of each pass holds one item,
 then each chunk aims at about 10 ms of work in ``fn`` (measured by the workers) and at most 4 MiB of
@@ -27,6 +48,7 @@ import sys
 import threading
 import time
 import weakref
+from itertools import islice
 from typing import Any, Callable, Iterable, Iterator
 
 from . import _procworker
@@ -34,23 +56,32 @@ from .core import EngineRun, resumed_source
 from .lifecycle import Closeable, abandon
 from .stats import StageStats
 
-__all__ = ["ProcessWorkers", "run_process_stage", "live_worker_pids"]
+__all__ = ["IDLE_S", "ProcessWorkers", "run_process_stage", "live_worker_pids"]
 
 _WORKER_PATH = os.path.abspath(_procworker.__file__)
 _TARGET_CHUNK_S = 0.010
 _MAX_CHUNK = 4096
 _MAX_CHUNK_BYTES = 4 << 20
 _IN_FLIGHT_PER_WORKER = 2
-_GRACE_S = 1.0
+GRACE_S = 1.0
+#: seconds a parked (warm) pool waits for its owner's next pass before it is shut down
+IDLE_S = 60.0
 
 _STOP = object()
 _DIED = object()
 _live_pids: set[int] = set()
 _live_lock = threading.Lock()
 
+# Parked pools, one per owner at most: id(owner) -> pool. Re-entrant: an owner collected while this
+# module holds the lock (a collection runs inside an allocation) finalises on the same thread.
+_parked: dict[int, _Pool] = {}
+_watched: dict[int, weakref.finalize] = {}  # id(owner) -> the finaliser that unparks at its collection
+_park_lock = threading.RLock()
+
 
 def live_worker_pids() -> set[int]:
-    """Pids of worker processes this process started that have not been reaped yet."""
+    """Pids of worker processes this process started that have not been reaped yet (parked pools
+    included)."""
     with _live_lock:
         return set(_live_pids)
 
@@ -68,7 +99,9 @@ def in_dataloader_worker() -> bool:
     return False
 
 
-def _writer(conn: Any, inq: Any, slots: threading.Semaphore) -> None:
+def _writer(conn: Any, inq: Any, slots: threading.Semaphore, spec: list[Any]) -> None:
+    """Feed one worker: the pass's ``fn`` before the first chunk of each pass, then chunks."""
+    sent = None
     try:
         while True:
             slots.acquire()
@@ -76,6 +109,10 @@ def _writer(conn: Any, inq: Any, slots: threading.Semaphore) -> None:
             if payload is _STOP:
                 conn.send_bytes(b"")
                 return
+            current = spec[0]  # set before the pass put its first chunk (the queue orders the two)
+            if current is not sent:
+                conn.send_bytes(current)
+                sent = current
             conn.send_bytes(payload)
     except OSError:
         return
@@ -85,12 +122,13 @@ def _writer(conn: Any, inq: Any, slots: threading.Semaphore) -> None:
 
 def _reader(conn: Any, outq: Any, slots: threading.Semaphore, info: dict[str, Any], closing: threading.Event) -> None:
     try:
-        hello = pickle.loads(conn.recv_bytes())
-        info["torch_imported"] = hello[2]
         while True:
-            msg = conn.recv_bytes()
+            rec = pickle.loads(conn.recv_bytes())
+            if type(rec[0]) is str:  # ("hello" | "fn", torch_imported): the worker started / loaded fn
+                info["torch_imported"] = rec[1]
+                continue
             slots.release()
-            outq.put(pickle.loads(msg))
+            outq.put(rec)
     except (EOFError, OSError):
         if not closing.is_set():
             outq.put((_DIED, info["pid"], None))
@@ -100,9 +138,12 @@ def _reader(conn: Any, outq: Any, slots: threading.Semaphore, info: dict[str, An
         conn.close()
 
 
-def _shutdown(procs: list[subprocess.Popen[bytes]], inq: Any, slots: list[threading.Semaphore],
-              threads: list[threading.Thread], closing: threading.Event) -> None:
+def _shutdown(parent: int, procs: list[subprocess.Popen[bytes]], inq: Any, slots: list[threading.Semaphore],
+              threads: list[threading.Thread], closing: threading.Event, idle: _Idle) -> None:
+    if os.getpid() != parent:  # a forked child inherited this pool: the workers are not its own
+        return
     closing.set()
+    idle.stop()
     while True:
         try:
             inq.get_nowait()
@@ -111,7 +152,7 @@ def _shutdown(procs: list[subprocess.Popen[bytes]], inq: Any, slots: list[thread
     for s in slots:
         inq.put(_STOP)
         s.release()
-    deadline = time.monotonic() + _GRACE_S
+    deadline = time.monotonic() + GRACE_S
     for p in procs:
         try:
             p.wait(max(0.0, deadline - time.monotonic()))
@@ -124,26 +165,253 @@ def _shutdown(procs: list[subprocess.Popen[bytes]], inq: Any, slots: list[thread
     me = threading.current_thread()
     for t in threads:
         if t is not me:
-            t.join(_GRACE_S)
+            t.join(GRACE_S)
+
+
+class _Idle:
+    """The parked state of a pool, watched by the pool's idle thread: while the pool is parked
+    (``key`` is its owner's id) the thread waits ``IDLE_S`` for it to be taken, then shuts it down."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition(threading.Lock())
+        self.key: int | None = None
+        self.turn = 0  # changes at every park and take, so a wait knows it was overtaken
+        self.stopped = False
+
+    def park(self, key: int) -> None:
+        with self.cond:
+            self.key, self.turn = key, self.turn + 1
+            self.cond.notify()
+
+    def take(self) -> None:
+        with self.cond:
+            self.key, self.turn = None, self.turn + 1
+            self.cond.notify()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.cond.notify()
+
+
+def _idle_watch(idle: _Idle, pool: _Pool) -> None:
+    """The pool's idle thread: blocks while the pool is in use; expires it when parked too long."""
+    while True:
+        with idle.cond:
+            while not idle.stopped and idle.key is None:
+                idle.cond.wait()
+            if idle.stopped or idle.key is None:
+                return
+            key, turn = idle.key, idle.turn
+            if idle.cond.wait_for(lambda: idle.stopped or idle.turn != turn, IDLE_S):
+                continue  # taken (or stopped) before the time ran out
+        if _expire(key, pool):
+            return
+
+
+class _Pool(Closeable):
+    """``n`` worker processes, each fed by a writer thread and read by a reader thread; the pass
+    using the pool sets ``spec[0]`` (its pickled ``fn``) before putting chunks on ``inq``.
+
+    Owner of its processes and threads (a writer and a reader per worker, and an idle thread that
+    shuts the pool down once it has been parked for ``IDLE_S``): :meth:`close` is
+    idempotent (it asks the workers to exit, kills those still busy after ``GRACE_S``, and reaps
+    them), and a ``weakref.finalize`` does the same at interpreter exit.
+    """
+
+    def __init__(self, n: int, label: str) -> None:
+        from multiprocessing.connection import Connection
+
+        self.n = n
+        self.parent = os.getpid()
+        self.inq: Any = queue.SimpleQueue()
+        self.outq: Any = queue.SimpleQueue()
+        self.spec: list[Any] = [None]
+        self.infos: list[dict[str, Any]] = []
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.idle = _Idle()
+        self._closing = threading.Event()
+        slots: list[threading.Semaphore] = []
+        threads: list[threading.Thread] = []
+        self._finalizer: weakref.finalize | None = weakref.finalize(
+            self, _shutdown, self.parent, self.procs, self.inq, slots, threads, self._closing, self.idle)
+        setup = pickle.dumps({"sys_path": list(sys.path)})
+        for k in range(n):
+            to_child_r, to_child_w = os.pipe()
+            from_child_r, from_child_w = os.pipe()
+            try:
+                proc = subprocess.Popen(
+                    [sys.executable, "-P", _WORKER_PATH, str(to_child_r), str(from_child_w)],
+                    pass_fds=(to_child_r, from_child_w),
+                    stdin=subprocess.DEVNULL,
+                )
+            except BaseException:
+                os.close(to_child_w)
+                os.close(from_child_r)
+                self.close()
+                raise
+            finally:
+                os.close(to_child_r)
+                os.close(from_child_w)
+            self.procs.append(proc)
+            with _live_lock:
+                _live_pids.add(proc.pid)
+            tx = Connection(to_child_w, readable=False)
+            rx = Connection(from_child_r, writable=False)
+            tx.send_bytes(setup)
+            info: dict[str, Any] = {"pid": proc.pid, "torch_imported": None}
+            self.infos.append(info)
+            sem = threading.Semaphore(_IN_FLIGHT_PER_WORKER)
+            slots.append(sem)
+            for target, args, role in ((_writer, (tx, self.inq, sem, self.spec), "writer"),
+                                       (_reader, (rx, self.outq, sem, info, self._closing), "reader")):
+                t = threading.Thread(target=target, args=args, name=f"datapipes {label} {role} {k}", daemon=True)
+                threads.append(t)
+                t.start()
+        t = threading.Thread(target=_idle_watch, args=(self.idle, self), name=f"datapipes {label} idle pool",
+                             daemon=True)
+        threads.append(t)
+        t.start()
+
+    def usable(self) -> bool:
+        """Every worker alive and nothing waiting on the result queue (a death is reported there)."""
+        return self.outq.empty() and all(p.poll() is None for p in self.procs)
+
+    def drain(self, in_flight: int) -> bool:
+        """Drop the chunks of an ended pass: those not handed to a worker yet, and the results of
+        the ``in_flight`` others (waited for, ``GRACE_S`` at most). True when the pool is clean."""
+        inq, outq = self.inq, self.outq
+        while in_flight > 0:
+            try:
+                inq.get_nowait()
+            except queue.Empty:
+                break
+            in_flight -= 1
+        deadline = time.monotonic() + GRACE_S
+        while in_flight > 0:
+            try:
+                rec = outq.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return False
+            if rec[0] is _DIED:
+                return False
+            in_flight -= 1
+        return self.usable()
+
+
+def _unpark(key: int) -> None:
+    """The owner ``key`` was collected: shut its parked pool down."""
+    with _park_lock:
+        _watched.pop(key, None)
+        pool = _parked.pop(key, None)
+    if pool is not None:
+        pool.close()
+
+
+def _expire(key: int, pool: _Pool) -> bool:
+    """``pool`` has been parked for ``IDLE_S``: shut it down, unless a pass just took it."""
+    with _park_lock:
+        if _parked.get(key) is not pool:
+            return False
+        del _parked[key]
+    pool.close()
+    return True
+
+
+def _take_parked(owner: Any, n: int) -> _Pool | None:
+    """The pool ``owner`` parked, if any and usable with ``n`` workers."""
+    with _park_lock:
+        pool = _parked.pop(id(owner), None)
+    if pool is None:
+        return None
+    pool.idle.take()
+    if pool.n != n or not pool.usable():
+        pool.close()
+        return None
+    return pool
+
+
+def _park(owner_ref: weakref.ref[Any], pool: _Pool) -> bool:
+    """Park ``pool`` with its owner for the owner's next pass; False if it cannot be (the owner
+    is gone, or another pass of it parked a pool first)."""
+    if os.getpid() != pool.parent:
+        return False
+    with _park_lock:
+        owner = owner_ref()
+        if owner is None:
+            return False
+        key = id(owner)
+        if key in _parked:
+            return False
+        if key not in _watched:
+            _watched[key] = weakref.finalize(owner, _unpark, key)
+            _watched[key].atexit = False  # the pools' own finalisers stop them at exit
+        _parked[key] = pool
+        pool.idle.park(key)
+        return True
+
+
+def _forget_after_fork() -> None:
+    # A forked child (a torch DataLoader worker, say) inherits the parked pools but not their
+    # threads, and their workers are not its children: forget them there (their finalisers check
+    # the pid and do nothing in the child).
+    global _park_lock, _live_lock
+    _parked.clear()
+    for f in list(_watched.values()):
+        f.detach()
+    _watched.clear()
+    _live_pids.clear()
+    _park_lock = threading.RLock()
+    _live_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+class _Tally:
+    """What the pass tells its pool's next user: chunks handed over and not back yet, and whether
+    the pass failed (the pool is then shut down rather than parked)."""
+
+    __slots__ = ("in_flight", "failed")
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.failed = False
+
+
+def _end_pass(pool: _Pool, owner_ref: weakref.ref[Any] | None, tally: _Tally) -> None:
+    if owner_ref is not None and not tally.failed and pool.drain(tally.in_flight) and _park(owner_ref, pool):
+        return
+    pool.close()
 
 
 class ProcessWorkers(Closeable):
-    """``n`` worker processes, each fed by a writer thread and read by a reader thread.
+    """The worker processes of one pass of a process stage: a pool, started for this pass or taken
+    warm from ``owner``'s previous pass (see the module's docstring for the lifetime).
 
-    Owner of its processes and threads: :meth:`close` is idempotent (it asks the workers to exit,
-    kills those still busy after 1 s, and reaps them), the object is a context manager, and a
-    ``weakref.finalize`` does the same if it is dropped unclosed.
+    :meth:`close` is idempotent: it parks the pool with ``owner`` (after draining what is in flight)
+    or shuts it down, as described above; the object is a context manager, and a ``weakref.finalize``
+    does the same if it is dropped unclosed. ``owner`` is held weakly; one that cannot be weakly
+    referenced keeps no pool.
     """
 
     kind = "process"
 
-    def __init__(self, fn: Callable[[Any], Any], n: int, label: str, rng_kind: str | None = None) -> None:
+    def __init__(self, fn: Callable[[Any], Any], n: int, label: str, rng_kind: str | None = None,
+                 owner: Any = None) -> None:
         self.fn = fn
         self.n = n
         self.label = label
         self.rng_kind = rng_kind
         self.busy: list[float] = [0.0]
         self.infos: list[dict[str, Any]] = []
+        self.tally = _Tally()
+        self.warm = False  # whether this pass took a pool parked by a previous one
+        try:
+            self._owner_ref: weakref.ref[Any] | None = None if owner is None else weakref.ref(owner)
+        except TypeError:
+            self._owner_ref = None
         self._finalizer: weakref.finalize | None = None
 
     def start(self) -> None:
@@ -159,45 +427,18 @@ class ProcessWorkers(Closeable):
             fn_payload = cloudpickle.dumps(self.fn, pickle.HIGHEST_PROTOCOL)
         except Exception as e:
             raise TypeError(f"stage {self.label}: fn cannot be pickled to go to worker processes: {e}") from e
-        setup = pickle.dumps({"sys_path": list(sys.path)})
-        spec = pickle.dumps((fn_payload, self.rng_kind))
-        self._inq: Any = queue.SimpleQueue()
-        self._outq: Any = queue.SimpleQueue()
-        self._closing = threading.Event()
-        procs: list[subprocess.Popen[bytes]] = []
-        slots: list[threading.Semaphore] = []
-        threads: list[threading.Thread] = []
-        self._finalizer = weakref.finalize(self, _shutdown, procs, self._inq, slots, threads, self._closing)
-        from multiprocessing.connection import Connection
-
-        for k in range(self.n):
-            to_child_r, to_child_w = os.pipe()
-            from_child_r, from_child_w = os.pipe()
-            try:
-                proc = subprocess.Popen(
-                    [sys.executable, "-P", _WORKER_PATH, str(to_child_r), str(from_child_w)],
-                    pass_fds=(to_child_r, from_child_w),
-                    stdin=subprocess.DEVNULL,
-                )
-            finally:
-                os.close(to_child_r)
-                os.close(from_child_w)
-            procs.append(proc)
-            with _live_lock:
-                _live_pids.add(proc.pid)
-            tx = Connection(to_child_w, readable=False)
-            rx = Connection(from_child_r, writable=False)
-            tx.send_bytes(setup)
-            tx.send_bytes(spec)
-            info: dict[str, Any] = {"pid": proc.pid, "torch_imported": None}
-            self.infos.append(info)
-            sem = threading.Semaphore(_IN_FLIGHT_PER_WORKER)
-            slots.append(sem)
-            for target, args, role in ((_writer, (tx, self._inq, sem), "writer"),
-                                       (_reader, (rx, self._outq, sem, info, self._closing), "reader")):
-                t = threading.Thread(target=target, args=args, name=f"datapipes {self.label} {role} {k}", daemon=True)
-                threads.append(t)
-                t.start()
+        spec = pickle.dumps(("fn", list(sys.path), fn_payload, self.rng_kind))
+        owner = None if self._owner_ref is None else self._owner_ref()
+        pool = None if owner is None else _take_parked(owner, self.n)
+        self.warm = pool is not None
+        if pool is None:
+            pool = _Pool(self.n, self.label)
+        pool.spec[0] = spec
+        self.infos = pool.infos
+        self._inq: Any = pool.inq
+        self._outq: Any = pool.outq
+        self._finalizer = weakref.finalize(self, _end_pass, pool, self._owner_ref, self.tally)
+        self._finalizer.atexit = False  # at exit the pool's own finaliser stops it; nothing is parked
 
 
 def _encode(chunk_id: int, items: list[Any], first: int, label: str) -> bytes:
@@ -210,6 +451,17 @@ def _encode(chunk_id: int, items: list[Any], first: int, label: str) -> bytes:
             except Exception as e:
                 raise TypeError(f"stage {label}: item {first + j} cannot be pickled to go to a worker process: {e}") from e
         raise
+
+
+def _closed_by_failure(exc: GeneratorExit) -> bool:
+    """Whether a pass is being closed by a consumer that is handling an exception (as
+    :func:`~datapipes._engine.lifecycle.abandon` does), rather than by a ``break`` or ``close()``."""
+    seen = exc.__context__
+    while seen is not None:
+        if not isinstance(seen, GeneratorExit):
+            return True
+        seen = seen.__context__
+    return False
 
 
 def run_process_stage(
@@ -229,6 +481,7 @@ def run_process_stage(
     inputs pulled and not yet yielded, as for threads (:class:`~datapipes._engine.core.EngineRun`).
     """
     label = workers.label
+    tally = workers.tally
     n_in = n_out = fill = done = 0
     pulling = waiting = 0.0
     size = chunksize or 1
@@ -239,7 +492,7 @@ def run_process_stage(
     try:
         src, n_in = resumed_source(run, iter(source))
         workers.start()
-        stats.begin(workers.busy)
+        stats.begin(workers.busy, run.live(count))
         put, get, ready = workers._inq.put, workers._outq.get, workers._outq.qsize
         max_chunks = _IN_FLIGHT_PER_WORKER * workers.n
         starts: dict[int, int] = {}  # chunk id -> position of its first item
@@ -250,27 +503,24 @@ def run_process_stage(
 
         def send_one() -> None:
             nonlocal n_in, sent, more, deferred, bytes_per_item, pulling
-            items = []
+            items: list[Any] = []
             t = time.perf_counter()
             try:
-                for _ in range(size):
-                    x = next(src, _STOP)
-                    if x is _STOP:
-                        more = False
-                        break
-                    items.append(x)
+                items.extend(islice(src, size))  # keeps what was pulled before a failing item
             except Exception as e:
-                deferred, more = e, False
+                deferred = e
+            if len(items) < size:
+                more = False
             pulling += time.perf_counter() - t
             if not items:
                 return
             payload = _encode(sent, items, n_in, label)
             bytes_per_item = len(payload) / len(items)
             starts[sent] = n_in
-            for j, x in enumerate(items):
-                inputs[n_in + j] = x
+            inputs.update(zip(range(n_in, n_in + len(items)), items))
             n_in += len(items)
             sent += 1
+            tally.in_flight += 1
             put(payload)
 
         while more and sent < max_chunks:
@@ -283,18 +533,20 @@ def run_process_stage(
                 if rec[0] is _DIED:
                     why = f": {rec[2]!r}" if rec[2] is not None else ""
                     raise RuntimeError(f"stage {label}: worker process {rec[1]} died unexpectedly{why}")
+                tally.in_flight -= 1
                 while ordered and rec[0] != done:
                     stash[rec[0]] = rec
                     rec = get()
                     if rec[0] is _DIED:
                         raise RuntimeError(f"stage {label}: worker process {rec[1]} died unexpectedly")
+                    tally.in_flight -= 1
                 waiting += time.perf_counter() - t
-            chunk_id, seconds, results = rec
+            chunk_id, seconds, values, failures = rec
             rec = None
             workers.busy[0] += seconds
             done += 1
-            if chunksize is None and results:
-                per_item = seconds / len(results)
+            if chunksize is None and values:
+                per_item = seconds / len(values)
                 want = int(_TARGET_CHUNK_S / per_item) if per_item > 0 else _MAX_CHUNK
                 if bytes_per_item > 0:
                     want = min(want, int(_MAX_CHUNK_BYTES / bytes_per_item))
@@ -304,17 +556,27 @@ def run_process_stage(
             first = starts.pop(chunk_id)
             fill += ready() + len(stash)
             run.pulled = n_in
-            for j, (ok, value) in enumerate(results):
-                n_out += 1
-                del inputs[first + j]
-                if ok:
+            if failures:
+                for j, value in enumerate(values):
+                    n_out += 1
+                    del inputs[first + j]
+                    if j in failures:
+                        on_fail(failures[j], first + j)
+                    else:
+                        yield value
+            else:
+                for j, value in enumerate(values, first):
+                    n_out += 1
+                    del inputs[j]
                     yield value
-                else:
-                    on_fail(value, first + j)
-            results = None
+            values = failures = None
         if deferred is not None:
             raise deferred
+    except GeneratorExit as e:
+        tally.failed = _closed_by_failure(e)
+        raise
     except BaseException:
+        tally.failed = True
         abandon(src)
         raise
     finally:

@@ -323,7 +323,7 @@ def _map_engine(pipe: Mapper, it: Iterator[Any], seed: int | None = None) -> Ite
     return concurrent_map(
         source, fn, label=label, concurrency=concurrency, ordered=pipe.ordered, executor=pipe.executor,
         timeout=pipe.timeout, chunksize=pipe.chunksize, policy=pipe._policy, log=pipe.failures, stats=stats,
-        rng_kind=worker_rng, run=run.engine, hooks=_pass.task_hooks(pipe), tune=tune,
+        rng_kind=worker_rng, run=run.engine, hooks=_pass.task_hooks(pipe), tune=tune, owner=pipe,
     )
 
 
@@ -398,7 +398,7 @@ def _map_engine_handover(pipe: Mapper, it: Iterator[Any], seed: int | None = Non
     out = concurrent_map(
         _tagged(source, ops.record), fn, label=label, concurrency=concurrency, ordered=pipe.ordered,
         executor=pipe.executor, timeout=pipe.timeout, chunksize=pipe.chunksize, policy=pipe._policy,
-        log=pipe.failures, stats=stats, run=run.engine, hooks=_pass.task_hooks(pipe), tune=tune,
+        log=pipe.failures, stats=stats, run=run.engine, hooks=_pass.task_hooks(pipe), tune=tune, owner=pipe,
     )
     return _handed_back(out, ops)
 
@@ -465,7 +465,10 @@ class Mapper(IterDataPipe[U]):
         executor: ``"thread"`` (daemon threads owned by the pass), ``"process"`` (worker processes for
             Python code that holds the GIL: ``fn`` and the items must pickle, lambdas included through
             cloudpickle; items travel in chunks) or a ``concurrent.futures.Executor`` you built (it is
-            used, never shut down).
+            used, never shut down). With ``executor="process"`` the worker processes start at the
+            first ``next()`` of the first pass and stay warm for the pipe's next passes (epochs);
+            they stop when the pipe is garbage-collected, after 60 s unused, or at exit. A failing
+            pass stops them.
         timeout: seconds one item may spend in ``fn`` (threads and async only). An item past it fails
             with a ``TimeoutError`` naming the stage and its position; its worker thread is abandoned
             (a daemon: it ends when ``fn`` returns and never blocks interpreter exit). An async
@@ -1002,7 +1005,7 @@ def _flat_engine(pipe: Any, it: Iterator[Any], fn: Callable[[Any], Any]) -> Iter
     lists = concurrent_map(
         it, fn, label=label, concurrency=concurrency, ordered=pipe.ordered, executor=pipe.executor,
         policy=pipe._policy, log=pipe.failures, stats=stats, run=run.engine, hooks=_pass.task_hooks(pipe),
-        tune=tune,
+        tune=tune, owner=pipe,
     )
     return _flattened(lists, run)
 

@@ -2,6 +2,7 @@
 the ``no_child_left`` fixture (imported by the test modules that use it)."""
 
 import itertools
+import gc
 import multiprocessing
 import threading
 
@@ -34,6 +35,7 @@ def no_child_left():
     before_children = child_pids()
     before_threads = set(threading.enumerate())
     yield
+    gc.collect()  # a pipe caught in a reference cycle keeps its warm process pool until collected
     threads_started_since(before_threads, timeout=5.0)
     assert not live_worker_pids(), f"worker processes not reaped: {live_worker_pids()}"
     assert not multiprocessing.active_children()
