@@ -153,13 +153,24 @@ class LoopRef(Closeable):
 
 
 class AsyncWorkers(Closeable):
-    """Runs ``async def fn`` on the shared loop with at most ``n`` tasks in flight.
+    """Runs ``async def fn`` on the shared loop with at most ``n`` calls in flight.
 
-    The consumer appends items to an inbox and wakes the loop only when it is idle and the consumer
-    is about to wait (or a batch of items has gathered), so a cross-thread wake-up is paid per batch,
-    not per item. Each task puts its result record on a queue the consumer blocks on. With
-    ``timeout``, a task running longer is cancelled and reported as a :class:`TimeoutError` naming
-    the stage and the item's position (a ``TimeoutError`` raised by ``fn`` itself passes unchanged).
+    Items cross from the consumer's thread to the loop in batches: the consumer appends them to an
+    inbox and wakes the loop only when the loop is idle and the consumer is about to wait (or a batch
+    of ``n // 32`` items has gathered). Results cross back in batches too: they are appended to a
+    deque, and the consumer is woken once per loop iteration that finished calls (one queue put for
+    the whole burst), then takes them without any further cross-thread wake-up.
+
+    Without ``timeout``, each of the (up to ``n``) tasks is a *runner*: it calls ``fn`` on its item,
+    hands the result over, and goes on with the next item of the inbox itself, so a busy stage creates
+    no task per item (a runner whose inbox is empty ends, and a new one starts when items arrive).
+    ``fn`` calls made by one runner share the runner's ``contextvars`` context, as in a pool of
+    worker tasks. A runner gives the loop a turn every 32 items, so a ``fn`` that never suspends does
+    not hold the loop. With ``timeout``, each item runs in a task of its own: a call running longer
+    is cancelled and reported as a :class:`TimeoutError` naming the stage and the item's position (a
+    ``TimeoutError`` raised by ``fn`` itself passes unchanged).
+
+    :meth:`resize` changes ``n`` while the stage runs (from any thread).
     """
 
     kind = "async"
@@ -172,6 +183,9 @@ class AsyncWorkers(Closeable):
         self.busy: list[float] = [0.0]
         self._ref: LoopRef | None = None
         self._closed = False
+        self._lock = threading.Lock()
+        self._batch = max(1, n // 32)
+        self._started = False
 
     def start(self) -> None:
         self._ref = LoopRef()
@@ -183,12 +197,14 @@ class AsyncWorkers(Closeable):
         self._flush_scheduled = False
         self.ready = self._done.__len__
         self._inbox: deque[Any] = deque()
-        self._free = self.n
+        with self._lock:
+            # Slots: _cap is the limit the loop applies, _free the slots not in use. After a shrink
+            # _free is negative until enough calls have ended (see _resize_on_loop).
+            self._cap = self._free = self.n
+            self._started = True
         self._idle = True
         self._unkicked = 0
-        self._batch = max(1, self.n // 32)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._lock = threading.Lock()
         self._run = self._run_plain if self.timeout is None else self._run_timed
         if self.timeout is not None:
             # The deadline is also enforced from the consumer's side, for a fn that swallows its
@@ -202,6 +218,39 @@ class AsyncWorkers(Closeable):
             self._ping_at: float | None = None
             self.submit = self._submit_timed  # type: ignore[method-assign]
             self.get = self._get_timed  # type: ignore[method-assign]
+
+    def resize(self, n: int) -> None:
+        """Allow at most ``n`` calls of ``fn`` in flight from now on (thread-safe; any thread).
+
+        Growing starts queued items at once; shrinking lets running calls finish (none is
+        cancelled) and starts no new one until fewer than ``n`` run. How many items can be queued
+        is the consumer's window, not this limit. Before :meth:`start` it sets the limit the stage
+        starts with; after :meth:`close` it does nothing.
+
+        >>> async def double(x):
+        ...     return 2 * x
+        >>> w = AsyncWorkers(double, 4, "S")
+        >>> w.resize(2)
+        >>> w.n
+        2
+        """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"stage {self.label}: resize(n) needs an int >= 1, got {n!r}")
+        with self._lock:
+            self.n = n
+            self._batch = max(1, n // 32)
+            if not self._started or self._closed:
+                return
+            if self._ref is not None and self._ref.on_loop_thread():
+                on_loop = True
+            else:
+                on_loop = False
+                try:
+                    self._loop.call_soon_threadsafe(self._resize_on_loop)
+                except RuntimeError:  # the loop closed: the stage is ending
+                    pass
+        if on_loop:
+            self._resize_on_loop()
 
     # -- consumer side ------------------------------------------------------------------------------
     def submit(self, job: tuple[int, Any]) -> None:
@@ -310,7 +359,7 @@ class AsyncWorkers(Closeable):
         """Loop side: the consumer abandoned a running item; its slot takes the next one."""
         if self._closed:
             return
-        if self._inbox:
+        if self._free >= 0 and self._inbox:
             self._start(self._inbox.popleft())
         else:
             self._free += 1
@@ -324,12 +373,28 @@ class AsyncWorkers(Closeable):
             self._loop.call_soon_threadsafe(self._pump)
 
     # -- loop side ----------------------------------------------------------------------------------
-    def _finish(self, rec: tuple[int, bool, Any]) -> None:
-        self._done.append(rec)
+    def _resize_on_loop(self) -> None:
+        """Loop side of :meth:`resize`: apply the latest limit. A shrink makes ``_free`` negative;
+        each call that ends then gives its slot up instead of starting the next item."""
+        if self._closed:
+            return
+        with self._lock:
+            n = self.n
+        self._free += n - self._cap
+        self._cap = n
+        if self._free > 0:
+            self._pump()
+
+    def _schedule_flush(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
-        if self._inbox and not self._closed:
+
+    def _finish(self, rec: tuple[int, bool, Any]) -> None:
+        """A per-item task (``timeout`` set) ended: hand its record over, give its slot on."""
+        self._done.append(rec)
+        self._schedule_flush()
+        if self._free >= 0 and self._inbox and not self._closed:
             # Fast path: hand the freed slot to the next queued item, no lock (only the loop thread
             # takes from the inbox; the consumer only appends).
             self._start(self._inbox.popleft())
@@ -351,30 +416,56 @@ class AsyncWorkers(Closeable):
             return
         inbox = self._inbox
         while True:
-            while self._free and inbox:
+            while self._free > 0 and inbox:
                 self._free -= 1
                 self._start(inbox.popleft())
             with self._lock:
-                if self._free and inbox:
+                if self._free > 0 and inbox:
                     continue
                 self._idle = self._free > 0
                 return
 
     async def _run_plain(self, job: tuple[int, Any]) -> None:
-        t = time.perf_counter()
-        try:
-            rec = (job[0], True, await self.fn(job[1]))
-        except asyncio.CancelledError as e:
-            if self._closed or self._ref.shared.closing:  # type: ignore[union-attr]
-                self._closed = True  # the loop is shutting down under the stage: start nothing new
+        """A runner: call ``fn`` on ``job``, then on the next items of the inbox while there are any."""
+        fn, done, inbox, busy, lock = self.fn, self._done, self._inbox, self.busy, self._lock
+        clock = time.perf_counter
+        shared = self._ref.shared  # type: ignore[union-attr]
+        turn = 0
+        while True:
+            t = clock()
+            try:
+                rec = (job[0], True, await fn(job[1]))
+            except asyncio.CancelledError as e:
+                if self._closed or shared.closing:
+                    self._closed = True  # the loop is shutting down under the stage: start nothing new
+                    raise
+                rec = (job[0], False, e)  # fn cancelled something of its own: an ordinary failure
+            except GeneratorExit:  # the task is being destroyed: there is no one to report to
                 raise
-            rec = (job[0], False, e)  # fn cancelled something of its own: an ordinary failure
-        except GeneratorExit:  # the task is being destroyed: there is no one to report to
-            raise
-        except BaseException as e:  # noqa: BLE001 - the consumer re-raises it
-            rec = (job[0], False, e)
-        self.busy[0] += time.perf_counter() - t
-        self._finish(rec)
+            except BaseException as e:  # noqa: BLE001 - the consumer re-raises it
+                rec = (job[0], False, e)
+            busy[0] += clock() - t
+            done.append(rec)
+            rec = job = None  # type: ignore[assignment]
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                self._loop.call_soon(self._flush)
+            turn += 1
+            if turn == 32:  # let the loop run its other callbacks, in case fn never suspends
+                turn = 0
+                await asyncio.sleep(0)
+            if self._closed:
+                return
+            if self._free < 0:  # the stage was shrunk: give this slot up
+                self._free += 1
+                return
+            if not inbox:
+                with lock:
+                    if not inbox:  # the consumer kicks the loop (see _kick) for what it adds next
+                        self._free += 1
+                        self._idle = True
+                        return
+            job = inbox.popleft()
 
     async def _run_timed(self, job: tuple[int, Any]) -> None:
         i = job[0]

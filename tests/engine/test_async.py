@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from datapipes._engine import LoopRef, iterate_async, loop_running
+from datapipes._engine import AsyncWorkers, LoopRef, iterate_async, loop_running
 from datapipes.iter import IterableWrapper
 from datapipes.testing import check_datapipe, same_multiset
 
@@ -171,6 +171,111 @@ class TestAsyncMapper:
             return v + 1
 
         assert list(IterableWrapper([(1, "a"), (2, "b")]).map(inc, input_col=0, concurrency=2)) == [(2, "a"), (3, "b")]
+
+
+def _collect_records(w, k, timeout=10.0):
+    """``k`` result records from AsyncWorkers ``w``, read on a helper thread (bounded wait)."""
+    out = []
+
+    def read():
+        for _ in range(k):
+            out.append(w.get())
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), f"only {len(out)} of {k} results within {timeout} s"
+    return out
+
+
+class _Gauge:
+    """Counts the calls of fn running on the loop; records how many ran when each one started."""
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.now = 0
+        self.at_start = {}
+
+    async def __call__(self, x):
+        self.now += 1
+        self.at_start[x] = self.now
+        try:
+            await asyncio.sleep(self.seconds)
+        finally:
+            self.now -= 1
+        return x
+
+
+@pytest.mark.usefixtures("loop_stopped")
+class TestAsyncResize:
+    @pytest.mark.parametrize("timeout", [None, 5.0])
+    def test_grow_from_another_thread_starts_queued_items_at_once(self, timeout):
+        gauge = _Gauge(0.05)
+        w = AsyncWorkers(gauge, 2, "S", timeout)
+        with w:
+            w.start()
+            for i in range(20):
+                w.submit((i, i))
+            first = _collect_records(w, 2)
+            resizer = threading.Thread(target=w.resize, args=(6,))
+            resizer.start()
+            resizer.join(10)
+            rest = _collect_records(w, 18)
+        assert sorted(r[0] for r in first + rest) == list(range(20)) and all(r[1] for r in first + rest)
+        assert max(gauge.at_start.values()) == 6 and w.n == 6
+        assert max(gauge.at_start[i] for i in range(4)) == 2  # before the resize: 2 at most
+
+    @pytest.mark.parametrize("timeout", [None, 5.0])
+    def test_shrink_lets_running_calls_finish_and_starts_fewer(self, timeout):
+        gauge = _Gauge(0.02)
+        w = AsyncWorkers(gauge, 6, "S", timeout)
+        with w:
+            w.start()
+            for i in range(40):
+                w.submit((i, i))
+            got = _collect_records(w, 3)
+            w.resize(2)
+            got += _collect_records(w, 37)
+            for i in range(40, 50):  # submitted after the shrink settled
+                w.submit((i, i))
+            got += _collect_records(w, 10)
+        assert sorted(r[0] for r in got) == list(range(50))  # nothing lost, nothing repeated
+        assert max(gauge.at_start[i] for i in range(6)) == 6
+        assert max(gauge.at_start[i] for i in range(20, 50)) <= 2
+
+    def test_resize_before_start_and_after_close(self):
+        w = AsyncWorkers(slow_double, 8, "S")
+        w.resize(3)
+        assert w.n == 3
+        with w:
+            w.start()
+            assert w._cap == 3
+        w.resize(5)  # closed: nothing to apply, no error
+        with pytest.raises(ValueError, match=r"stage S: resize\(n\) needs an int >= 1, got 0"):
+            w.resize(0)
+        with pytest.raises(ValueError, match="got 2.0"):
+            w.resize(2.0)
+
+    def test_fn_that_never_suspends_leaves_the_loop_turns(self):
+        calls = {"n": 0, "when_probed": None}
+
+        def probe():
+            calls["when_probed"] = calls["n"]
+
+        async def instant(x):  # never suspends: one runner could go through the whole inbox
+            calls["n"] += 1
+            if x == 0:
+                asyncio.get_running_loop().call_soon(probe)
+            return x
+
+        w = AsyncWorkers(instant, 1, "S")
+        with w:
+            w.start()
+            for i in range(1000):
+                w.submit((i, i))
+            got = _collect_records(w, 1000)
+        assert [r[0] for r in got] == list(range(1000))
+        assert calls["when_probed"] <= 64, "the runner held the loop for more than 64 calls"
 
 
 @pytest.mark.usefixtures("loop_stopped")
