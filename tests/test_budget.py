@@ -39,8 +39,10 @@ class Counting:
                 self.running -= 1
 
 
-def worker_threads() -> int:
-    return sum(1 for t in threading.enumerate() if t.name.startswith("datapipes ") and "worker" in t.name)
+def worker_threads(before: set[threading.Thread]) -> int:
+    """Worker threads started since ``before`` and still alive (earlier tests' leftovers excluded)."""
+    return sum(1 for t in threading.enumerate()
+               if t not in before and t.name.startswith("datapipes ") and "worker" in t.name)
 
 
 def test_fixed_stages_are_scaled_into_the_budget():
@@ -77,11 +79,12 @@ def test_auto_never_exceeds_the_thread_budget():
     count = Counting(0.003)
     pipe = (IterableWrapper(range(600)).map(count, concurrency="auto")
             .map(count, concurrency=2).set_budget(max_threads=5))
+    before = set(threading.enumerate())
     it = iter(pipe)
     seen_threads = 0
     for i, _ in enumerate(it):
         if i % 50 == 0:
-            seen_threads = max(seen_threads, worker_threads())
+            seen_threads = max(seen_threads, worker_threads(before))
     assert count.most <= 5
     assert seen_threads <= 5 + 1  # a thread told to stop may still be finishing its last item
 
