@@ -154,35 +154,36 @@ def concurrent_map(
 def _hooked_fn(fn: Callable[[Any], Any], stats: StageStats, hooks: Any, is_async: bool) -> Callable[[Any], Any]:
     """``fn`` taking ``(position, item)`` and calling the task hooks around ``fn(item)``."""
     starts, ends = hooks.starts, hooks.ends
+
+    def began(i: int) -> None:
+        for f in starts:
+            f(stats, i)
+
+    def ended(i: int, ok: bool) -> None:
+        for g in ends:
+            g(stats, i, ok)
+
     if is_async:
         async def call_async(job: tuple[int, Any]) -> Any:
-            i, x = job
-            for f in starts:
-                f(stats, i)
+            began(job[0])
             try:
-                y = await fn(x)
+                y = await fn(job[1])
             except BaseException:
-                for g in ends:
-                    g(stats, i, False)
+                ended(job[0], False)
                 raise
-            for g in ends:
-                g(stats, i, True)
+            ended(job[0], True)
             return y
 
         return call_async
 
     def call(job: tuple[int, Any]) -> Any:
-        i, x = job
-        for f in starts:
-            f(stats, i)
+        began(job[0])
         try:
-            y = fn(x)
+            y = fn(job[1])
         except BaseException:
-            for g in ends:
-                g(stats, i, False)
+            ended(job[0], False)
             raise
-        for g in ends:
-            g(stats, i, True)
+        ended(job[0], True)
         return y
 
     return call
