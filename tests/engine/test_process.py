@@ -1,7 +1,6 @@
 """Concurrent map on worker processes (executor="process")."""
 
 import gc
-import inspect
 import os
 import threading
 import time
@@ -197,13 +196,6 @@ def _wait_reaped(pids, timeout=10.0):
     return live_worker_pids() & pids
 
 
-def _owner_wired():
-    """Whether concurrent_map hands the stage to the process backend as the pool's owner."""
-    from datapipes._engine import concurrent_map
-
-    return "owner" in inspect.signature(concurrent_map).parameters
-
-
 @pytest.mark.usefixtures("no_child_left", "pools_released")
 class TestWarmPool:
     """A stage keeps its worker processes across passes (its epochs): see datapipes._engine.process."""
@@ -288,7 +280,6 @@ class TestWarmPool:
         w, out2 = self.run_pass(owner, range(20))
         assert not w.warm and victim not in {p for _, p in out2} and [x for x, _ in out2] == list(range(20))
 
-    @pytest.mark.skipif(not _owner_wired(), reason="concurrent_map does not pass the stage as owner yet")
     def test_pipe_passes_reuse_the_workers_and_dropping_the_pipe_stops_them(self):
         pipe = IterableWrapper(range(300)).map(_with_pid(), concurrency=2, executor="process")
         used1, out1 = _pids_of(pipe)
@@ -304,13 +295,11 @@ class TestWarmPool:
         gc.collect()
         assert not _wait_reaped(pool)
 
-    @pytest.mark.skipif(not _owner_wired(), reason="concurrent_map does not pass the stage as owner yet")
     def test_contract_with_close_check(self):
         # passes after the first one take the parked pool: an early close starts no thread and leaves none
         check_datapipe(IterableWrapper(range(40)).map(lambda x: -x, concurrency=2, executor="process"),
                        expected=[-x for x in range(40)])
 
-    @pytest.mark.skipif(not _owner_wired(), reason="concurrent_map does not pass the stage as owner yet")
     def test_pickled_pipe_gets_its_own_pool(self):
         import pickle
 
@@ -323,7 +312,6 @@ class TestWarmPool:
         assert out == list(range(50)) and len(pool_copy) == 2 and used <= pool_copy
         assert _pids_of(pipe)[0] <= pool and _pids_of(copy)[0] <= pool_copy and live_worker_pids() == pool | pool_copy
 
-    @pytest.mark.skipif(not _owner_wired(), reason="concurrent_map does not pass the stage as owner yet")
     def test_forked_dataloader_worker_leaves_the_parked_pool_alone(self):
         import torch.utils.data
 
