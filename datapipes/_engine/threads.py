@@ -222,9 +222,6 @@ class InlineWorkers(Closeable):
     def get(self) -> tuple[int, bool, Any]:
         return self._done.popleft()
 
-    def resize(self, n: int) -> None:
-        """Nothing to resize: no threads."""
-
     def close(self) -> None:
         self._done.clear()
 
