@@ -48,6 +48,7 @@ from typing import Any, Callable, Iterator, NamedTuple
 from torch.utils.data import get_worker_info
 
 from ._engine.lifecycle import STARTED
+from . import _held
 from ._engine.stats import StageStats
 from ._observe import Observer, TaskHooks, observing, pending_observation
 from ._tuning import AUTO, Budget, Tuner, usable_cpus
@@ -538,10 +539,12 @@ def _snapshot(pass_: Pass) -> dict[str, Any]:
         for lock in locks:
             held.enter_context(lock)
         stages: dict[str, Any] = {}
+        keys = {id(stage): _key(index, stage) for index, stage in enumerate(pass_.graph)}
         for index, stage in enumerate(pass_.graph):
             entry = pass_.runs.get(id(stage))
             if entry is not None:
-                stages[_key(index, stage)] = entry[1].state()
+                # Streams in the items a stage holds are saved by where they came from (_held).
+                stages[_key(index, stage)] = _held.freeze(entry[1].state(), lambda s: keys.get(id(s)), stage_label(stage))
             elif id(stage) in pass_.built and not _stateless(stage):
                 raise TypeError(
                     f"{stage_label(stage)} cannot save its position yet, so this pass has no state_dict(); "
@@ -565,16 +568,18 @@ def _restore(pass_: Pass, state: dict[str, Any]) -> None:
             f"the pipe itself first) it has {a or '(none: the saved pipe ends here)'}, this pipe has {where}"
         )
     stages = state["stages"]
+    by_key = {_key(index, stage): stage for index, stage in enumerate(pass_.graph)}
     for index, stage in enumerate(pass_.graph):
         key = _key(index, stage)
         if key not in stages:
             continue
+        saved = _held.thaw(stages[key], by_key.__getitem__)  # streams it holds, opened again
         with pass_._lock:
             entry = pass_.runs.get(id(stage))
             if entry is None:
-                pass_.pending_states[id(stage)] = stages[key]
+                pass_.pending_states[id(stage)] = saved
         if entry is not None:
-            entry[1].restore(stages[key])
+            entry[1].restore(saved)
 
 
 def start(pipe: Any, iter_fn: Callable[[Any], Iterator[Any]], config: PassConfig | None = None) -> Iterator[Any]:

@@ -52,7 +52,7 @@ from .. import _pass
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
 from .._engine import abandon
 from ..errors import add_stage_note, policy_and_log
-from .parsing import _REWRAP, _close, _item, _next_count, _on_fail, _open_item, _pair, _read_run, _ReadRun, _reopener, _STARTED
+from .parsing import _REWRAP, _close, _item, _next_count, _on_fail, _open_item, _pair, _read_run, _ReadRun, _reopener, _STARTED, set_origin
 
 __all__ = ["Decompressor", "TarArchiveLoader", "WebDataset", "WebDatasetGrouper", "ZipArchiveLoader"]
 
@@ -702,7 +702,7 @@ def _decompress(pipe: Decompressor, it: Iterator[Any]) -> Iterator[tuple[Any, An
         for item in it:
             n += 1
             path, stream = _pair(item, stage, n)
-            yield path, _decompressed(pipe, stage, path, stream, n)
+            yield path, set_origin(_decompressed(pipe, stage, path, stream, n), pipe, path, n)
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise

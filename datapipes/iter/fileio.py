@@ -184,9 +184,10 @@ class _OpenPass:
     ``__iter__``, so it joins the pass being built); nothing is pulled before the first ``next()``.
     """
 
-    __slots__ = ("_source", "_open", "_stage", "_failures", "_streams", "_lock", "_n", "_ended", "__weakref__")
+    __slots__ = ("_pipe", "_source", "_open", "_stage", "_failures", "_streams", "_lock", "_n", "_ended", "__weakref__")
 
-    def __init__(self, source: Iterable[Any], open_fn: Callable[[Any], Any], stage: str, failures: Any) -> None:
+    def __init__(self, pipe: Any, source: Iterable[Any], open_fn: Callable[[Any], Any], stage: str, failures: Any) -> None:
+        self._pipe = pipe
         self._open = open_fn
         self._stage = stage
         self._failures = failures  # a PassFailures with on_error="skip", else None
@@ -216,6 +217,8 @@ class _OpenPass:
             self._n = n + 1
             try:
                 stream = StreamWrapper(self._open(path), path)
+                # where it came from: a pass state holding it saves that, not the open file (parsing.set_origin)
+                stream.__dict__["_dp_origin"] = (self._pipe, path, n)
             except Exception as e:
                 if self._failures is None:
                     add_stage_note(e, self._stage, n)
@@ -287,7 +290,7 @@ def _open_pass(pipe: Any, source: Iterable[Any], open_fn: Callable[[Any], Any]) 
     whose iterator is created now: call it from the stage's ``__iter__``, as the pass is built."""
     stage = stage_label(pipe)
     failures = pipe._policy.new_pass(stage, pipe.failures) if pipe._policy.skips else None
-    opened = _OpenPass(source, open_fn, stage, failures)
+    opened = _OpenPass(pipe, source, open_fn, stage, failures)
     if pipe._policy.max_failures is not None:  # otherwise stateless (see _opener_stateless)
         _pass.track(pipe, _OpenRun(opened))
     return opened

@@ -39,11 +39,12 @@ import json
 from itertools import chain, islice, repeat
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
-from .. import _pass
+from .. import _held, _pass
 from .._engine import abandon
 from .._engine import close_iterator as _close
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, call_lines, policy_and_log, raised_at
+from .fileio import StreamWrapper
 
 __all__ = ["CSVDictParser", "CSVFilesParser", "CSVParser", "JsonParser", "LineReader"]
 
@@ -119,9 +120,9 @@ def _reopener(source: Any) -> Callable[[Any, int], Any] | None:
     return None if make is None else make()
 
 
-def _memory_copy(stream: Any, stage: str, path: Any) -> list[Any]:
-    """A copy, as plain data, of an in-memory stream (its whole contents, whatever was read);
-    ``TypeError`` naming ``stage`` for any other stream."""
+def _copied(stream: Any) -> list[Any] | None:
+    """A copy, as plain data, of an in-memory stream (its whole contents, whatever was read), or
+    ``None`` for a stream that is not in memory."""
     raw = _inner(stream)
     if isinstance(raw, io.BytesIO):
         return ["bytes", raw.getvalue()]
@@ -130,12 +131,21 @@ def _memory_copy(stream: Any, stage: str, path: Any) -> list[Any]:
         return ["text", state[0], state[1]]
     source, fmt = getattr(raw, "_dp_source", None), getattr(raw, "_dp_format", None)
     if source is not None and fmt is not None:  # decompressing an in-memory stream (Decompressor)
-        return ["decompressed", fmt, _memory_copy(source, stage, path)]
-    raise TypeError(
-        f"{stage} cannot save its position inside {path!r}: its source cannot open that file again by its "
-        f"path (an opener can: open_files, open_files_by_fsspec, decompress after one) and its stream, a "
-        f"{type(raw).__name__}, is not in memory (io.BytesIO, io.StringIO)"
-    )
+        inner = _copied(source)
+        return None if inner is None else ["decompressed", fmt, inner]
+    return None
+
+
+def _memory_copy(stream: Any, stage: str, path: Any) -> list[Any]:
+    """:func:`_copied`, with a ``TypeError`` naming ``stage`` for a stream that is not in memory."""
+    copy = _copied(stream)
+    if copy is None:
+        raise TypeError(
+            f"{stage} cannot save its position inside {path!r}: its source cannot open that file again by its "
+            f"path (an opener can: open_files, open_files_by_fsspec, decompress after one) and its stream, a "
+            f"{type(_inner(stream)).__name__}, is not in memory (io.BytesIO, io.StringIO)"
+        )
+    return copy
 
 
 #: how a copied stream that wraps another is made again: ``{"decompressed": fn(fmt, inner stream)}``,
@@ -152,6 +162,92 @@ def _from_memory(copy: list[Any]) -> Any:
         stream.__setstate__((copy[1], copy[2], 0, None))  # type: ignore[attr-defined]  # no newline translated again
         return stream
     return _REWRAP[copy[0]](copy[1], _from_memory(copy[2]))
+
+
+# -- streams inside the items a state holds (datapipes._held) -------------------------------------
+
+
+def set_origin(stream: Any, stage: Any, path: Any, n: int) -> Any:
+    """Record on ``stream`` that item ``n`` of ``stage`` (an opener, a decompressor) opened it from
+    ``path``, so that a pass state holding it saves where it came from; returns ``stream``."""
+    try:
+        if isinstance(stream, StreamWrapper):
+            stream.__dict__["_dp_origin"] = (stage, path, n)
+        else:
+            stream._dp_origin = (stage, path, n)
+    except (AttributeError, TypeError):  # a stream that takes no attribute: copied if in memory
+        pass
+    return stream
+
+
+def _origin(stream: Any) -> tuple[Any, Any, int] | None:
+    d = getattr(stream, "__dict__", None)
+    origin = None if d is None else d.get("_dp_origin")
+    if origin is None and isinstance(stream, StreamWrapper):
+        d = getattr(stream.file_obj, "__dict__", None)
+        origin = None if d is None else d.get("_dp_origin")
+    return origin
+
+
+def _origin_reopener(stage: Any) -> Callable[[Any, int], Any] | None:
+    """How to open again a stream ``stage`` recorded as its own (:func:`set_origin`) by the path the
+    origin holds: the stage's ``_origin_reopener`` where it has one, else its ``_reopener``."""
+    make = getattr(stage, "_origin_reopener", None)
+    return _reopener(stage) if make is None else make()
+
+
+def _is_stream(value: Any) -> bool:
+    # torch's StreamWrapper (from a torch-style opener of your own) is recognised by its name
+    return isinstance(value, (StreamWrapper, io.IOBase)) or type(value).__name__ == "StreamWrapper"
+
+
+class _StreamCodec:
+    """How a pass state saves the streams inside the items its stages hold (see datapipes._held)."""
+
+    def freeze(self, value: Any, key_of: Callable[[Any], str | None], where: str) -> Any:
+        if type(value) in _NOT_STREAMS or not _is_stream(value):
+            return value
+        wrapped = not isinstance(value, io.IOBase)
+        name = getattr(value, "name", None) if wrapped else None
+        origin = _origin(value)
+        if origin is not None:
+            stage, path, n = origin
+            key = key_of(stage)
+            if key is not None and _origin_reopener(stage) is not None:
+                return {"open": key, "path": path, "n": n, "name": name, "wrapped": wrapped}
+        copy = _copied(value)
+        if copy is not None:
+            return {"memory": copy, "name": name, "wrapped": wrapped}
+        raise TypeError(
+            f"{where} cannot save its position: it holds an item with an open stream "
+            f"({type(_inner(value)).__name__}{'' if name is None else f' {name!r}'}) that can be neither opened again "
+            f"by this pass (an opener of this pipe can: open_files, open_files_by_fsspec, read_from_http, decompress "
+            f"after one) nor copied (in-memory streams are: io.BytesIO, io.StringIO); read the stream in the stage "
+            f"that receives it, or keep the path in the item and open it there"
+        )
+
+    def thaw(self, saved: Any, stage_at: Callable[[str], Any]) -> Any:
+        if "memory" in saved:
+            stream = _from_memory(saved["memory"])
+        else:
+            stage = stage_at(saved["open"])
+            reopen = _origin_reopener(stage)
+            if reopen is None:  # pragma: no cover - the same graph class at the same place has one
+                raise ValueError(f"load_state_dict: {stage_label(stage)} cannot open {saved['path']!r} again")
+            stream = set_origin(reopen(saved["path"], saved["n"]), stage, saved["path"], saved["n"])
+        if saved["wrapped"]:
+            if not isinstance(stream, StreamWrapper):
+                stream = StreamWrapper(stream, saved["name"])
+                if "open" in saved:
+                    set_origin(stream, stage, saved["path"], saved["n"])
+        elif isinstance(stream, StreamWrapper):
+            stream = stream.file_obj
+        return stream
+
+
+_NOT_STREAMS = frozenset((int, float, str, bytes, bool, type(None), dict, list, tuple))
+
+_held.register(_StreamCodec())
 
 
 class _FileRunSlots(Protocol):

@@ -87,7 +87,7 @@ from ..graph import sources_of
 from .archive import _decompressing, _tar, _zip
 from .fileio import StreamWrapper, _open_pass, _opened_len, _paths_pipe
 from .fileio import _pair as _meta_data
-from .parsing import _close, _item, _open_item, _pair, _read_run, _reopener
+from .parsing import _close, _item, _open_item, _pair, _read_run, _reopener, set_origin
 from .remote import _check_retries, _RetryingReader, _url_note
 
 __all__ = [
@@ -1106,7 +1106,7 @@ def _load_compressed(pipe: Any, it: Iterator[Any]) -> Iterator[tuple[Any, Stream
             n += 1
             path, stream = _pair(item, stage, n)
             name = path[: -len(suffix)] if isinstance(path, str) and path.endswith(suffix) else path
-            yield name, StreamWrapper(_reader(stage, fmt, path, stream, n), name)
+            yield name, set_origin(StreamWrapper(_reader(stage, fmt, path, stream, n), name), pipe, path, n)
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
@@ -1126,6 +1126,15 @@ class _CompressedLoader(IterDataPipe[tuple[str, StreamWrapper]]):
 
     def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
         return _load_compressed(self, iter(self.datapipe))
+
+    def _origin_reopener(self) -> Callable[[Any, int], Any] | None:
+        """How a pass state holding one of this stage's readers opens it again by the compressed
+        file's path (the items carry the path without the suffix, so readers downstream cannot)."""
+        reopen = _reopener(self.datapipe)
+        if reopen is None:
+            return None
+        stage, fmt = stage_label(self), self._format
+        return lambda path, n: _reader(stage, fmt, path, reopen(path, n), n)
 
     def __len__(self) -> int:
         if self.length != -1:
@@ -1250,7 +1259,7 @@ def _extract(pipe: Extractor, it: Iterator[Any], run: Any) -> Iterator[tuple[Any
             if read is not None:
                 yield from read(pipe, iter((item,)), run)  # the archive's members, its position in ``run``
             else:
-                yield path, _reader(stage, kind, path, stream, n)
+                yield path, set_origin(_reader(stage, kind, path, stream, n), pipe, path, n)
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
@@ -1330,6 +1339,15 @@ class Extractor(IterDataPipe[tuple[Any, Any]]):
             return None
         stage, kind = stage_label(self), self._kind
         return lambda path, n: _reader(stage, kind, path, reopen(path, n), n)  # type: ignore[arg-type]
+
+    def _origin_reopener(self) -> Callable[[Any, int], Any] | None:
+        """How a pass state holding one of this stage's decompressed files opens it again: the
+        source's opener, decompressed by the kind of the path (archives' members are copied)."""
+        reopen = _reopener(self.source_datapipe)
+        if reopen is None:
+            return None
+        stage, fixed = stage_label(self), self._kind
+        return lambda path, n: _reader(stage, fixed or _kind_of(path, stage), path, reopen(path, n), n)
 
     def __len__(self) -> int:
         if self._stateless:
