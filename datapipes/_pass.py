@@ -57,7 +57,7 @@ from ._worker import base_seed, is_sharding_stage, unseeded_across_ranks
 from .graph import sources_of, stage_label, stages, walk
 
 __all__ = ["observing", "inherited", "task_hooks", "concurrency_for", "budgeted", "FrameRun", "Pass", "PassConfig", "PassIterator", "STARTED", "configured", "current", "remaining", "stage_keys", "state_of",
-           "track", "track_generator", "latest_stats", "owner", "start", "stats_for"]
+           "track", "track_generator", "no_position", "latest_stats", "owner", "start", "stats_for"]
 
 _local = threading.local()
 
@@ -139,6 +139,27 @@ def track(stage: Any, run: Any) -> None:
 
 
 
+class _NoPosition:
+    """The run of a pass that keeps no position of its own: its position is its source's."""
+
+    __slots__ = ()
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        pass
+
+
+_NO_POSITION = _NoPosition()
+
+
+def no_position(stage: Any) -> None:
+    """Record that this pass of ``stage`` keeps no position of its own (a stage that only sometimes
+    does, such as a mover on the CPU, where it would on a GPU): its state is its sources'."""
+    track(stage, _NO_POSITION)
+
+
 def remaining(it: Iterator[Any]) -> list[Any]:
     """The items a list or tuple iterator has not yielded yet, as a new list (read from its
     ``__reduce__``: ``(iter, (sequence,), index)``, or ``(iter, ((),))`` once exhausted)."""
@@ -202,6 +223,11 @@ class Pass:
         self.built: set[int] = set()  # ids of the stages whose iterators this pass created
         self.runs: dict[int, tuple[Any, Any]] = {}  # id(stage) -> (stage, its run: state()/restore())
         self.pending_states: dict[int, Any] = {}  # loaded states of stages not built yet
+        #: building phases (each outermost ``building()``) and the phase each run was tracked in: a
+        #: stage tracked twice in one phase is read by two iterators at once (``zip(p, p)``)
+        self.phase = 0
+        self._tracked_in: dict[int, tuple[int, object]] = {}  # (phase, the iter() call that built it)
+        self.twice: set[int] = set()  # ids of the stages read by two iterators at once
 
         self.stats: dict[int, StageStats] = {}
         self._stats_owner: dict[int, Any] = {}
@@ -348,6 +374,12 @@ class Pass:
         latest run of a stage is the one saved (a stage iterated again within the pass, as a
         cycled source is, replaces its run)."""
         with self._lock:
+            token = _starting().get(id(stage))
+            if token is not None and getattr(_local, "building", None) is self:
+                seen = self._tracked_in.get(id(stage))
+                if id(stage) in self.runs and seen is not None and seen[0] == self.phase and seen[1] is not token:
+                    self.twice.add(id(stage))
+                self._tracked_in[id(stage)] = (self.phase, token)
             self.runs[id(stage)] = (stage, run)
             pending = self.pending_states.pop(id(stage), None)
         if pending is not None:  # loaded before this stage was built (its consumer iterates lazily)
@@ -372,6 +404,8 @@ class Pass:
             for key in ids:
                 self.runs.pop(key, None)
                 self.pending_states.pop(key, None)
+                self._tracked_in.pop(key, None)
+            self.twice -= ids
             self.built -= ids
 
     def claim(self, stage: Any) -> None:
@@ -390,6 +424,8 @@ class _Building:
 
     def __enter__(self) -> Pass:
         self.saved = getattr(_local, "building", None)
+        if self.saved is not self.pass_:
+            self.pass_.phase += 1
         _local.building = self.pass_
         return self.pass_
 
@@ -530,6 +566,22 @@ def _stateless(stage: Any) -> bool:
     return bool(getattr(stage, "_stateless", False))
 
 
+def _replayed(graph: list[Any]) -> set[int]:
+    """The ids of the stages upstream of a stage that replays its sources from their start when it
+    resumes (``_replays_sources``: a ``Sampler`` replays its sampler, which may read its data
+    source): their positions are neither saved nor restored."""
+    out: set[int] = set()
+    for stage in graph:
+        if getattr(stage, "_replays_sources", False):
+            stack = list(sources_of(stage))
+            while stack:
+                upstream = stack.pop()
+                if id(upstream) not in out:
+                    out.add(id(upstream))
+                    stack.extend(sources_of(upstream))
+    return out
+
+
 def _snapshot(pass_: Pass) -> dict[str, Any]:
     # Stages that pull their upstream on a thread of their own hold their lock while they do: take
     # them all, downstream first (graph order), so every stage is between two items.
@@ -540,7 +592,17 @@ def _snapshot(pass_: Pass) -> dict[str, Any]:
             held.enter_context(lock)
         stages: dict[str, Any] = {}
         keys = {id(stage): _key(index, stage) for index, stage in enumerate(pass_.graph)}
+        replayed = _replayed(pass_.graph)
         for index, stage in enumerate(pass_.graph):
+            if id(stage) in replayed:
+                continue
+            if id(stage) in pass_.twice:
+                raise TypeError(
+                    f"{stage_label(stage)} cannot save its position: this pass reads it through two iterators at once "
+                    f"(the same pipe given twice to zip or mux, random_split's children read together, ...), and "
+                    f"one position cannot stand for both; read it twice through fork() (a, b = pipe.fork(2)), whose "
+                    f"children each keep their place"
+                )
             entry = pass_.runs.get(id(stage))
             if entry is not None:
                 # Streams in the items a stage holds are saved by where they came from (_held).
@@ -569,9 +631,10 @@ def _restore(pass_: Pass, state: dict[str, Any]) -> None:
         )
     stages = state["stages"]
     by_key = {_key(index, stage): stage for index, stage in enumerate(pass_.graph)}
+    replayed = _replayed(pass_.graph)
     for index, stage in enumerate(pass_.graph):
         key = _key(index, stage)
-        if key not in stages:
+        if key not in stages or id(stage) in replayed:
             continue
         saved = _held.thaw(stages[key], by_key.__getitem__)  # streams it holds, opened again
         with pass_._lock:
@@ -580,6 +643,28 @@ def _restore(pass_: Pass, state: dict[str, Any]) -> None:
                 pass_.pending_states[id(stage)] = saved
         if entry is not None:
             entry[1].restore(saved)
+
+
+def _starting() -> dict[int, object]:
+    """id(stage) -> a token of the outermost ``iter(stage)`` in progress on this thread: a stage's
+    ``__iter__`` calling its base class's (``super().__iter__()``) builds one iterator, not two."""
+    found: dict[int, object] | None = getattr(_local, "starting", None)
+    if found is None:
+        found = _local.starting = {}
+    return found
+
+
+@contextlib.contextmanager
+def _iter_call(pipe: Any) -> Iterator[None]:
+    starting = _starting()
+    if id(pipe) in starting:  # the stage's own __iter__ calling its base class's
+        yield
+        return
+    starting[id(pipe)] = object()
+    try:
+        yield
+    finally:
+        del starting[id(pipe)]
 
 
 def start(pipe: Any, iter_fn: Callable[[Any], Iterator[Any]], config: PassConfig | None = None) -> Iterator[Any]:
@@ -598,12 +683,12 @@ def start(pipe: Any, iter_fn: Callable[[Any], Iterator[Any]], config: PassConfig
             if within is not None and within.root is pipe:
                 within = None  # the root of a pass iterated again: a new pass
         if within is not None:
-            with within.building():
+            with within.building(), _iter_call(pipe):
                 within.claim(pipe)
                 it = _tracked(within, pipe, iter_fn(pipe))
             return it if within.observer is None else within.observer.wrap(pipe, it)
     pass_ = Pass(pipe, config, pending_observation(), _pending_budget())
-    with pass_.building():
+    with pass_.building(), _iter_call(pipe):
         pass_.claim(pipe)
         it = _tracked(pass_, pipe, iter_fn(pipe))
     if getattr(getattr(type(it), "__iter__", None), "_pass_hooked", False):

@@ -9,6 +9,10 @@
   ``TypeError`` (never another type, so ``list(pipe)`` still works);
 - ``bool(pipe)`` is true without calling ``len``;
 - an iterator closed (or dropped) after one item leaves no thread behind;
+- a pass stopped after ``k`` items (the first, the middle, the last) and saved with
+  ``it.state_dict()`` resumes exactly in a new pass (``load_state_dict``), or ``state_dict()``
+  refuses with a ``TypeError``; a stage of your own that keeps a position of its own and does not
+  give its iterator ``state_dict``/``load_state_dict`` fails here;
 - with ``build``, an exception raised by the source reaches the consumer as the same object.
 
 :func:`check_resume` checks the checkpoint law: a pass stopped after ``k`` items, saved with
@@ -154,6 +158,7 @@ def check_datapipe(
     limit: int | None = None,
     check_pickle: bool = True,
     check_close: bool = True,
+    check_state: bool = True,
     build: Callable[[IterDataPipe[Any]], IterDataPipe[Any]] | None = None,
     probe_data: Iterable[Any] | None = None,
     timeout: float = 5.0,
@@ -170,6 +175,9 @@ def check_datapipe(
             the ``len`` rule is then skipped.
         check_pickle: check the pickle round trip.
         check_close: check that an iterator closed after one item leaves no thread behind.
+        check_state: check that passes stopped after ``k`` items resume exactly from their
+            ``state_dict()`` (through pickle), or refuse to save with a ``TypeError``. The full
+            law at every ``k``, and through ``torch.save``, is :func:`check_resume`'s.
         build: a function building the pipe under test over a given source pipe. The checker
             feeds it a source that yields ``probe_data`` then raises, and checks that the very same
             exception object reaches the consumer.
@@ -235,6 +243,9 @@ def check_datapipe(
         if not agree(first, again):
             raise ContractViolation(f"{name}: the unpickled pipe yields {again!r:.300}, not {first!r:.300}")
 
+    if check_state and isinstance(pipe, IterDataPipe):
+        _check_state(pipe, first, limit, ordered, name)
+
     if check_close:
         before = set(threading.enumerate())
         it = iter(pipe)
@@ -265,6 +276,36 @@ def check_datapipe(
             raise ContractViolation(f"{name}: the source's exception was swallowed")
 
     return first
+
+
+def _check_state(pipe: IterDataPipe[Any], first: list[Any], limit: int | None, ordered: bool, name: str) -> None:
+    """check_datapipe's resume rule, at the first, the middle and the last item of ``first``."""
+    n = len(first)
+    for k in sorted({min(1, n), n // 2, max(n - 1, 0)}):
+        it: Any = iter(pipe)
+        try:
+            head = list(itertools.islice(it, k))
+            try:
+                state = _pickle_round_trip(it.state_dict())
+            except TypeError:
+                return  # the pipe refuses to save a position it could not resume: allowed
+        finally:
+            close_iterator(it)
+        again: Any = iter(pipe)
+        try:
+            again.load_state_dict(state)
+            rest = list(again if limit is None else itertools.islice(again, limit - k))
+        finally:
+            close_iterator(again)
+        if (_all_equal(head + rest, first) if ordered else same_multiset(head + rest, first)):
+            continue
+        if not ordered or _all_equal(head, first[:k]):
+            raise ContractViolation(
+                f"{name}: a pass stopped after {k} of {n} items and resumed from its state_dict() yields "
+                f"{rest!r:.300}, the uninterrupted pass {first[k:]!r:.300} after them. A stage of your own that "
+                f"keeps a position (a counter, a buffer, an open file) gives its iterator state_dict() and "
+                f"load_state_dict() (docs/howto/checkpoint.rst, 'Your own stages')"
+            )
 
 
 def _resume_points(n: int) -> list[int]:

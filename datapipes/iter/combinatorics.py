@@ -387,6 +387,9 @@ class Sampler(IterDataPipe[Any]):
 
     #: the sampler decides whether (and when) the source is iterated: torch's only take its len() (see datapipes._pass.unbuilt)
     _builds_sources_later = True
+    #: a resumed pass replays the sampler from its start, and with it any reading of the source it
+    #: does (a sampler yielding items): the source's stages save no position (datapipes._pass._replayed)
+    _replays_sources = True
 
     def __init__(
         self,

@@ -584,7 +584,7 @@ class _Hub(ABC):
                 return p
             it = _build(self.datapipe, pass_)
             if p is not None:
-                busy = [j for j in range(self.num_instances) if j != i and self._busy(p, j)]
+                busy = [j for j in range(self.num_instances) if j != i and self._busy(p, j) and not _closed(p, j)]
                 if busy:
                     _warn(
                         f"{self.label}: child {i} started a new pass while child(ren) {busy} are in the middle "
@@ -921,6 +921,14 @@ class _ForkHub(_Hub):
             f"which {where}. Consume the children together (zip or mux them), or raise buffer_size "
             "(-1: unbounded)"
         )
+
+
+def _closed(p: Any, j: int) -> bool:
+    """Whether the pipe pass child ``j`` of shared pass ``p`` joined from has been closed: its
+    iterator, suspended mid-pass while the closed pass is still referenced, will not read again."""
+    ref = p.joiners[j]
+    joiner = None if ref is None else ref()
+    return joiner is not None and joiner.ended
 
 
 def _fork_child(hub: _ForkHub, i: int, pass_: _pass.Pass | None, run: _ChildRun | None) -> Iterator[Any]:

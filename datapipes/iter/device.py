@@ -36,7 +36,7 @@ from torch.utils.data import get_worker_info
 
 from .. import _pass
 from .._collate import map_collated, map_converted, map_tensors
-from .._engine import StageStats, abandon, background_iter
+from .._engine import BackgroundRun, StageStats, abandon, background_iter
 from ..datapipe import IterDataPipe, functional_datapipe, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note
 from ..graph import walk
@@ -283,7 +283,9 @@ def _pin_pass(pipe: PinMemory[Any]) -> Iterator[Any]:
         return source
 
     if pipe._crossing_ops is None:
-        return background_iter(make, pipe.buffer_size, label, stats, fn=fn)
+        run = BackgroundRun()  # the pinned items not yet taken, saved as prefetch saves its own
+        _pass.track(pipe, run)
+        return background_iter(make, pipe.buffer_size, label, stats, fn=fn, run=run)
     return background_handover(pipe._crossing_ops, make, pipe.buffer_size, label, stats, fn=fn)
 
 
@@ -367,6 +369,7 @@ class PinMemory(IterDataPipe[T]):
             return _pin_pass(self)
         _warn_once(why, f"{stage_label(self)}: pinning is skipped, items pass through unpinned: {why}"
                         + ("; pin in the main process instead" if why == _IN_WORKER else ""))
+        _pass.no_position(self)
         return iter(self.source_datapipe)
 
     def __len__(self) -> int:
@@ -657,6 +660,7 @@ class DeviceMover(IterDataPipe[Any]):
     def __iter__(self) -> Iterator[Any]:
         device = torch.device("cuda" if self.device is None else self.device)
         if device.type != "cuda":
+            _pass.no_position(self)  # one item out per item in, on the consumer's thread
             return _move_plain(self, iter(self.source_datapipe), device)
         error = _cuda_unavailable(type(self).__name__)
         if error is not None:

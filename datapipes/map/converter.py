@@ -7,8 +7,10 @@ import threading
 import warnings
 from typing import Any, Callable, Hashable, Iterator, Sequence, TypeVar
 
+from .. import _pass
 from ..datapipe import IterDataPipe, MapDataPipe, functional_datapipe, require_callable, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
+from ..iter.util import _deferred, _SourceRun
 from ._index import require_indices
 
 __all__ = ["IterToMapConverter", "MapToIterConverter"]
@@ -193,11 +195,26 @@ class IterToMapConverter(MapDataPipe[V]):
 
 
 def _iter_all(pipe: MapToIterConverter[Any]) -> Iterator[Any]:
-    return iter(pipe.datapipe)
+    source = pipe.datapipe
+    if type(source).__iter__ is MapDataPipe.__iter__:  # reads source[0 .. len - 1]: resumes by index
+        return _positioned(pipe, lambda: iter(range(len(source))), source.__getitem__)
+    return _positioned(pipe, lambda: iter(source), None)  # its own order: a resumed pass replays it
 
 
 def _iter_indices(pipe: MapToIterConverter[Any]) -> Iterator[Any]:
-    return map(pipe.datapipe.__getitem__, pipe.indices)  # type: ignore[arg-type]
+    return _positioned(pipe, lambda: iter(pipe.indices), pipe.datapipe.__getitem__)  # type: ignore[arg-type]
+
+
+def _positioned(pipe: MapToIterConverter[Any], open_: Callable[[], Iterator[Any]],
+                get: Callable[[Any], Any] | None) -> Iterator[Any]:
+    """A pass yielding ``get(i)`` for the ``i`` of ``open_()`` (``get`` None: its items), opened at
+    the first ``next()``; its position is how far ``open_()`` was read (an index into a list or a
+    range: a resumed pass starts there, nothing read again; another iterable is read again and the
+    items already yielded skipped), saved as :class:`~datapipes.iter.IterableWrapper` saves its own."""
+    run = _SourceRun(True)
+    _pass.track(pipe, run)
+    it = _deferred(open_, run)
+    return it if get is None else map(get, it)
 
 
 @functional_datapipe("to_iter_datapipe", source=MapDataPipe)
@@ -230,6 +247,10 @@ class MapToIterConverter(IterDataPipe[T]):
 
     See also: :class:`IterToMapConverter` (``to_map_datapipe``), the other way round.
     """
+
+    #: its position is an index into the map-style pipe, which a resumed pass reads from its start
+    #: (a keyed pipe loads its source again): the stages above save no position (_pass._replayed)
+    _replays_sources = True
 
     def __init__(self, datapipe: MapDataPipe[T], indices: Sequence[Any] | None = None) -> None:
         require_pipe(datapipe, "MapToIterConverter", kind=MapDataPipe)

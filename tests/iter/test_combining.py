@@ -5,6 +5,7 @@ import copy
 import gc
 import inspect
 import itertools
+import operator
 import pickle
 import threading
 import warnings
@@ -226,6 +227,18 @@ class TestForker:
             a, b, c = IterableWrapper(range(4)).fork(3, buffer_size=1)
             check_datapipe(a.mux(b.map(lambda x: -x), c), expected=[0, 0, 0, 1, -1, 1, 2, -2, 2, 3, -3, 3],
                            build=lambda src: Multiplexer(*src.fork(3, buffer_size=1)))
+
+    def test_a_closed_pass_of_the_children_does_not_hold_them(self):
+        # the closed pass is still referenced (its iterator kept), its children suspended mid-pass: a new
+        # pass starts without the "child started a new pass while ..." warning
+        a, b, c = IterableWrapper(range(4)).fork(3, buffer_size=1)
+        pipe = a.mux(b.map(operator.neg), c)
+        it = iter(pipe)
+        next(it)
+        it.close()
+        with no_warnings():
+            assert list(pipe) == [0, 0, 0, 1, -1, 1, 2, -2, 2, 3, -3, 3]
+        assert it is not None
 
     def test_one_child_fully_then_the_other(self):
         src = Counting(range(10))
