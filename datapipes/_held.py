@@ -22,6 +22,7 @@ tuples, 32 levels deep) and copies a container only where something in it change
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Any, Callable, Protocol
 
 __all__ = ["MARK", "StreamCodec", "freeze", "register", "thaw"]
@@ -30,6 +31,7 @@ __all__ = ["MARK", "StreamCodec", "freeze", "register", "thaw"]
 MARK = "datapipes.stream/1"
 
 _PLAIN = frozenset((int, float, str, bytes, bool, type(None), complex))
+_SEQUENCES = frozenset((list, tuple))
 _DEPTH = 32
 
 
@@ -68,6 +70,17 @@ def _rebuilt(value: Any, items: list[Any]) -> Any:
         return list(items) if isinstance(value, list) else tuple(items)
 
 
+def _plain_items(items: list[Any] | tuple[Any, ...]) -> bool:
+    """Whether ``items`` holds only plain values, or only lists and tuples of plain values (a buffer
+    of paths, of ``(path, label)`` pairs): scanned in C, no Python call per item."""
+    kinds = set(map(type, items))
+    if _PLAIN.issuperset(kinds):
+        return True
+    if _SEQUENCES.issuperset(kinds - _PLAIN) and _PLAIN.isdisjoint(kinds):
+        return _PLAIN.issuperset(map(type, chain.from_iterable(items)))
+    return False
+
+
 def _walk(value: Any, leaf: Callable[[Any], Any], node: Callable[[dict[Any, Any]], Any] | None, depth: int) -> Any:
     kind = type(value)
     if kind in _PLAIN:
@@ -75,7 +88,7 @@ def _walk(value: Any, leaf: Callable[[Any], Any], node: Callable[[dict[Any, Any]
     if isinstance(value, dict):
         if node is not None and len(value) == 1 and MARK in value:
             return node(value)
-        if depth >= _DEPTH:
+        if depth >= _DEPTH or _PLAIN.issuperset(map(type, value.values())):  # the scan runs in C
             return value
         out: dict[Any, Any] | None = None
         for k, v in value.items():
@@ -93,7 +106,7 @@ def _walk(value: Any, leaf: Callable[[Any], Any], node: Callable[[dict[Any, Any]
                 return out
         return out
     if isinstance(value, (list, tuple)):
-        if depth >= _DEPTH:
+        if depth >= _DEPTH or _plain_items(value):
             return value
         changed: list[Any] | None = None
         for i, v in enumerate(value):
