@@ -4,6 +4,7 @@ even batch counts across ranks, and the lifecycle of its threads and processes."
 import asyncio
 import gc
 import json
+import pickle
 import multiprocessing
 import os
 import random
@@ -610,6 +611,15 @@ class TestEvenBatches:
         assert as_lists(loader) == [[0, 1], [2, 3], [4]]
 
     @pytest.mark.slow
+    def test_two_ranks_resumed_from_a_state(self, tmp_path):
+        # a resumed pass yields fewer batches than len() says: the ranks agree batch by batch
+        torch.multiprocessing.spawn(_rank_resume, args=(2, str(tmp_path)), nprocs=2, join=True)
+        got = [json.loads((tmp_path / f"resumed{r}.json").read_text()) for r in range(2)]
+        assert got[0]["drop"] == [[0, 1], [2, 3]] and got[1]["drop"] == [[100, 101], [102]]
+        assert got[0]["pad"] == [[0, 1], [2, 3], [4, 5], [6]]
+        assert got[1]["pad"] == [[100, 101], [102], [102], [102]]
+
+    @pytest.mark.slow
     def test_two_ranks(self, tmp_path):
         torch.multiprocessing.spawn(_rank_main, args=(2, str(tmp_path)), nprocs=2, join=True)
         got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
@@ -629,6 +639,33 @@ class TestEvenBatches:
         # with workers: every item exactly once across all workers of all ranks; len per rank
         assert sorted(sum(got[0]["workers"] + got[1]["workers"], [])) == list(range(10))
         assert [len(got[r]["workers"]) for r in range(2)] == [got[0]["workers_len"], got[1]["workers_len"]] == [4, 2]
+
+
+def _rank_resume(rank, world_size, folder):
+    """One rank of the resume test: uneven data, a state saved after one batch, a new loader resumes."""
+    import datetime
+
+    import torch.distributed as dist
+
+    store = os.path.join(folder, "store")
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        data = list(range(7)) if rank == 0 else [100, 101, 102]
+        out = {}
+        for mode in ("drop", "pad"):
+            loader = DataLoader(IterableWrapper(data), batch_size=2, even_batches=mode)
+            it = iter(loader)
+            head = [next(it).tolist()]
+            state = pickle.loads(pickle.dumps(loader.state_dict()))
+            it.close()
+            again = DataLoader(IterableWrapper(data), batch_size=2, even_batches=mode)
+            again.load_state_dict(state)
+            out[mode] = head + as_lists(again)
+        with open(os.path.join(folder, f"resumed{rank}.json"), "w") as f:
+            json.dump(out, f)
+    finally:
+        dist.destroy_process_group()
 
 
 def _rank_main(rank, world_size, folder):

@@ -600,7 +600,7 @@ class DataLoader(Generic[T]):
         self._current = weakref.ref(tracked)
         if self.even_batches is None:
             return tracked
-        return _even_pass(self, tracked, self.even_batches)
+        return _even_pass(self, tracked, self.even_batches, resumed=resume is not None)
 
     # -- checkpoints (torchdata's StatefulDataLoader convention) ---------------------------------
 

@@ -107,9 +107,11 @@ def _shard_id(captured: tuple[int, int] | None = None) -> int:
 # -- even batch counts across ranks ----------------------------------------------------------------
 
 
-def _even_pass(loader: _Loader, it: Iterator[Any], mode: str) -> Iterator[Any]:
+def _even_pass(loader: _Loader, it: Iterator[Any], mode: str, resumed: bool = False) -> Iterator[Any]:
     """Yield the batches of ``it`` so that every rank yields the same number (``mode`` "drop": the
-    smallest count, "pad": the largest, repeating each short rank's last batch)."""
+    smallest count, "pad": the largest, repeating each short rank's last batch). A pass resumed from
+    a state (``resumed``) yields fewer batches than ``len()`` says: the ranks then agree batch by
+    batch."""
     dist = _distributed()
     try:
         if dist is None:
@@ -119,6 +121,8 @@ def _even_pass(loader: _Loader, it: Iterator[Any], mode: str) -> Iterator[Any]:
 
         device = _collective_device(dist)
         try:
+            if resumed:
+                raise TypeError("a resumed pass: its count is not len()'s")
             n, known = len(loader), 1
         except TypeError:
             n, known = 0, 0
@@ -138,8 +142,9 @@ def _even_pass(loader: _Loader, it: Iterator[Any], mode: str) -> Iterator[Any]:
 
 def _cannot_pad(loader: _Loader) -> ValueError:
     return ValueError(
-        f"{_WHERE}: even_batches='pad' repeats a rank's last batch, but a rank yielded no batch at all; "
-        f"use even_batches='drop' or give every rank data ({loader.pipe!r})"
+        f"{_WHERE}: even_batches='pad' repeats a rank's last batch, but a rank yielded no batch at all (in a pass "
+        f"resumed from a state: no batch after the state was saved); use even_batches='drop' or give every rank "
+        f"data ({loader.pipe!r})"
     )
 
 
