@@ -8,7 +8,8 @@ a multiset: nothing lost, nothing repeated.
 
 The other laws of this folder each draw from one family; this one draws its pipelines from all of
 them together: sources (``IterableWrapper`` over a list, a range, a re-iterable; a user-written
-``StatefulSource``; a seeded ``Sampler``), 1:1 and filtering stages, concurrent maps (threads,
+``StatefulSource``; a seeded ``Sampler``; opened files whose streams a concurrent map, a prefetch
+or a shuffle holds before they are read), 1:1 and filtering stages, concurrent maps (threads,
 async, ``ordered=False``, ``rng=``, ``on_error="skip"``, rarely processes), seeded shuffles,
 batch/unbatch/bucketbatch/groupby/flatmap, cycle, prefetch, sharding, in-memory caches, random
 splits, and the multi-input stages (zip, concat, mux over branches; fork and demux children used
@@ -22,8 +23,12 @@ and then not even two uninterrupted passes agree as multisets.
 """
 
 import asyncio
+import atexit
 import functools
+import os
 import random
+import shutil
+import tempfile
 import time
 import zlib
 
@@ -228,7 +233,31 @@ def _split_hows(facts):
 # "unordered" (a completion-order map upstream), "lazy" (a concat, fork or demux upstream: inputs
 # built during the pass).
 
-SOURCES = ["list", "user", "range", "reiterable", "sampler"]
+SOURCES = ["list", "user", "range", "reiterable", "sampler", "files"]
+
+# "files": files holding the numbers, opened (open_files yields (path, stream) pairs) and read after
+# a stage that holds the pairs, streams and all, when a state is taken (a concurrent map reading
+# them, prefetch, a shuffle buffer): states save the streams as where they came from.
+_FILES = tempfile.mkdtemp(prefix="datapipes-law-")
+atexit.register(shutil.rmtree, _FILES, True)
+for _i in range(125):
+    with open(os.path.join(_FILES, f"{_i:03d}.txt"), "w") as _out:
+        _out.write(str(_i))
+
+
+def _number(pair):
+    _jitter()
+    return int(pair[1].read())
+
+
+def _opened(n, start):
+    pipe = IterableWrapper([os.path.join(_FILES, f"{i:03d}.txt") for i in range(start, start + n)]).open_files(mode="b")
+    how = (n + start) % 3  # drawn with n: hypothesis shrinks it with the rest
+    if how == 0:
+        return pipe.map(_number, concurrency=3)
+    if how == 1:
+        return pipe.prefetch(3).map(_number)
+    return pipe.shuffle(buffer_size=4).map(_number)
 
 
 @st.composite
@@ -279,6 +308,8 @@ def _source(kind, n, start):
         return StatefulSource(n, start)
     if kind == "reiterable":
         return IterableWrapper(Reiterable(range(start, start + n)))
+    if kind == "files":
+        return _opened(n, start)
     return Sampler(IterableWrapper(range(start, start + max(n, 1))), sampler=RandomSampler)
 
 
