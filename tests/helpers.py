@@ -7,9 +7,14 @@ records its close, a pass run to its error)."""
 
 import gc
 import glob
+import io
 import os
+import struct
+import tarfile
+import zipfile
 
 import pytest
+from PIL import Image
 
 from datapipes import IterDataPipe, _worker
 
@@ -169,3 +174,73 @@ def run_ranks(fn, args, nprocs, seconds=120):
             if p.is_alive():
                 p.kill()
             p.join(5)
+
+
+# -- file contents built in memory (archives, images, TFRecord) -------------------------------------
+
+
+def make_tar(members, mode="w"):
+    """A tar archive (``mode``: "w", "w:gz", ...) of ``(name, bytes)`` members, as bytes."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode=mode) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def make_zip(members):
+    """A deflated zip archive of ``(name, bytes)`` members, as bytes."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members:
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+def png(color, size=(4, 3)):
+    """A one-colour RGB PNG, as bytes."""
+    buf = io.BytesIO()
+    Image.new("RGB", size, color).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def crc32c(data):
+    """CRC-32C bit by bit (independent of the table the package uses)."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
+    return crc ^ 0xFFFFFFFF
+
+
+def masked(data):
+    """TFRecord's masked CRC-32C of ``data``."""
+    crc = crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def varint(n):
+    """A protobuf varint (negative int64s: two's complement, 10 bytes)."""
+    n &= (1 << 64) - 1
+    out = b""
+    while n > 0x7F:
+        out += bytes([n & 0x7F | 0x80])
+        n >>= 7
+    return out + bytes([n])
+
+
+def ld(number, payload):
+    """A protobuf length-delimited field."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def tfrecord(*records):
+    """TFRecord framing of ``records`` (bytes each), with their lengths and masked CRCs."""
+    out = b""
+    for data in records:
+        length = struct.pack("<Q", len(data))
+        out += length + struct.pack("<I", masked(length)) + data + struct.pack("<I", masked(data))
+    return out

@@ -28,10 +28,7 @@ import operator
 import os
 import re
 import shutil
-import struct
-import tarfile
 import threading
-import zipfile
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -41,7 +38,6 @@ import fsspec
 import pytest
 import torch
 from fsspec.implementations.memory import MemoryFileSystem
-from PIL import Image
 from torch.utils.data import RandomSampler
 
 import datapipes.iter as di
@@ -51,6 +47,7 @@ from datapipes.iter import IterDataPipe
 from datapipes.map import SequenceWrapper
 from datapipes.testing import ContractViolation, check_resume
 
+from helpers import ld, make_tar, make_zip, png, tfrecord, varint
 from helpers import plain_process  # noqa: F401 - an autouse fixture: no RANK/WORLD_SIZE from the environment
 
 HAS_CUDA = torch.cuda.is_available()
@@ -78,30 +75,6 @@ def norm(x: Any) -> Any:
 # -- the files -------------------------------------------------------------------------------------
 
 
-def make_tar(members, mode="w"):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode=mode) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def make_zip(members):
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in members:
-            zf.writestr(name, data)
-    return buf.getvalue()
-
-
-def png(color, size=(4, 3)):
-    buf = io.BytesIO()
-    Image.new("RGB", size, color).save(buf, "PNG")
-    return buf.getvalue()
-
-
 def parquet(table_rows, row_group_size):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -111,46 +84,12 @@ def parquet(table_rows, row_group_size):
     return buf.getvalue()
 
 
-# TFRecord: records of tf.train.Example, written by hand (as tests/compat/test_storage.py does).
-
-
-def _crc32c(data):
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
-    return crc ^ 0xFFFFFFFF
-
-
-def _masked(data):
-    crc = _crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def _varint(n):
-    out = b""
-    while n > 0x7F:
-        out += bytes([n & 0x7F | 0x80])
-        n >>= 7
-    return out + bytes([n])
-
-
-def _ld(number, payload):
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+# TFRecord: records of tf.train.Example, written by hand (protobuf fields: tests/helpers.py).
 
 
 def _int64_example(name, values):
-    feature = _ld(3, _ld(1, b"".join(_varint(v) for v in values)))
-    return _ld(1, _ld(1, _ld(1, name.encode()) + _ld(2, feature)))
-
-
-def tfrecord(*records):
-    out = b""
-    for data in records:
-        length = struct.pack("<Q", len(data))
-        out += length + struct.pack("<I", _masked(length)) + data + struct.pack("<I", _masked(data))
-    return out
+    feature = ld(3, ld(1, b"".join(varint(v) for v in values)))
+    return ld(1, ld(1, ld(1, name.encode()) + ld(2, feature)))
 
 
 def tree_files():

@@ -12,15 +12,12 @@ import io
 import lzma
 import os
 import pickle
-import tarfile
-import zipfile
 from pathlib import Path
 
 import fsspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from PIL import Image
 
 from datapipes.iter import (
     CSVDictParser,
@@ -41,7 +38,7 @@ from datapipes.iter import (
 from datapipes._held import MARK
 from datapipes.testing import check_resume
 
-from helpers import StatefulSource
+from helpers import StatefulSource, make_tar, make_zip, png
 
 # -- helpers ---------------------------------------------------------------------------------------
 
@@ -93,30 +90,6 @@ def check_exact_until_error(build, error):
         again.load_state_dict(state)
         assert (head, *until_error(again)) == (full[:k], full[k:], error), k
     return full
-
-
-def make_tar(members, mode="w"):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode=mode) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def make_zip(members):
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in members:
-            zf.writestr(name, data)
-    return buf.getvalue()
-
-
-def png(color, size=(4, 3)):
-    buf = io.BytesIO()
-    Image.new("RGB", size, color).save(buf, "PNG")
-    return buf.getvalue()
 
 
 def tree_files():

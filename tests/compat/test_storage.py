@@ -10,6 +10,7 @@ import lzma
 import multiprocessing
 import os
 import pickle
+import struct
 import tarfile
 import threading
 import warnings
@@ -18,7 +19,6 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-import struct
 import torch
 
 from datapipes import _pass
@@ -36,6 +36,8 @@ from datapipes.iter import (
 )
 from datapipes.iter import storage
 from datapipes.testing import check_datapipe, check_resume
+
+from helpers import crc32c, ld, tfrecord, varint
 
 fcntl = pytest.importorskip("fcntl") if os.name != "nt" else None
 
@@ -783,34 +785,6 @@ class TestExtractor:
 # -- load_from_tfrecord ----------------------------------------------------------------------------
 
 
-def crc32c(data):
-    """CRC-32C bit by bit (independent of the table the module uses)."""
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
-    return crc ^ 0xFFFFFFFF
-
-
-def masked(data):
-    crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def varint(n):
-    n &= (1 << 64) - 1  # negative int64s: two's complement, 10 bytes
-    out = b""
-    while n > 0x7F:
-        out += bytes([n & 0x7F | 0x80])
-        n >>= 7
-    return out + bytes([n])
-
-
-def ld(number, payload):
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
-
-
 def int64_feature(values, packed=True):
     if packed:
         body = ld(1, b"".join(varint(v) for v in values))
@@ -842,14 +816,6 @@ def example(mapping):
 def sequence_example(context, lists):
     body = b"".join(ld(1, ld(1, k.encode()) + ld(2, b"".join(ld(1, f) for f in fs))) for k, fs in lists.items())
     return ld(1, features(context)) + ld(2, body)
-
-
-def tfrecord(*records):
-    out = b""
-    for data in records:
-        length = struct.pack("<Q", len(data))
-        out += length + struct.pack("<I", masked(length)) + data + struct.pack("<I", masked(data))
-    return out
 
 
 def same(a, b):
