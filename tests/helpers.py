@@ -180,20 +180,25 @@ def run_ranks(fn, args, nprocs, seconds=120):
 
 
 def make_tar(members, mode="w"):
-    """A tar archive (``mode``: "w", "w:gz", ...) of ``(name, bytes)`` members, as bytes."""
+    """A tar archive (``mode``: "w", "w:gz", ...) of ``(name, bytes)`` members (``None`` for a
+    directory), as bytes."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode=mode) as tar:
         for name, data in members:
             info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
 
-def make_zip(members):
-    """A deflated zip archive of ``(name, bytes)`` members, as bytes."""
+def make_zip(members, compression=zipfile.ZIP_DEFLATED):
+    """A zip archive of ``(name, bytes)`` members, as bytes."""
     buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+    with zipfile.ZipFile(buf, "w", compression) as zf:
         for name, data in members:
             zf.writestr(name, data)
     return buf.getvalue()

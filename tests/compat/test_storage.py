@@ -14,7 +14,6 @@ import struct
 import tarfile
 import threading
 import warnings
-import zipfile
 from functools import partial
 from pathlib import Path
 
@@ -37,31 +36,13 @@ from datapipes.iter import (
 from datapipes.iter import storage
 from datapipes.testing import check_datapipe, check_resume
 
-from helpers import crc32c, ld, tfrecord, varint
+from helpers import crc32c, ld, make_tar, make_zip, tfrecord, varint
 
 fcntl = pytest.importorskip("fcntl") if os.name != "nt" else None
 
 
 def sha(data):
     return hashlib.sha256(data).hexdigest()
-
-
-def make_tar(members):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def make_zip(members):
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        for name, data in members:
-            zf.writestr(name, data)
-    return buf.getvalue()
 
 
 def leftovers(root):

@@ -17,7 +17,7 @@ from datapipes import _pass
 from datapipes.iter import Decompressor, IterableWrapper, TarArchiveLoader, WebDatasetGrouper, ZipArchiveLoader
 from datapipes.testing import check_datapipe
 
-from helpers import Guarded, error_of_pass, gc_off  # noqa: F401 - gc_off is a fixture
+from helpers import Guarded, error_of_pass, gc_off, make_tar, make_zip  # noqa: F401 - gc_off is a fixture
 
 
 class NonSeekable(io.RawIOBase):
@@ -31,29 +31,6 @@ class NonSeekable(io.RawIOBase):
 
     def readinto(self, b):
         return self._buf.readinto(b)
-
-
-def make_tar(members, mode="w"):
-    """A tar archive of ``[(name, bytes or None for a directory)]``."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode=mode) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            if data is None:
-                info.type = tarfile.DIRTYPE
-                tar.addfile(info)
-            else:
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def make_zip(members, compression=zipfile.ZIP_DEFLATED):
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", compression) as zf:
-        for name, data in members:
-            zf.writestr(name, data)
-    return buf.getvalue()
 
 
 def pairs(contents, wrap=io.BytesIO):
