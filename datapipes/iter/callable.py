@@ -233,28 +233,27 @@ def _seeded_start(run: _pass.FrameRun, seed: int) -> tuple[int, int]:
     return int(resume.get("seed", seed)), int(resume["next"])
 
 
-def _map_seeded_raise(pipe: Mapper, it: Iterator[Any], seed: int, run: _pass.FrameRun) -> Iterator[Any]:
-    fn = _column_rng_fn(pipe.fn, pipe.input_col, pipe.output_col) if pipe.input_col is not None else pipe.fn
-    kind = cast(str, pipe.rng)  # the seeded loops run only with rng= set
-    seed, n = _seeded_start(run, seed)
-    try:
-        for x in it:
-            yield fn(x, rng=make_rng(kind, item_seed(seed, n)))
-            n += 1
-    except Exception as e:
-        if raised_at(e, _MAP_SEEDED_FN_LINES):
-            add_stage_note(e, stage_label(pipe), n)
-        abandon(it)
-        raise
-    except BaseException:
-        abandon(it)
-        raise
+def _item_fail(pipe: Any) -> Callable[[Exception, int], None]:
+    """The failure handler of one pass of a per-item stage (``map(rng=)``, ``flatmap``), chosen when
+    the pass starts and called in the loop's ``except`` block with the exception and the item's
+    position: ``on_error="raise"`` adds the note naming the stage and raises the same object again,
+    ``"skip"`` counts it in ``pipe.failures`` (raising the pass's ``ExceptionGroup`` past
+    ``max_failures``) and returns, and the loop goes on."""
+    label = stage_label(pipe)
+    if pipe._policy.skips:
+        return pipe._policy.new_pass(label, pipe.failures).skip  # type: ignore[no-any-return]
+
+    def fail(exc: Exception, position: int) -> None:
+        add_stage_note(exc, label, position)
+        raise exc
+
+    return fail
 
 
-def _map_seeded_skip(pipe: Mapper, it: Iterator[Any], seed: int, run: _pass.FrameRun) -> Iterator[Any]:
+def _map_seeded(pipe: Mapper, it: Iterator[Any], seed: int, run: _pass.FrameRun) -> Iterator[Any]:
     fn = _column_rng_fn(pipe.fn, pipe.input_col, pipe.output_col) if pipe.input_col is not None else pipe.fn
-    kind = cast(str, pipe.rng)  # the seeded loops run only with rng= set
-    failures = pipe._policy.new_pass(stage_label(pipe), pipe.failures)
+    kind = cast(str, pipe.rng)  # the seeded loop runs only with rng= set
+    fail = _item_fail(pipe)
     seed, n = _seeded_start(run, seed)
     n -= 1
     try:
@@ -263,7 +262,7 @@ def _map_seeded_skip(pipe: Mapper, it: Iterator[Any], seed: int, run: _pass.Fram
             try:
                 y = fn(x, rng=make_rng(kind, item_seed(seed, n)))
             except Exception as e:
-                failures.skip(e, n)
+                fail(e, n)
                 continue
             yield y
     except BaseException:
@@ -430,7 +429,6 @@ def _check_crossing(datapipe: Any, executor: Any) -> StreamOps | None:
 
 
 _MAP_FN_LINES = call_lines(_map_raise)
-_MAP_SEEDED_FN_LINES = call_lines(_map_seeded_raise)
 
 
 @functional_datapipe("map")
@@ -583,14 +581,14 @@ class Mapper(IterDataPipe[U]):
         if not serial:
             self._run = _map_engine if self._crossing_ops is None else _map_engine_handover
         elif rng is not None:
-            self._run = _map_seeded_skip if self._policy.skips else _map_seeded_raise
+            self._run = _map_seeded
         else:
             self._run = _map_skip if self._policy.skips else _map_raise
 
     def _thread_demand(self) -> int | str | None:
         """What a pass's thread budget counts for this stage: its concurrency when it runs worker
         threads of its own, else None."""
-        if self._stateless or self.rng is not None and self._run in (_map_seeded_raise, _map_seeded_skip):
+        if self._stateless or self.rng is not None and self._run is _map_seeded:
             return None  # serial
         if self._async or self.executor != "thread":
             return None
@@ -601,7 +599,7 @@ class Mapper(IterDataPipe[U]):
         if self._flattens:
             return _flat_engine(self, it, _listing_fn(self.fn, None))
         if self.rng is not None:
-            if self._run is _map_seeded_raise or self._run is _map_seeded_skip:  # serial: a FrameRun reads it
+            if self._run is _map_seeded:  # serial: a FrameRun reads it
                 run = _pass.FrameRun(_seeded_state)
                 return _pass.track_generator(self, self._run(self, it, self._pass_seed(), run), run)
             return self._run(self, it, self._pass_seed())
@@ -784,43 +782,9 @@ def _flatmap_resumed(resume: dict[str, Any], call: Callable[[Any], Iterable[Any]
 # resumed pass first yields what was left of its item.
 
 
-def _flatmap_raise(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
+def _flatmap(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
     fn = _selected_fn(pipe.fn, pipe.input_col) if pipe.fn is not None else iter
-    run.started = True
-    resume = run.resume
-    n = 0
-    try:
-        if resume is not None:
-            if "ended" in resume:
-                return
-            n = resume["next"]
-            if "rest" in resume or "input" in resume:
-                n -= 1
-                x, out, done = _flatmap_resumed(resume, fn)
-                for y in out:
-                    done += 1
-                    yield y
-                n += 1
-        for x in it:
-            out = fn(x)
-            done = 0
-            for y in out:
-                done += 1
-                yield y
-            n += 1
-    except Exception as e:
-        if raised_at(e, _FLATMAP_FN_LINES):
-            add_stage_note(e, stage_label(pipe), n)
-        abandon(it)
-        raise
-    except BaseException:
-        abandon(it)
-        raise
-
-
-def _flatmap_skip(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
-    fn = _selected_fn(pipe.fn, pipe.input_col) if pipe.fn is not None else iter
-    failures = pipe._policy.new_pass(stage_label(pipe), pipe.failures)
+    fail = _item_fail(pipe)
     run.started = True
     resume = run.resume
     n = -1
@@ -836,7 +800,7 @@ def _flatmap_skip(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> I
                         done += 1
                         yield y
                 except Exception as e:
-                    failures.skip(e, n)
+                    fail(e, n)
         for x in it:
             n += 1
             try:
@@ -846,7 +810,7 @@ def _flatmap_skip(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> I
                     done += 1
                     yield y
             except Exception as e:
-                failures.skip(e, n)
+                fail(e, n)
     except BaseException:
         abandon(it)
         raise
@@ -856,60 +820,15 @@ def _async_outputs(fn: Callable[[Any], Any]) -> Callable[[Any], Iterator[Any]]:
     return lambda x: iterate_async(fn(x))
 
 
-def _flatmap_async_raise(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
-    fn = _selected_fn(cast("Callable[..., Any]", pipe.fn), pipe.input_col)  # the async loops run only with a fn
-    label = stage_label(pipe)
-    run.started = True
-    resume = run.resume
-    n = 0
-    out = None
-    try:
-        with LoopRef():  # one loop reference for the pass: each item's generator reuses the running loop
-            if resume is not None:
-                if "ended" in resume:
-                    return
-                n = resume["next"]
-                if "input" in resume:
-                    n -= 1
-                    try:
-                        x, out, done = _flatmap_resumed(resume, _async_outputs(fn))
-                        for y in out:
-                            done += 1
-                            yield y
-                    except Exception as e:
-                        add_stage_note(e, label, n)
-                        raise
-                    finally:
-                        close_iterator(out)
-                    n += 1
-            for x in it:
-                out = None
-                try:
-                    out = iterate_async(fn(x))
-                    done = 0
-                    for y in out:
-                        done += 1
-                        yield y
-                except Exception as e:
-                    add_stage_note(e, label, n)
-                    raise
-                finally:
-                    close_iterator(out)  # also when the pass stops early: aclose now, inside the loop reference
-                n += 1
-    except BaseException:
-        abandon(it)
-        raise
-
-
-def _flatmap_async_skip(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
-    fn = _selected_fn(cast("Callable[..., Any]", pipe.fn), pipe.input_col)  # the async loops run only with a fn
-    failures = pipe._policy.new_pass(stage_label(pipe), pipe.failures)
+def _flatmap_async(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
+    fn = _selected_fn(cast("Callable[..., Any]", pipe.fn), pipe.input_col)  # the async loop runs only with a fn
+    fail = _item_fail(pipe)
     run.started = True
     resume = run.resume
     n = -1
     out = None
     try:
-        with LoopRef():
+        with LoopRef():  # one loop reference for the pass: each item's generator reuses the running loop
             if resume is not None:
                 if "ended" in resume:
                     return
@@ -921,7 +840,7 @@ def _flatmap_async_skip(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun
                             done += 1
                             yield y
                     except Exception as e:
-                        failures.skip(e, n)
+                        fail(e, n)
                     finally:
                         close_iterator(out)
             for x in it:
@@ -934,9 +853,9 @@ def _flatmap_async_skip(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun
                         done += 1
                         yield y
                 except Exception as e:
-                    failures.skip(e, n)
+                    fail(e, n)
                 finally:
-                    close_iterator(out)
+                    close_iterator(out)  # also when the pass stops early: aclose now, inside the loop reference
     except BaseException:
         abandon(it)
         raise
@@ -1024,7 +943,6 @@ def _flattened(lists: Iterator[list[Any]], run: _FlatRun) -> Iterator[Any]:
 
 
 # The lines that call fn or iterate what it returned: an exception passing through one of them is fn's.
-_FLATMAP_FN_LINES = call_lines(_flatmap_raise) | call_lines(_flatmap_raise, "out")
 
 
 @functional_datapipe("flatmap")
@@ -1110,9 +1028,9 @@ class FlatMapper(IterDataPipe[U]):
             if self._async and executor != "thread":
                 raise ValueError(f"FlatMapper: an async fn runs on the event loop, not executor={executor!r}")
         elif fn is not None and is_async_gen_callable(fn):
-            self._run = _flatmap_async_skip if self._policy.skips else _flatmap_async_raise
+            self._run = _flatmap_async
         else:
-            self._run = _flatmap_skip if self._policy.skips else _flatmap_raise
+            self._run = _flatmap
 
     def _thread_demand(self) -> int | str | None:
         """What a pass's thread budget counts for this stage (see :class:`Mapper`)."""
