@@ -13,6 +13,7 @@ import pytest
 from datapipes import DataLoader
 from datapipes.hooks import Hook, StatsReporter, format_stats
 from datapipes.iter import IterableWrapper
+from datapipes.testing import check_resume
 
 WAIT = 10.0  # seconds any blocking step of a test may take at most
 
@@ -284,3 +285,22 @@ def test_format_stats_lists_sources_first():
     list(it)
     lines = format_stats(it.stats()).splitlines()
     assert lines[1].startswith("IterableWrapper") and lines[2].startswith("Mapper(square)")
+
+
+def test_an_observed_shuffle_over_a_list_saves_positions_and_resumes_exactly():
+    # the hook wraps the source's iterator; the shuffle still reads its position, not a buffer of items
+    class Quiet(Hook):
+        def periodic(self, stats):
+            pass
+
+    def build():
+        pipe = IterableWrapper(list(range(500))).shuffle(buffer_size=64).set_seed(1).map(abs)
+        pipe.add_hook(Quiet())
+        return pipe
+
+    full = check_resume(build, [0, 1, 100, 499, 500])
+    it = iter(build())
+    [next(it) for _ in range(100)]
+    assert sorted(it.state_dict()["stages"]["1:Shuffler"]) == ["phase", "read", "rng"]
+    it.close()
+    assert sorted(full) == list(range(500))

@@ -25,6 +25,7 @@ from torch.utils.data import SequentialSampler
 from .. import _pass
 from .._engine import abandon
 from .._checks import ArgumentTypeError
+from .._observe import Observed
 from ..datapipe import IterDataPipe, functional_datapipe, lacks_len, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from .util import _STARTED, _deferred, _SourceRun
 
@@ -179,10 +180,13 @@ def _shuffle_on(pipe: Shuffler) -> Iterator[Any]:
     rng = random.Random(pipe._pass_seed())
     source = iter(pipe.datapipe)
     sequence = getattr(pipe.datapipe, "iterable", None)
-    if type(sequence) in (list, tuple, range) and type(source) in _RECOMPUTABLE:
+    # In an observed pass (a hook, profile) the source's iterator comes wrapped: its position is
+    # the wrapped one's, which the wrapper only forwards.
+    inner = source.it if type(source) is Observed else source
+    if type(sequence) in (list, tuple, range) and type(inner) in _RECOMPUTABLE:
         # The source is the sequence's own iterator, which every pass starts at 0 (a resumed one
         # may have moved it already, where the shuffle is built late): positions are absolute.
-        run = _ShuffleRun(rng, sequence, source)
+        run = _ShuffleRun(rng, sequence, inner)
     else:
         run = _ShuffleRun(rng)
     it = _buffer_shuffle(source, pipe.buffer_size, run)
