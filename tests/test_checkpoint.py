@@ -228,6 +228,29 @@ class TestDataLoader:
         assert again.epoch == 2
         assert head  # (the first five batches were delivered before the save)
 
+    @pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
+    def test_through_torch_distributed_checkpoint(self, tmp_path):
+        # DCP writes the state as it is (plain data); loading wants a template of the saved shape,
+        # which a resumed state need not share with a fresh one: give DCP the state as one pickled
+        # leaf (as torchtitan does with StatefulDataLoader), beside the model's tensors.
+        import torch
+        import torch.distributed.checkpoint as dcp
+
+        full = [b.tolist() for b in self.build()]
+        loader = self.build()
+        it = iter(loader)
+        head = [next(it).tolist() for _ in range(5)]
+        dcp.save({"weights": torch.arange(3.0), "data": loader.state_dict()}, checkpoint_id=tmp_path / "plain")
+        dcp.save({"weights": torch.arange(3.0), "data": pickle.dumps(loader.state_dict())},
+                 checkpoint_id=tmp_path / "leaf")
+        it.close()
+        saved = {"weights": torch.zeros(3), "data": b""}
+        dcp.load(saved, checkpoint_id=tmp_path / "leaf")
+        again = self.build()
+        again.load_state_dict(pickle.loads(saved["data"]))
+        assert saved["weights"].tolist() == [0.0, 1.0, 2.0]
+        assert head + [b.tolist() for b in again] == full
+
     def test_a_state_saved_between_epochs_starts_the_next_one(self):
         loader = self.build()
         [b for b in loader]
