@@ -123,6 +123,7 @@ def concurrent_map(
     stats = stats if stats is not None else new_stats(label, fn, concurrency, executor)
     run = run if run is not None else EngineRun()
     on_fail, count = failure_handler(label, policy, log)
+    run.attach_budget(on_fail)
     kind = _kind(fn, executor)
     if kind == "process":
         if hooks:

@@ -44,7 +44,7 @@ class EngineRun:
     with the source. Costs one dict store and one delete per item on the consumer's thread.
     """
 
-    __slots__ = ("inputs", "pulled", "resume", "started", "window")
+    __slots__ = ("inputs", "pulled", "resume", "started", "window", "budget", "failures")
 
     def __init__(self) -> None:
         self.inputs: dict[int, Any] = {}
@@ -52,6 +52,10 @@ class EngineRun:
         self.resume: list[Any] | None = None  # [position, input] pairs to compute first
         self.started = False
         self.window = 0  # items kept in flight; the autotuner changes it while the pass runs
+        # under a failure budget (max_failures): the pass's failures, whose count a state saves so
+        # that a resumed pass gives up where the uninterrupted one would (see attach_budget)
+        self.budget: Any = None
+        self.failures = 0  # the count loaded, before the budget is attached
 
     def live(self, count: _FailureCount) -> Callable[[], tuple[int, int, int]]:
         """A reader of ``(items_in, items_out, failures)`` so far, for the pass's statistics."""
@@ -64,13 +68,26 @@ class EngineRun:
         return read
 
     def state(self) -> dict[str, Any]:
-        return {"pulled": self.pulled, "inputs": [[k, self.inputs[k]] for k in sorted(self.inputs)]}
+        state = {"pulled": self.pulled, "inputs": [[k, self.inputs[k]] for k in sorted(self.inputs)]}
+        if self.budget is not None:
+            state["failures"] = self.budget.count
+        return state
 
     def restore(self, state: dict[str, Any]) -> None:
         if self.started:
             raise RuntimeError(STARTED)
         self.pulled = int(state["pulled"])
         self.resume = [tuple(p) for p in state["inputs"]]
+        self.failures = int(state.get("failures", 0))
+        if self.budget is not None:
+            self.budget.count = self.failures
+
+    def attach_budget(self, on_fail: Callable[[BaseException, int], None]) -> None:
+        """Keep the failure budget of ``on_fail`` (a :func:`failure_handler`) in this run's state."""
+        failures = getattr(on_fail, "failures", None)
+        if failures is not None and failures.max_failures is not None:
+            failures.count = self.failures
+            self.budget = failures
 
 
 def resumed_source(run: EngineRun, src: Iterator[Any]) -> tuple[Iterator[Any], int]:
@@ -109,6 +126,8 @@ def failure_handler(label: str, policy: ErrorPolicy, log: FailureLog) -> tuple[C
             if not isinstance(exc, Exception):
                 raise exc
             failures.skip(exc, position)
+
+        on_fail.failures = failures  # type: ignore[attr-defined]  # the budget a run's state keeps (EngineRun.attach_budget)
 
     else:
 

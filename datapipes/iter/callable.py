@@ -22,7 +22,7 @@ from .._engine import EngineRun, LoopRef, abandon, close_iterator, concurrent_ma
 from .._tuning import usable_cpus
 from .._engine.rng import check_rng, item_seed, make_rng, seeded_call, with_seeds
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
-from ..errors import add_stage_note, call_lines, policy_and_log, raised_at
+from ..errors import PassFailures, add_stage_note, call_lines, policy_and_log, raised_at
 from .device import StreamOps, cuda_upstream
 
 __all__ = ["Mapper", "Filter", "FlatMapper", "Collator"]
@@ -200,10 +200,28 @@ def _map_raise(pipe: Mapper, it: Iterator[Any]) -> Iterator[Any]:
         raise
 
 
-def _map_skip(pipe: Mapper, it: Iterator[Any]) -> Iterator[Any]:
-    fn = _item_fn(pipe)
+def _budget_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+    """A serial map's or filter's position under a failure budget (``max_failures``), read from its
+    suspended generator: the failures counted so far, so that a resumed pass gives up where the
+    uninterrupted one would, and the next item's position (what the failures' notes name)."""
+    return {"next": local["n"] + 1, "failures": local["failures"].count}
+
+
+def _budget_start(pipe: Any, run: _pass.FrameRun | None) -> tuple[PassFailures, int]:
+    """The failures of a serial skip loop's pass and the position before its first item, as a
+    resumed pass continues them (``run``: the pass's FrameRun under a failure budget, else None)."""
     failures = pipe._policy.new_pass(stage_label(pipe), pipe.failures)
-    n = -1
+    if run is None:
+        return failures, -1
+    run.started = True
+    resume = run.resume or {}
+    failures.count = int(resume.get("failures", 0))
+    return failures, int(resume.get("next", 0)) - 1
+
+
+def _map_skip(pipe: Mapper, it: Iterator[Any], run: _pass.FrameRun | None = None) -> Iterator[Any]:
+    fn = _item_fn(pipe)
+    failures, n = _budget_start(pipe, run)
     try:
         for x in it:
             n += 1
@@ -221,7 +239,16 @@ def _map_skip(pipe: Mapper, it: Iterator[Any]) -> Iterator[Any]:
 def _seeded_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
     """A serial ``rng=`` map's position, read from its suspended generator: the pass seed and the
     position of the next item (each item's generator derives from both)."""
-    return {"seed": local["seed"], "next": local["n"] + 1}
+    return {"seed": local["seed"], "next": local["n"] + 1, **_budget_count(local)}
+
+
+def _budget_count(local: dict[str, Any]) -> dict[str, int]:
+    """``{"failures": count}`` for a pass under a failure budget whose loop holds its failure
+    handler in the local ``fail`` (:func:`_item_fail`), else nothing."""
+    failures = getattr(local.get("fail"), "__self__", None)
+    if isinstance(failures, PassFailures) and failures.max_failures is not None:
+        return {"failures": failures.count}
+    return {}
 
 
 def _seeded_start(run: _pass.FrameRun, seed: int) -> tuple[int, int]:
@@ -233,7 +260,7 @@ def _seeded_start(run: _pass.FrameRun, seed: int) -> tuple[int, int]:
     return int(resume.get("seed", seed)), int(resume["next"])
 
 
-def _item_fail(pipe: Any) -> Callable[[Exception, int], None]:
+def _item_fail(pipe: Any, run: _pass.FrameRun) -> Callable[[Exception, int], None]:
     """The failure handler of one pass of a per-item stage (``map(rng=)``, ``flatmap``), chosen when
     the pass starts and called in the loop's ``except`` block with the exception and the item's
     position: ``on_error="raise"`` adds the note naming the stage and raises the same object again,
@@ -241,7 +268,10 @@ def _item_fail(pipe: Any) -> Callable[[Exception, int], None]:
     ``max_failures``) and returns, and the loop goes on."""
     label = stage_label(pipe)
     if pipe._policy.skips:
-        return pipe._policy.new_pass(label, pipe.failures).skip  # type: ignore[no-any-return]
+        failures = pipe._policy.new_pass(label, pipe.failures)
+        # a resumed pass goes on with the failures its budget counted (read back by _budget_count)
+        failures.count = int((run.resume or {}).get("failures", 0))
+        return failures.skip  # type: ignore[no-any-return]
 
     def fail(exc: Exception, position: int) -> None:
         add_stage_note(exc, label, position)
@@ -253,7 +283,7 @@ def _item_fail(pipe: Any) -> Callable[[Exception, int], None]:
 def _map_seeded(pipe: Mapper, it: Iterator[Any], seed: int, run: _pass.FrameRun) -> Iterator[Any]:
     fn = _column_rng_fn(pipe.fn, pipe.input_col, pipe.output_col) if pipe.input_col is not None else pipe.fn
     kind = cast(str, pipe.rng)  # the seeded loop runs only with rng= set
-    fail = _item_fail(pipe)
+    fail = _item_fail(pipe, run)
     seed, n = _seeded_start(run, seed)
     n -= 1
     try:
@@ -603,6 +633,9 @@ class Mapper(IterDataPipe[U]):
                 run = _pass.FrameRun(_seeded_state)
                 return _pass.track_generator(self, self._run(self, it, self._pass_seed(), run), run)
             return self._run(self, it, self._pass_seed())
+        if self._run is _map_skip and self._policy.max_failures is not None:  # a budget: its count is saved
+            run = _pass.FrameRun(_budget_state)
+            return _pass.track_generator(self, _map_skip(self, it, run), run)
         return self._run(self, it)
 
     def __len__(self) -> int:
@@ -648,10 +681,9 @@ def _filter_raise(pipe: Filter, it: Iterator[Any]) -> Iterator[Any]:
         raise
 
 
-def _filter_skip(pipe: Filter, it: Iterator[Any]) -> Iterator[Any]:
+def _filter_skip(pipe: Filter, it: Iterator[Any], run: _pass.FrameRun | None = None) -> Iterator[Any]:
     fn, col = _filter_call(pipe)
-    failures = pipe._policy.new_pass(stage_label(pipe), pipe.failures)
-    n = -1
+    failures, n = _budget_start(pipe, run)
     try:
         for x in it:
             n += 1
@@ -727,7 +759,11 @@ class Filter(IterDataPipe[T]):
         self._run = _filter_skip if self._policy.skips else _filter_raise
 
     def __iter__(self) -> Iterator[T]:
-        return self._run(self, iter(self.datapipe))
+        it = iter(self.datapipe)
+        if self._run is _filter_skip and self._policy.max_failures is not None:  # a budget: its count is saved
+            run = _pass.FrameRun(_budget_state)
+            return _pass.track_generator(self, _filter_skip(self, it, run), run)
+        return self._run(self, it)
 
     def __len__(self) -> int:
         raise len_unknown(self, "how many items pass the filter is known only after iterating")
@@ -757,7 +793,7 @@ def _flatmap_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
     item and for every generator.
     """
     out, done = local["out"], local["done"]
-    state: dict[str, Any] = {"next": local["n"] + 1}
+    state: dict[str, Any] = {"next": local["n"] + 1, **_budget_count(local)}
     if type(out) is list or type(out) is tuple:
         state["rest"] = list(out[done:])
     elif type(out) in _LIST_ITERATORS:
@@ -784,7 +820,7 @@ def _flatmap_resumed(resume: dict[str, Any], call: Callable[[Any], Iterable[Any]
 
 def _flatmap(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
     fn = _selected_fn(pipe.fn, pipe.input_col) if pipe.fn is not None else iter
-    fail = _item_fail(pipe)
+    fail = _item_fail(pipe, run)
     run.started = True
     resume = run.resume
     n = -1
@@ -822,7 +858,7 @@ def _async_outputs(fn: Callable[[Any], Any]) -> Callable[[Any], Iterator[Any]]:
 
 def _flatmap_async(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
     fn = _selected_fn(cast("Callable[..., Any]", pipe.fn), pipe.input_col)  # the async loop runs only with a fn
-    fail = _item_fail(pipe)
+    fail = _item_fail(pipe, run)
     run.started = True
     resume = run.resume
     n = -1

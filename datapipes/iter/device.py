@@ -40,6 +40,7 @@ from .._engine import BackgroundRun, StageStats, abandon, background_iter
 from ..datapipe import IterDataPipe, functional_datapipe, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note
 from ..graph import walk
+from .util import _Unresumable
 
 __all__ = ["CudaMover", "DeviceMover", "PinMemory"]
 
@@ -200,6 +201,16 @@ def cuda_upstream(pipe: Any) -> Any:
     return None
 
 
+def _handover_unresumable(label: str) -> Any:
+    """The run of a background stage after a CUDA mover, which saves no position (its items hold
+    CUDA tensors, and the mover above it cannot save its own)."""
+    return _Unresumable(
+        f"{label} cannot save its position: it runs after a CUDA mover (to_cuda, to_device), whose copies are "
+        f"not saved; take the state of the pipe before the mover, or let datapipes.DataLoader(pipe, device=...) "
+        f"move the batches"
+    )
+
+
 def handover_ops(pipe: Any) -> StreamOps | None:
     """The :class:`StreamOps` of the CUDA mover upstream of ``pipe`` (:func:`cuda_upstream`), or ``None``."""
     mover = cuda_upstream(pipe)
@@ -286,6 +297,7 @@ def _pin_pass(pipe: PinMemory[Any]) -> Iterator[Any]:
         run = BackgroundRun()  # the pinned items not yet taken, saved as prefetch saves its own
         _pass.track(pipe, run)
         return background_iter(make, pipe.buffer_size, label, stats, fn=fn, run=run)
+    _pass.track(pipe, _handover_unresumable(label))
     return background_handover(pipe._crossing_ops, make, pipe.buffer_size, label, stats, fn=fn)
 
 
@@ -489,6 +501,11 @@ def _move_cuda(pipe: DeviceMover, device: torch.device, cuda: Any = _CudaOps) ->
     """CUDA: copies on a dedicated stream, one item ahead of the consumer (see DeviceMover). The
     upstream's iterator is created now (called from ``__iter__``: it joins the pass being built);
     the stream and everything else at the first ``next()``."""
+    _pass.track(pipe, _Unresumable(
+        f"{stage_label(pipe)} cannot save its position: it copies items to the GPU one ahead of the consumer, on a "
+        f"stream of its own, and a copied item is not saved; take the state of the pipe before it, or let "
+        f"datapipes.DataLoader(pipe, device=...) move the batches (its state leaves the copies out)"
+    ))
     return _cuda_copies(pipe, iter(pipe.source_datapipe), device, cuda)
 
 

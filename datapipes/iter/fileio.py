@@ -52,7 +52,7 @@ from .. import _pass
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, policy_and_log
-from .util import IterableWrapper
+from .util import IterableWrapper, _Unresumable
 
 __all__ = [
     "FileLister",
@@ -557,10 +557,14 @@ class FileLister(IterDataPipe[str]):
     def __iter__(self) -> Iterator[str]:
         run = _ListRun()
         if not self.non_deterministic:
-            # The root being listed and the files of it yielded (see _ListRun). Not with
-            # non_deterministic=True: a new listing need not repeat the file system's order, so a
-            # pass can save no position (state_dict() raises TypeError naming this stage).
+            # The root being listed and the files of it yielded (see _ListRun).
             _pass.track(self, run)
+        else:  # a new listing need not repeat the file system's order: no position to save
+            _pass.track(self, _Unresumable(
+                f"{stage_label(self)} cannot save its position: it lists files in the file system's order "
+                f"(non_deterministic=True), which a new listing need not repeat; list them sorted "
+                f"(non_deterministic=False, the default) to save and resume"
+            ))
         return self._run(self, iter(self.datapipe), run)
 
     def __len__(self) -> int:

@@ -7,7 +7,7 @@ from typing import Any, Iterator, TypeVar
 from .. import _pass
 from .._engine import BackgroundRun, StageStats, background_iter
 from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, source_len, stage_label
-from .device import background_handover, handover_ops
+from .device import _handover_unresumable, background_handover, handover_ops
 
 __all__ = ["Prefetcher"]
 
@@ -27,6 +27,7 @@ def _prefetch_handover(pipe: Prefetcher[Any], it: Iterator[Any]) -> Iterator[Any
     consumer's (an event recorded there, waited on here, its tensors marked as used here)."""
     label = stage_label(pipe)
     stats = _pass.stats_for(pipe, lambda: StageStats(label, "prefetch", 1, pipe.buffer_size))
+    _pass.track(pipe, _handover_unresumable(label))
     return background_handover(pipe._crossing_ops, lambda: it, pipe.buffer_size, label, stats)  # type: ignore[arg-type]
 
 

@@ -293,7 +293,6 @@ def needs_cuda():
 TABLE: dict[str, Case] = {
     # sources, listers, openers
     "IterableWrapper": Case(lambda e: W(list(range(12)))),
-    # refuses (not yet: an index into a map-style pipe would do)
     "MapToIterConverter": Case(lambda e: SequenceWrapper([f"v{i}" for i in range(10)]).to_iter_datapipe()),
     "MapToIterConverter[indices]": Case(
         lambda e: SequenceWrapper([f"v{i}" for i in range(10)]).to_iter_datapipe(indices=[3, 1, 4, 1, 5, 9, 2, 6])),
@@ -361,11 +360,13 @@ TABLE: dict[str, Case] = {
     "LengthSetter": Case(lambda e: W(range(10)).filter(lambda x: x % 2 == 0).set_length(5)),
     "MapKeyZipper": Case(lambda e: W(range(12)).zip_with_map(SequenceWrapper([f"m{i}" for i in range(5)]),
                                                               key_fn=lambda x: x % 5)),
-    # refuses (not yet: one item in, one out, so its source's position would do)
+    # on the CPU one item out per item in: nothing to save
     "DeviceMover": Case(lambda e: W([{"x": [i, i + 1]} for i in range(9)]).batch(2).collate().to_device("cpu")),
-    "CudaMover": Case(lambda e: W([[i, i + 1] for i in range(9)]).batch(2).to_cuda(), marks=needs_cuda()),
-    # refuses (not yet: prefetch saves its produced items, this could too); without CUDA the items pass
-    # through unpinned (a RuntimeWarning says so)
+    # copies one item ahead on a stream of its own, which a state does not save: refuses, saying why
+    "CudaMover": Case(lambda e: W([[i, i + 1] for i in range(9)]).batch(2).to_cuda(), marks=needs_cuda(),
+                      refuses="CudaMover(None)"),
+    # saves its pinned items not yet taken, as prefetch does; without CUDA the items pass through
+    # unpinned (a RuntimeWarning says so) and it saves nothing
     "PinMemory": Case(lambda e: W([torch.tensor([i, i + 1]) for i in range(9)]).pin_memory(buffer_size=2),
                       marks=(pytest.mark.filterwarnings("ignore:PinMemory.*pinning is skipped"),)),
     "Prefetcher": Case(lambda e: W(range(20)).map(slow_double).prefetch(3)),

@@ -198,7 +198,8 @@ class TestFileLister:
     def test_non_deterministic_cannot_save(self, tree):
         it = iter(FileLister(roots(tree / "text"), non_deterministic=True))
         next(it)
-        with pytest.raises(TypeError, match="FileLister.* cannot save its position"):
+        with pytest.raises(TypeError, match=r"FileLister.* cannot save its position: it lists files in the file "
+                                            r"system's order \(non_deterministic=True\)"):
             it.state_dict()
         it.close()
 

@@ -1173,3 +1173,23 @@ class TestPasses:
         next(it)
         it.close()
         assert source.closed == [True]
+
+
+class TestCheckpointRefusals:
+    """A CUDA mover (and a background stage after one) cannot save its position: the pass's
+    state_dict() says so and why. CUDA is faked as available; the state is taken before any copy."""
+
+    def test_a_cuda_mover_says_why(self, monkeypatch):
+        monkeypatch.setattr(device_mod, "_cuda_unavailable", lambda name: None)
+        it = iter(IterableWrapper([torch.ones(1)]).to_device("cuda:0"))
+        with pytest.raises(TypeError, match=r"DeviceMover\('cuda:0'\) cannot save its position: it copies items to "
+                                            r"the GPU one ahead .*datapipes.DataLoader\(pipe, device=...\)"):
+            it.state_dict()
+        it.close()
+
+    def test_a_prefetch_after_it_says_why(self, monkeypatch):
+        monkeypatch.setattr(device_mod, "_cuda_unavailable", lambda name: None)
+        it = iter(IterableWrapper([torch.ones(1)]).to_device("cuda:0").prefetch(2))
+        with pytest.raises(TypeError, match=r"Prefetcher\(2\) cannot save its position: it runs after a CUDA mover"):
+            it.state_dict()
+        it.close()
