@@ -654,19 +654,6 @@ def _starting() -> dict[int, object]:
     return found
 
 
-@contextlib.contextmanager
-def _iter_call(pipe: Any) -> Iterator[None]:
-    starting = _starting()
-    if id(pipe) in starting:  # the stage's own __iter__ calling its base class's
-        yield
-        return
-    starting[id(pipe)] = object()
-    try:
-        yield
-    finally:
-        del starting[id(pipe)]
-
-
 def start(pipe: Any, iter_fn: Callable[[Any], Iterator[Any]], config: PassConfig | None = None) -> Iterator[Any]:
     """``iter(pipe)`` through ``iter_fn`` (the class's own ``__iter__``): ``pipe``'s iterator in the
     pass being built on this thread, or in the live pass that contains ``pipe`` (a stage written
@@ -676,21 +663,33 @@ def start(pipe: Any, iter_fn: Callable[[Any], Iterator[Any]], config: PassConfig
         config = getattr(_local, "config", None)
         if config is not None:
             _local.config = None  # taken by this pass alone
+    within = None
     if config is None:
         within = current()
         if within is None:
             within = owner(pipe)
             if within is not None and within.root is pipe:
                 within = None  # the root of a pass iterated again: a new pass
+    # the outermost iter(pipe) in progress on this thread marks the iterators it builds as one: a
+    # stage's __iter__ calling its base class's builds one iterator, not two (Pass.track)
+    starting = _starting()
+    key = id(pipe)
+    outer = key not in starting
+    if outer:
+        starting[key] = object()
+    try:
         if within is not None:
-            with within.building(), _iter_call(pipe):
+            with within.building():
                 within.claim(pipe)
                 it = _tracked(within, pipe, iter_fn(pipe))
             return it if within.observer is None else within.observer.wrap(pipe, it)
-    pass_ = Pass(pipe, config, pending_observation(), _pending_budget())
-    with pass_.building(), _iter_call(pipe):
-        pass_.claim(pipe)
-        it = _tracked(pass_, pipe, iter_fn(pipe))
+        pass_ = Pass(pipe, config, pending_observation(), _pending_budget())
+        with pass_.building():
+            pass_.claim(pipe)
+            it = _tracked(pass_, pipe, iter_fn(pipe))
+    finally:
+        if outer:
+            del starting[key]
     if getattr(getattr(type(it), "__iter__", None), "_pass_hooked", False):
         # A pipe that is its own iterator (``__iter__`` returns ``self``, items from ``__next__``, as
         # torch DataPipes allow): read it through ``__next__``; iter() of it would start a new pass.
