@@ -80,6 +80,49 @@ class TestTorchSpelling:
         assert as_lists(batches) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
         assert len(loader) == 3
 
+    def test_a_map_style_dataset_is_read_by_index(self):
+        # its __getitem__ never raises IndexError: iterating it (the sequence protocol) would never end
+        class Squares(torch.utils.data.Dataset):
+            def __len__(self):
+                return 10
+
+            def __getitem__(self, i):
+                return i * i
+
+        loader = DataLoader(Squares(), batch_size=4)
+        assert as_lists(loader) == [[0, 1, 4, 9], [16, 25, 36, 49], [64, 81]] and len(loader) == 3
+        tensors = torch.utils.data.TensorDataset(torch.arange(6))
+        assert [b[0].tolist() for b in DataLoader(tensors, batch_size=4)] == [[0, 1, 2, 3], [4, 5]]
+
+    def test_a_map_style_dataset_is_sharded_by_index_and_resumes(self):
+        calls = multiprocessing.get_context("fork").Value("i", 0)
+
+        class Counted(torch.utils.data.Dataset):
+            def __len__(self):
+                return 20
+
+            def __getitem__(self, i):
+                with calls.get_lock():
+                    calls.value += 1
+                return i
+
+        def loader():
+            return DataLoader(Counted(), batch_size=3, num_workers=2, seed=0, multiprocessing_context="fork")
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no "add sharding_filter()" warning: the loader shards the indices
+            full = as_lists(loader())
+        assert sorted(sum(full, [])) == list(range(20))
+        assert calls.value == 20  # each item loaded once, by the worker whose shard it is
+        first = loader()
+        it = iter(first)
+        head = [next(it).tolist() for _ in range(3)]
+        state = pickle.loads(pickle.dumps(first.state_dict()))
+        it.close()
+        again = loader()
+        again.load_state_dict(state)
+        assert head + as_lists(again) == full
+
     def test_drop_last(self):
         loader = DataLoader(IterableWrapper(range(10)), batch_size=4, drop_last=True)
         assert as_lists(loader) == [[0, 1, 2, 3], [4, 5, 6, 7]]

@@ -115,13 +115,35 @@ def _check_timeout(timeout: Any) -> float | None:
 def _as_pipe(data: Any, name: str) -> IterDataPipe[Any]:
     if isinstance(data, IterDataPipe):
         return data
-    if isinstance(data, MapDataPipe):
-        return data.to_iter_datapipe()
     kind = type(data)
+    if isinstance(data, MapDataPipe) and kind.__iter__ is not MapDataPipe.__iter__:
+        return data.to_iter_datapipe()  # its own order (a keyed pipe's values, ...)
     if not (hasattr(kind, "__iter__") or hasattr(kind, "__aiter__") or hasattr(kind, "__getitem__")):
         raise TypeError(f"{_WHERE}: {name} must be an IterDataPipe, an iterable or an async iterable, "
                         f"got {kind.__name__}")
+    if isinstance(data, MapDataPipe) or not hasattr(kind, "__iter__") and hasattr(kind, "__len__"):
+        # A map-style dataset (a MapDataPipe, torch's Dataset, TensorDataset, ...): read
+        # data[0 .. len - 1], as torch's DataLoader does (iterating a torch Dataset would go by the
+        # old sequence protocol, which runs on until __getitem__ raises IndexError: forever for a
+        # dataset that never does). The indices are sharded, so that each worker and rank loads
+        # only its own items.
+        return IterableWrapper(_Indices(data), deepcopy=False).sharding_filter().map(data.__getitem__)
     return IterableWrapper(data)
+
+
+class _Indices:
+    """``range(len(dataset))``, the length read at each pass (as torch's samplers read it)."""
+
+    __slots__ = ("dataset",)
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(len(self.dataset)))
+
+    def __len__(self) -> int:
+        return len(self.dataset)
 
 
 def _drain(it: Iterator[Any], done: list[bool], delivered: list[int]) -> Generator[Any, None, None]:
@@ -186,8 +208,11 @@ class DataLoader(Generic[T]):
     ``batch_size``, ``drop_last``, ``seed``, ``timeout`` and ``even_batches`` belong to both.
 
     Args:
-        pipe: the data: an ``IterDataPipe``, a ``MapDataPipe`` (iterated in index order), or any
-            iterable or async iterable (wrapped in :class:`~datapipes.iter.IterableWrapper`).
+        pipe: the data: an ``IterDataPipe``; a map-style dataset (a ``MapDataPipe``, or an object
+            with ``__getitem__`` and ``__len__`` and no ``__iter__``, as torch's ``Dataset``),
+            read in index order, its indices sharded across workers and ranks so that each loads
+            only its own items; or any iterable or async iterable (wrapped in
+            :class:`~datapipes.iter.IterableWrapper`).
         batch_size: items per batch; ``None``: the pipe's items as they are (the pipe may batch
             itself). Torch spelling: batches are collated (``collate_fn`` or the default
             :func:`datapipes.collate`, which makes tensors). SPDL spelling: batches are lists,
