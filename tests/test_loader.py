@@ -123,6 +123,31 @@ class TestTorchSpelling:
         again.load_state_dict(state)
         assert head + as_lists(again) == full
 
+    def test_a_torch_iterable_dataset_shards_itself_in_the_workers(self):
+        # as with torch's DataLoader: each worker runs the dataset whole, which splits the work with
+        # get_worker_info(); the loader adds no sharding_filter() (it would drop half of each half)
+        class Split(torch.utils.data.IterableDataset):
+            def __iter__(self):
+                info = torch.utils.data.get_worker_info()
+                n, i = (1, 0) if info is None else (info.num_workers, info.id)
+                return iter(range(i, 20, n))
+
+        def loader():
+            return DataLoader(Split(), batch_size=3, num_workers=2, seed=0, multiprocessing_context="fork")
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            full = as_lists(loader())
+        assert sorted(sum(full, [])) == list(range(20))
+        first = loader()
+        it = iter(first)
+        head = [next(it).tolist() for _ in range(3)]
+        state = pickle.loads(pickle.dumps(first.state_dict()))
+        it.close()
+        again = loader()
+        again.load_state_dict(state)
+        assert head + as_lists(again) == full
+
     def test_drop_last(self):
         loader = DataLoader(IterableWrapper(range(10)), batch_size=4, drop_last=True)
         assert as_lists(loader) == [[0, 1, 2, 3], [4, 5, 6, 7]]

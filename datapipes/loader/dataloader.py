@@ -14,6 +14,9 @@ import warnings
 import weakref
 from typing import Any, AsyncIterable, Callable, Generator, Generic, Iterable, Iterator, TypeVar, cast, overload
 
+from torch.utils.data import IterableDataset
+from torch.utils.data import IterDataPipe as TorchIterDataPipe
+
 from .._engine import is_async_callable, is_async_gen_callable
 from ..datapipe import IterDataPipe, MapDataPipe, require_callable, require_int
 from ..graph import traverse
@@ -231,7 +234,8 @@ class DataLoader(Generic[T]):
             each runs the pipe up to batching and collating, and the main process pins and copies.
             A pipe without ``sharding_filter()`` gets one at its end (with a warning: each worker
             would then run the whole pipe and keep its share; put ``sharding_filter()`` right after
-            the source instead).
+            the source instead). A torch ``IterableDataset`` given as it is runs whole in each
+            worker, as with torch's DataLoader: it shards itself (``get_worker_info()``).
         seed: seeds every random stage (shuffle, sample, rng maps): the same seed gives the same
             order, every epoch another one. ``None``: one seed per loader drawn from torch's global
             generator at the first pass (``torch.manual_seed`` reproduces it); under
@@ -472,6 +476,9 @@ class DataLoader(Generic[T]):
         self.even_batches = even_batches
         self.timeout = _check_timeout(timeout)
         self.datapipe = _as_pipe(data, "src" if src is not None else "pipe")
+        #: a torch IterableDataset (not a DataPipe) runs whole in each worker, as with torch's
+        #: DataLoader: it shards itself (get_worker_info()), so the loader adds no sharding_filter()
+        self._shards_itself = isinstance(data, IterableDataset) and not isinstance(data, TorchIterDataPipe)
         self.spdl = bool(spdl_args)
         self._workers: WorkerProcesses | None = None
         self._source: WorkerProcesses | InProcess  # the first stage of self.pipe: its shards' positions
@@ -516,7 +523,7 @@ class DataLoader(Generic[T]):
         self.collate_fn = collate_fn
         self.pin_memory = pin
         pipe = self.datapipe
-        if num_workers > 0 and not any(is_sharding_stage(s) for s in traverse(pipe)):
+        if num_workers > 0 and not self._shards_itself and not any(is_sharding_stage(s) for s in traverse(pipe)):
             warnings.warn(
                 f"{_WHERE}: the pipe has no sharding_filter(); each of the {num_workers} workers runs the whole "
                 f"pipe and keeps its share of the items. Put .sharding_filter() right after the source so each "
