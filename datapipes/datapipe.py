@@ -334,6 +334,16 @@ class IterDataPipe(IterableDataset[T_co], IterMethods[T_co], _DataPipeMixin):
         return self
 
 
+def index_ordered(pipe: Any) -> bool:
+    """Whether iterating the map-style ``pipe`` yields ``pipe[0], pipe[1], ...`` in that order: a
+    pipe of this package says (``_index_ordered``); another object does when it has no ``__iter__``
+    (Python then reads it by index)."""
+    method = getattr(pipe, "_index_ordered", None)
+    if method is not None:
+        return bool(method())
+    return not hasattr(type(pipe), "__iter__")
+
+
 class MapDataPipe(Dataset[T_co], MapMethods[T_co], _DataPipeMixin):
     """Base of map-style pipes: ``pipe[index]`` and ``len(pipe)``.
 
@@ -354,6 +364,11 @@ class MapDataPipe(Dataset[T_co], MapMethods[T_co], _DataPipeMixin):
     def __iter__(self) -> Iterator[T_co]:
         for i in range(len(self)):
             yield self[i]
+
+    def _index_ordered(self) -> bool:
+        """Whether iterating this pipe yields ``self[0], self[1], ...`` in that order (what a loader
+        that shards the indices needs); a class whose ``__iter__`` keeps that order says so."""
+        return type(self).__iter__ is MapDataPipe.__iter__
 
 
 if TYPE_CHECKING:

@@ -123,6 +123,26 @@ class TestTorchSpelling:
         again.load_state_dict(state)
         assert head + as_lists(again) == full
 
+    def test_a_map_style_pipe_in_index_order_is_sharded_by_index(self):
+        calls = multiprocessing.get_context("fork").Value("i", 0)
+
+        def load(x):
+            with calls.get_lock():
+                calls.value += 1
+            return x * 10
+
+        def loader(pipe):
+            return DataLoader(pipe, batch_size=4, num_workers=2, multiprocessing_context="fork")
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # sharded by the loader: no warning
+            got = as_lists(loader(SequenceWrapper(list(range(12))).map(load)))
+        assert sorted(sum(got, [])) == [x * 10 for x in range(12)] and calls.value == 12
+        # a pipe in an order of its own (a dict's keys) is read as it iterates, sharded at the end
+        with pytest.warns(UserWarning, match="no sharding_filter"):
+            keyed = as_lists(loader(SequenceWrapper({"a": 1, "b": 2, "c": 3}).map(load)))
+        assert sorted(sum(keyed, [])) == [10, 20, 30]
+
     def test_a_torch_iterable_dataset_shards_itself_in_the_workers(self):
         # as with torch's DataLoader: each worker runs the dataset whole, which splits the work with
         # get_worker_info(); the loader adds no sharding_filter() (it would drop half of each half)

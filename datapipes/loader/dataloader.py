@@ -18,7 +18,7 @@ from torch.utils.data import IterableDataset
 from torch.utils.data import IterDataPipe as TorchIterDataPipe
 
 from .._engine import is_async_callable, is_async_gen_callable
-from ..datapipe import IterDataPipe, MapDataPipe, require_callable, require_int
+from ..datapipe import IterDataPipe, MapDataPipe, index_ordered, require_callable, require_int
 from ..graph import traverse
 from ..hooks import StatsReporter
 from ..iter import IterableWrapper
@@ -119,8 +119,8 @@ def _as_pipe(data: Any, name: str) -> IterDataPipe[Any]:
     if isinstance(data, IterDataPipe):
         return data
     kind = type(data)
-    if isinstance(data, MapDataPipe) and kind.__iter__ is not MapDataPipe.__iter__:
-        return data.to_iter_datapipe()  # its own order (a keyed pipe's values, ...)
+    if isinstance(data, MapDataPipe) and not index_ordered(data):
+        return data.to_iter_datapipe()  # its own order (a keyed pipe's values, a shuffle, ...)
     if not (hasattr(kind, "__iter__") or hasattr(kind, "__aiter__") or hasattr(kind, "__getitem__")):
         raise TypeError(f"{_WHERE}: {name} must be an IterDataPipe, an iterable or an async iterable, "
                         f"got {kind.__name__}")

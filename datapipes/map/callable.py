@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, TypeVar
 
-from ..datapipe import MapDataPipe, functional_datapipe, require_callable, require_pipe, source_len, stage_label
+from ..datapipe import MapDataPipe, functional_datapipe, index_ordered, require_callable, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
 from ..iter.callable import _check_cols, _Col, _item_fn, check_arity
 from ._index import index_text
@@ -107,3 +107,6 @@ class Mapper(MapDataPipe[U]):
 
     def __len__(self) -> int:
         return source_len(self, self.datapipe)
+
+    def _index_ordered(self) -> bool:
+        return index_ordered(self.datapipe)  # fn over its source, in the source's order

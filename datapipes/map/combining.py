@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import chain, islice
 from typing import Any, Iterator, TypeVar
 
-from ..datapipe import MapDataPipe, functional_datapipe, source_len
+from ..datapipe import MapDataPipe, functional_datapipe, index_ordered, source_len
 from ._index import position
 
 __all__ = ["Concater", "Zipper"]
@@ -69,6 +69,9 @@ class Concater(MapDataPipe[T]):
     def __len__(self) -> int:
         return sum(source_len(self, dp, f"datapipes[{k}]") for k, dp in enumerate(self.datapipes))
 
+    def _index_ordered(self) -> bool:
+        return all(index_ordered(dp) for dp in self.datapipes)
+
 
 @functional_datapipe("zip")
 class Zipper(MapDataPipe[tuple[Any, ...]]):
@@ -115,3 +118,6 @@ class Zipper(MapDataPipe[tuple[Any, ...]]):
 
     def __len__(self) -> int:
         return min(source_len(self, dp, f"datapipes[{k}]") for k, dp in enumerate(self.datapipes))
+
+    def _index_ordered(self) -> bool:
+        return all(index_ordered(dp) for dp in self.datapipes)

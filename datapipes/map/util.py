@@ -121,6 +121,9 @@ class SequenceWrapper(MapDataPipe[T]):
     def __len__(self) -> int:
         return len(self.sequence)
 
+    def _index_ordered(self) -> bool:
+        return not isinstance(self.sequence, Mapping)  # a mapping is iterated in its keys' order
+
 
 # -- InMemoryCacheHolder ---------------------------------------------------------------------------
 
