@@ -607,6 +607,9 @@ def _snapshot(pass_: Pass) -> dict[str, Any]:
             if entry is not None:
                 # Streams in the items a stage holds are saved by where they came from (_held).
                 stages[_key(index, stage)] = _held.freeze(entry[1].state(), lambda s: keys.get(id(s)), stage_label(stage))
+            elif id(stage) in pass_.pending_states:  # loaded, not built yet (a stage built lazily): as loaded
+                stages[_key(index, stage)] = _held.freeze(pass_.pending_states[id(stage)], lambda s: keys.get(id(s)),
+                                                          stage_label(stage))
             elif id(stage) in pass_.built and not _stateless(stage):
                 raise TypeError(
                     f"{stage_label(stage)} cannot save its position yet, so this pass has no state_dict(); "

@@ -146,6 +146,8 @@ def _buffer_shuffle(it: Iterator[Any], size: int, run: _ShuffleRun) -> Iterator[
                 phase, buf = resume["phase"], _replayed(rng, size, resume, run.sequence)
             else:
                 phase, buf = resume["phase"], list(resume["buffer"])
+                if run.sequence is not None:  # saved before its first draw: the pass starts here
+                    run.origin = rng.getstate()
         elif run.sequence is not None:
             run.origin = rng.getstate()
         if phase == "fill":

@@ -615,8 +615,8 @@ class _Hub(ABC):
         with self._lock:
             p = self._built.get(pass_)
             if p is None:
-                if joined is None:
-                    return None
+                if joined is None:  # not started: the state it was resumed from, if any, still holds
+                    return self._plans.get(pass_) if pass_ is not None else None
                 self._unsaveable(f"child {i} reads a shared pass that another pass started")
             if joined is not None and joined is not p:
                 self._unsaveable(f"child {i} reads a shared pass that was invalidated by a newer one")

@@ -23,9 +23,11 @@ import hashlib
 import http.server
 import importlib
 import io
+import itertools
 import lzma
 import operator
 import os
+import pickle
 import re
 import shutil
 import threading
@@ -45,7 +47,8 @@ from datapipes import graph_settings
 from datapipes.iter import IterableWrapper as W
 from datapipes.iter import IterDataPipe
 from datapipes.map import SequenceWrapper
-from datapipes.testing import ContractViolation, check_resume
+from datapipes._engine import close_iterator
+from datapipes.testing import check_resume, same_multiset
 
 from helpers import ld, make_tar, make_zip, png, tfrecord, varint
 from helpers import plain_process  # noqa: F401 - an autouse fixture: no RANK/WORLD_SIZE from the environment
@@ -474,3 +477,41 @@ def test_resumes_exactly(env, key):
         return
     full = run()
     assert full, f"{key}: the uninterrupted pass is empty"
+
+
+def _resumed(build, state):
+    it = iter(build())
+    if state is not None:
+        it.load_state_dict(pickle.loads(pickle.dumps(state)))
+    return it
+
+
+@pytest.mark.parametrize(
+    "key", [pytest.param(key, marks=list(case.marks)) for key, case in TABLE.items() if case.refuses is None]
+)
+def test_a_resumed_pass_saves_and_resumes_again(env, key):
+    """Stopped after k1 items, resumed, stopped after k2 more, resumed again: the three parts make up
+    the uninterrupted pass (a resumed pass's own state holds what it was given and what it did)."""
+    case = TABLE[key]
+
+    def build():
+        return case.build(env)
+
+    full = [norm(x) for x in build()]
+    n = len(full)
+    for k1, k2 in sorted({(0, n // 2), (1, 1), (n // 3, n // 3), (n // 2, n - n // 2)}):
+        if k1 + k2 > n:
+            continue
+        parts, state = [], None
+        for k in (k1, k2, None):
+            it = _resumed(build, state)
+            try:
+                parts.append([norm(x) for x in (it if k is None else itertools.islice(it, k))])
+                state = it.state_dict() if k is not None else None
+            finally:
+                close_iterator(it)
+        got = parts[0] + parts[1] + parts[2]
+        if case.ordered:
+            assert got == full, (k1, k2)
+        else:
+            assert same_multiset(got, full), (k1, k2)
