@@ -46,6 +46,19 @@ def as_lists(batches):
     return [b.tolist() for b in batches]
 
 
+def resumed_after(make, k):
+    """The batches of a loader from ``make()`` stopped after ``k``, its state (through pickle)
+    loaded into a new loader from ``make()``, followed by what that one yields."""
+    first = make()
+    it = iter(first)
+    head = [next(it).tolist() for _ in range(k)]
+    state = pickle.loads(pickle.dumps(first.state_dict()))
+    it.close()
+    again = make()
+    again.load_state_dict(state)
+    return head + as_lists(again)
+
+
 def _print_warnings(worker_id):
     """A worker_init_fn: a worker prints every warning to stderr (pytest's recording of warnings,
     inherited by a forked worker, would keep them in the worker)."""
@@ -114,14 +127,7 @@ class TestTorchSpelling:
             full = as_lists(loader())
         assert sorted(sum(full, [])) == list(range(20))
         assert calls.value == 20  # each item loaded once, by the worker whose shard it is
-        first = loader()
-        it = iter(first)
-        head = [next(it).tolist() for _ in range(3)]
-        state = pickle.loads(pickle.dumps(first.state_dict()))
-        it.close()
-        again = loader()
-        again.load_state_dict(state)
-        assert head + as_lists(again) == full
+        assert resumed_after(loader, 3) == full
 
     def test_a_map_style_pipe_in_index_order_is_sharded_by_index(self):
         calls = multiprocessing.get_context("fork").Value("i", 0)
@@ -159,14 +165,7 @@ class TestTorchSpelling:
             warnings.simplefilter("error")
             full = as_lists(loader())
         assert sorted(sum(full, [])) == list(range(20))
-        first = loader()
-        it = iter(first)
-        head = [next(it).tolist() for _ in range(3)]
-        state = pickle.loads(pickle.dumps(first.state_dict()))
-        it.close()
-        again = loader()
-        again.load_state_dict(state)
-        assert head + as_lists(again) == full
+        assert resumed_after(loader, 3) == full
 
     def test_drop_last(self):
         loader = DataLoader(IterableWrapper(range(10)), batch_size=4, drop_last=True)
