@@ -129,6 +129,29 @@ class TestTorchSpelling:
         assert calls.value == 20  # each item loaded once, by the worker whose shard it is
         assert resumed_after(loader, 3) == full
 
+    @pytest.mark.parametrize("workers", [0, 2, 3])
+    def test_a_map_style_dataset_gives_torch_loaders_batches_in_its_order(self, workers):
+        # batches of consecutive indices, each fetched whole by one worker, taken in turn
+        data = torch.utils.data.TensorDataset(torch.arange(11))
+        kwargs = {"multiprocessing_context": "fork"} if workers else {}
+        ours = [b[0].tolist() for b in DataLoader(data, batch_size=3, num_workers=workers, **kwargs)]
+        assert ours == [b[0].tolist() for b in torch.utils.data.DataLoader(data, batch_size=3, num_workers=workers)]
+        assert as_lists(DataLoader(list(range(7)), batch_size=2, num_workers=workers, **kwargs)) == [
+            [0, 1], [2, 3], [4, 5], [6]]
+
+    def test_a_dataset_with_getitems_is_fetched_a_batch_at_a_time(self):
+        class Batched(torch.utils.data.Dataset):
+            def __len__(self):
+                return 5
+
+            def __getitem__(self, i):
+                raise AssertionError("fetched one by one")
+
+            def __getitems__(self, indices):
+                return [i * 2 for i in indices]
+
+        assert as_lists(DataLoader(Batched(), batch_size=2)) == [[0, 2], [4, 6], [8]]
+
     def test_a_map_style_pipe_in_index_order_is_sharded_by_index(self):
         calls = multiprocessing.get_context("fork").Value("i", 0)
 

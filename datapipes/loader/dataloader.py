@@ -115,23 +115,50 @@ def _check_timeout(timeout: Any) -> float | None:
     return float(timeout)
 
 
+def _map_style(data: Any) -> bool:
+    """Whether ``data`` is read by index, ``data[0 .. len - 1]``, as torch's DataLoader reads a
+    map-style dataset: a MapDataPipe iterated in index order, a list or a tuple, or an object with
+    ``__getitem__`` and ``__len__`` and no ``__iter__`` (torch's ``Dataset``, ``TensorDataset``;
+    iterating one would go by the old sequence protocol, which runs on until ``__getitem__`` raises
+    ``IndexError``: forever for a dataset that never does)."""
+    if isinstance(data, MapDataPipe):
+        return index_ordered(data)
+    kind = type(data)
+    return kind in (list, tuple) or (not hasattr(kind, "__iter__") and hasattr(kind, "__getitem__")
+                                     and hasattr(kind, "__len__"))
+
+
 def _as_pipe(data: Any, name: str) -> IterDataPipe[Any]:
     if isinstance(data, IterDataPipe):
         return data
     kind = type(data)
-    if isinstance(data, MapDataPipe) and not index_ordered(data):
+    if _map_style(data):
+        # read by index; the indices are sharded, so each worker and rank loads only its own items
+        return IterableWrapper(_Indices(data), deepcopy=False).sharding_filter().map(data.__getitem__)
+    if isinstance(data, MapDataPipe):
         return data.to_iter_datapipe()  # its own order (a keyed pipe's values, a shuffle, ...)
     if not (hasattr(kind, "__iter__") or hasattr(kind, "__aiter__") or hasattr(kind, "__getitem__")):
         raise TypeError(f"{_WHERE}: {name} must be an IterDataPipe, an iterable or an async iterable, "
                         f"got {kind.__name__}")
-    if isinstance(data, MapDataPipe) or not hasattr(kind, "__iter__") and hasattr(kind, "__len__"):
-        # A map-style dataset (a MapDataPipe, torch's Dataset, TensorDataset, ...): read
-        # data[0 .. len - 1], as torch's DataLoader does (iterating a torch Dataset would go by the
-        # old sequence protocol, which runs on until __getitem__ raises IndexError: forever for a
-        # dataset that never does). The indices are sharded, so that each worker and rank loads
-        # only its own items.
-        return IterableWrapper(_Indices(data), deepcopy=False).sharding_filter().map(data.__getitem__)
     return IterableWrapper(data)
+
+
+class _Fetch:
+    """The samples of a batch of indices of a map-style dataset: ``dataset.__getitems__(indices)``
+    where the dataset has it (as torch's fetcher calls it), else ``[dataset[i] for i in indices]``.
+    A class, so that it pickles to the worker processes."""
+
+    __slots__ = ("dataset",)
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __call__(self, indices: list[int]) -> list[Any]:
+        dataset = self.dataset
+        many = getattr(dataset, "__getitems__", None)
+        if many is not None:
+            return list(many(indices))
+        return [dataset[i] for i in indices]
 
 
 class _Indices:
@@ -211,11 +238,13 @@ class DataLoader(Generic[T]):
     ``batch_size``, ``drop_last``, ``seed``, ``timeout`` and ``even_batches`` belong to both.
 
     Args:
-        pipe: the data: an ``IterDataPipe``; a map-style dataset (a ``MapDataPipe``, or an object
-            with ``__getitem__`` and ``__len__`` and no ``__iter__``, as torch's ``Dataset``),
-            read in index order, its indices sharded across workers and ranks so that each loads
-            only its own items; or any iterable or async iterable (wrapped in
-            :class:`~datapipes.iter.IterableWrapper`).
+        pipe: the data: an ``IterDataPipe``; a map-style dataset (a ``MapDataPipe`` iterated in
+            index order, a list or tuple, or an object with ``__getitem__`` and ``__len__`` and no
+            ``__iter__``, as torch's ``Dataset``), read by index as torch's loader reads it: with
+            ``batch_size``, batches of consecutive indices, each fetched whole by one worker
+            (``__getitems__`` where the dataset has it), in index order; the indices are sharded
+            across workers and ranks, so each loads only its own items; or any other iterable or
+            async iterable (wrapped in :class:`~datapipes.iter.IterableWrapper`).
         batch_size: items per batch; ``None``: the pipe's items as they are (the pipe may batch
             itself). Torch spelling: batches are collated (``collate_fn`` or the default
             :func:`datapipes.collate`, which makes tensors). SPDL spelling: batches are lists,
@@ -476,6 +505,7 @@ class DataLoader(Generic[T]):
         self.even_batches = even_batches
         self.timeout = _check_timeout(timeout)
         self.datapipe = _as_pipe(data, "src" if src is not None else "pipe")
+        self._indexed = data if _map_style(data) else None  # a map-style dataset, read by index
         #: a torch IterableDataset (not a DataPipe) runs whole in each worker, as with torch's
         #: DataLoader: it shards itself (get_worker_info()), so the loader adds no sharding_filter()
         self._shards_itself = isinstance(data, IterableDataset) and not isinstance(data, TorchIterDataPipe)
@@ -523,6 +553,15 @@ class DataLoader(Generic[T]):
         self.collate_fn = collate_fn
         self.pin_memory = pin
         pipe = self.datapipe
+        batch_size = self.batch_size
+        if batch_size and self._indexed is not None:
+            # A map-style dataset, as torch's DataLoader reads it: batches of consecutive indices,
+            # each worker fetching whole batches (the loader takes them from the workers in turn, so
+            # they come in index order whatever the number of workers)
+            pipe = (IterableWrapper(_Indices(self._indexed), deepcopy=False).batch(batch_size, drop_last=self.drop_last)
+                    .sharding_filter().map(_Fetch(self._indexed)))
+            batch_size = None
+            pipe = pipe.collate() if collate_fn is None else pipe.collate(collate_fn=collate_fn)
         if num_workers > 0 and not self._shards_itself and not any(is_sharding_stage(s) for s in traverse(pipe)):
             warnings.warn(
                 f"{_WHERE}: the pipe has no sharding_filter(); each of the {num_workers} workers runs the whole "
@@ -531,10 +570,10 @@ class DataLoader(Generic[T]):
                 UserWarning, stacklevel=3,
             )
             pipe = pipe.sharding_filter(SHARDING_PRIORITIES.MULTIPROCESSING)
-        if batch_size := self.batch_size:
+        if batch_size:
             pipe = pipe.batch(batch_size, drop_last=self.drop_last)
             pipe = pipe.collate() if collate_fn is None else pipe.collate(collate_fn=collate_fn)
-        elif collate_fn is not None:
+        elif collate_fn is not None and self.batch_size is None:
             pipe = pipe.collate(collate_fn=collate_fn)  # per item, as torch's loader does without batch_size
         self._worker_pipe = pipe
         following = self.timeout is not None or pin or self.device is not None  # stages that read ahead
