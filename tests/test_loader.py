@@ -138,6 +138,9 @@ class TestTorchSpelling:
         assert ours == [b[0].tolist() for b in torch.utils.data.DataLoader(data, batch_size=3, num_workers=workers)]
         assert as_lists(DataLoader(list(range(7)), batch_size=2, num_workers=workers, **kwargs)) == [
             [0, 1], [2, 3], [4, 5], [6]]
+        rows = np.arange(14).reshape(7, 2)
+        assert as_lists(DataLoader(rows, batch_size=3, num_workers=workers, **kwargs)) == [
+            b.tolist() for b in torch.utils.data.DataLoader(rows, batch_size=3, num_workers=workers)]
 
     def test_a_dataset_with_getitems_is_fetched_a_batch_at_a_time(self):
         class Batched(torch.utils.data.Dataset):

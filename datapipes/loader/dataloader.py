@@ -14,6 +14,8 @@ import warnings
 import weakref
 from typing import Any, AsyncIterable, Callable, Generator, Generic, Iterable, Iterator, TypeVar, cast, overload
 
+import numpy
+import torch
 from torch.utils.data import IterableDataset
 from torch.utils.data import IterDataPipe as TorchIterDataPipe
 
@@ -117,15 +119,17 @@ def _check_timeout(timeout: Any) -> float | None:
 
 def _map_style(data: Any) -> bool:
     """Whether ``data`` is read by index, ``data[0 .. len - 1]``, as torch's DataLoader reads a
-    map-style dataset: a MapDataPipe iterated in index order, a list or a tuple, or an object with
+    map-style dataset: a MapDataPipe iterated in index order, a list, a tuple, a numpy array or a
+    tensor (by rows), or an object with
     ``__getitem__`` and ``__len__`` and no ``__iter__`` (torch's ``Dataset``, ``TensorDataset``;
     iterating one would go by the old sequence protocol, which runs on until ``__getitem__`` raises
     ``IndexError``: forever for a dataset that never does)."""
     if isinstance(data, MapDataPipe):
         return index_ordered(data)
     kind = type(data)
-    return kind in (list, tuple) or (not hasattr(kind, "__iter__") and hasattr(kind, "__getitem__")
-                                     and hasattr(kind, "__len__"))
+    if kind in (list, tuple) or isinstance(data, (numpy.ndarray, torch.Tensor)) and data.ndim > 0:
+        return True
+    return not hasattr(kind, "__iter__") and hasattr(kind, "__getitem__") and hasattr(kind, "__len__")
 
 
 def _as_pipe(data: Any, name: str) -> IterDataPipe[Any]:
