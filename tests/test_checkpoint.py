@@ -228,6 +228,19 @@ class TestDataLoader:
         assert again.epoch == 2
         assert head  # (the first five batches were delivered before the save)
 
+    def test_a_state_of_positions_loads_with_torch_loads_default(self, tmp_path):
+        # weights_only=True, torch.load's default: a state of positions is plain data it accepts
+        import torch
+
+        loader = self.build()
+        it = iter(loader)
+        head = [next(it).tolist() for _ in range(4)]
+        torch.save(loader.state_dict(), tmp_path / "state.pt")
+        it.close()
+        again = self.build()
+        again.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
+        assert head + [b.tolist() for b in again] == [b.tolist() for b in self.build()]
+
     @pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
     def test_through_torch_distributed_checkpoint(self, tmp_path):
         # DCP writes the state as it is (plain data); loading wants a template of the saved shape,

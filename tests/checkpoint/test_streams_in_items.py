@@ -17,6 +17,7 @@ import tarfile
 import time
 
 import pytest
+import torch
 
 from datapipes import DataLoader
 from datapipes._held import MARK
@@ -103,6 +104,10 @@ class TestOpenedFiles:
         assert inputs
         position, (path, saved) = inputs[0]
         assert saved == {MARK: {"open": "1:FileOpener", "path": path, "n": position, "name": path, "wrapped": True}}
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        buf.seek(0)
+        assert torch.load(buf, weights_only=True) == state  # torch.load's default accepts it
 
     def test_a_resumed_pass_can_save_again(self, files):
         def build():
