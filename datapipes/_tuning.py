@@ -145,6 +145,57 @@ class _Entry:
         self.last: tuple[float, int, float, float, float] | None = None  # time, out, busy, source, wait
 
 
+# -- the machine's CPU use (Linux /proc/stat), read by the tuner and by profile() -------------------
+
+
+def cpu_times(text: str, cpus: set[int] | None) -> tuple[int, int, int] | None:
+    """``(busy, total, n)``: jiffies summed over the ``cpuN`` lines of ``/proc/stat`` text whose N is
+    in ``cpus`` (every CPU when None), and how many lines that was; None when there is none.
+
+    Busy is user + nice + system + irq + softirq + steal; idle + iowait is idle time (guest time is
+    already counted in user).
+    """
+    busy = total = n = 0
+    for line in text.splitlines():
+        if not line.startswith("cpu") or line.startswith("cpu "):
+            continue
+        name, *fields = line.split()
+        if cpus is not None and int(name[3:]) not in cpus:
+            continue
+        user, nice, system, idle, iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+        work = user + nice + system + irq + softirq + steal
+        busy += work
+        total += work + idle + iowait
+        n += 1
+    return (busy, total, n) if n else None
+
+
+def read_proc_stat() -> tuple[int, int, int] | None:
+    """The machine's CPU times now (:func:`cpu_times` of ``/proc/stat``), or None where unreadable."""
+    try:
+        with open("/proc/stat") as f:
+            text = f.read()
+        try:
+            cpus: set[int] | None = os.sched_getaffinity(0)
+        except (AttributeError, OSError):
+            cpus = None
+        return cpu_times(text, cpus)
+    except (OSError, ValueError):
+        return None
+
+
+def machine_cores(start: tuple[int, int, int] | None, end: tuple[int, int, int] | None) -> float | None:
+    """CPUs kept busy by every process between two :func:`read_proc_stat` readings, or None."""
+    if start is None or end is None or start[2] != end[2] or end[1] <= start[1]:
+        return None
+    return (end[0] - start[0]) / (end[1] - start[1]) * end[2]
+
+
+#: the share of the usable CPUs busy (this process's, or the machine's) from which an interval counts
+#: as CPU-saturated (Observation.cpu_saturated)
+SATURATED = 0.9
+
+
 class Tuner(Hook):
     """Tunes the auto stages of one pass (see the module): a periodic hook of the pass, called on
     the pass's tuner thread."""
@@ -158,6 +209,7 @@ class Tuner(Hook):
         self.lock = threading.Lock()
         self.reporter: Reporter | None = None
         self.cpu: tuple[float, float] | None = None
+        self.machine: tuple[int, int, int] | None = None  # /proc/stat at the last interval
         self.cpus = usable_cpus()
 
     def initial(self, threads: bool, stage: Any) -> int:
@@ -191,14 +243,25 @@ class Tuner(Hook):
         with self.lock:
             return all(e.stats.stopped is not None for e in self.entries)
 
-    def periodic(self, _: Any) -> None:
-        now = time.perf_counter()
+    def cpu_saturated(self, now: float) -> bool:
+        """Whether the usable CPUs were busy (:data:`SATURATED`) since the last call: by this
+        process, or by every process together. Other processes may keep the CPUs busy too: more
+        workers then buy nothing CPU-bound, and the rates they are judged by move with the others'
+        load, so the climber asks more of a step."""
         cpu_now = time.process_time()
         saturated = False
         if self.cpu is not None:
             wall, cpu = now - self.cpu[0], cpu_now - self.cpu[1]
-            saturated = wall > 0 and cpu / (wall * self.cpus) >= 0.9
+            saturated = wall > 0 and cpu / (wall * self.cpus) >= SATURATED
         self.cpu = (now, cpu_now)
+        machine = read_proc_stat()
+        busy = machine_cores(self.machine, machine)
+        self.machine = machine
+        return saturated or (busy is not None and machine is not None and busy >= SATURATED * machine[2])
+
+    def periodic(self, _: Any) -> None:
+        now = time.perf_counter()
+        saturated = self.cpu_saturated(now)
         high = False
         if self.budget.max_memory is not None:
             rss = rss_bytes()

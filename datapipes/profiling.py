@@ -71,6 +71,9 @@ from typing import IO, Any, Iterable
 
 from . import _pass
 from ._engine.stats import StageStats
+from ._tuning import cpu_times as _cpu_times  # noqa: F401 - read by the tests
+from ._tuning import machine_cores as _machine_cores
+from ._tuning import read_proc_stat as _read_proc_stat
 from ._tuning import usable_cpus
 from .graph import chain_repr, sources_of
 from .graph import stages as _stages
@@ -83,49 +86,6 @@ _SATURATED = 0.5
 _BACKED_UP = 0.5
 _CPU_BOUND = 0.85  # share of the machine's CPUs the process used for the pipe to count as CPU-bound
 _IDLE = 0.5  # CPUs left idle on the machine for the process to have had room to use more
-
-
-def _cpu_times(text: str, cpus: set[int] | None) -> tuple[int, int, int] | None:
-    """``(busy, total, n)``: jiffies summed over the ``cpuN`` lines of ``/proc/stat`` text whose N is
-    in ``cpus`` (every CPU when None), and how many lines that was; None when there is none.
-
-    Busy is user + nice + system + irq + softirq + steal; idle + iowait is idle time (guest time is
-    already counted in user).
-    """
-    busy = total = n = 0
-    for line in text.splitlines():
-        if not line.startswith("cpu") or line.startswith("cpu "):
-            continue
-        name, *fields = line.split()
-        if cpus is not None and int(name[3:]) not in cpus:
-            continue
-        user, nice, system, idle, iowait, irq, softirq, steal = (int(f) for f in fields[:8])
-        work = user + nice + system + irq + softirq + steal
-        busy += work
-        total += work + idle + iowait
-        n += 1
-    return (busy, total, n) if n else None
-
-
-def _read_proc_stat() -> tuple[int, int, int] | None:
-    """The machine's CPU times now (:func:`_cpu_times` of ``/proc/stat``), or None where unreadable."""
-    try:
-        with open("/proc/stat") as f:
-            text = f.read()
-        try:
-            cpus: set[int] | None = os.sched_getaffinity(0)
-        except (AttributeError, OSError):
-            cpus = None
-        return _cpu_times(text, cpus)
-    except (OSError, ValueError):
-        return None
-
-
-def _machine_cores(start: tuple[int, int, int] | None, end: tuple[int, int, int] | None) -> float | None:
-    """CPUs kept busy by every process between two :func:`_read_proc_stat` readings, or None."""
-    if start is None or end is None or start[2] != end[2] or end[1] <= start[1]:
-        return None
-    return (end[0] - start[0]) / (end[1] - start[1]) * end[2]
 
 
 #: how the bottleneck's node is drawn in :meth:`ProfileReport.to_mermaid`

@@ -221,3 +221,21 @@ def test_loader_budget_reaches_worker_processes():
     loader = DataLoader(pipe, num_workers=2, max_threads=3)
     seen = list(loader)
     assert len(seen) == 40 and 1 <= max(seen) <= 3
+
+
+def test_the_tuner_counts_other_processes_cpu_use(monkeypatch):
+    # /proc/stat readings (busy, total, cpus): the machine's 2 usable CPUs 95% busy over the
+    # interval, while this process used next to none of them: the interval is CPU-saturated
+    from datapipes import _tuning
+
+    class Pass:
+        pass
+
+    readings = iter([(1000, 2000, 2), (1950, 3000, 2), (2000, 4000, 2)])
+    monkeypatch.setattr(_tuning, "read_proc_stat", lambda: next(readings))
+    tuner = _tuning.Tuner(Pass(), Budget([], None, None))
+    assert tuner.cpu_saturated(1.0) is False  # the first reading: nothing to compare yet
+    assert tuner.cpu_saturated(2.0) is True  # 950 of 1000 jiffies busy
+    assert tuner.cpu_saturated(3.0) is False  # 50 of 1000
+    monkeypatch.setattr(_tuning, "read_proc_stat", lambda: None)  # not Linux: this process only
+    assert tuner.cpu_saturated(4.0) is False

@@ -55,8 +55,8 @@ Known limits
     wait makes that slow on a long-stable pipe. Noise of the order of ``gain`` can accept a step
     that did not really pay (a few workers too many) or refuse one that did; the trims and probes
     correct either over time. The Little's-law jump assumes the slowdown is in the work itself:
-    a CPU-starved process whose ``cpu_saturated`` does not say so (other processes took the CPUs)
-    jumps, finds the jump did not pay, and goes back. RSS rarely shrinks once grown (allocators
+    a CPU-starved process whose ``cpu_saturated`` does not say so (where the machine's CPU use
+    cannot be read: not Linux) jumps, finds the jump did not pay, and goes back. RSS rarely shrinks once grown (allocators
     keep freed memory), so the memory ceiling is conservative. An interval that ran at another
     concurrency than the one asked for (``Observation.concurrency``) is not measured, and
     ``settle`` more are skipped after each change, for engines whose change takes time to show.
@@ -97,7 +97,8 @@ class Observation:
         starved: the fraction of the interval the stage waited for its own source (0..1): upstream is the limit.
         blocked: the fraction of the interval the stage's output buffer was full, its consumer not taking
             results (0..1): downstream is the limit.
-        cpu_saturated: the process used about 90% or more of its usable CPUs over the interval.
+        cpu_saturated: the process, or every process together (Linux ``/proc/stat``), kept about
+            90% or more of the usable CPUs busy over the interval.
         memory_high: RSS above about 90% of ``max_memory``.
         limit: the most workers this stage may have now (its share of the thread budget; >= 1).
     """
