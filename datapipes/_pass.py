@@ -50,6 +50,7 @@ from torch.utils.data import get_worker_info
 from ._engine.lifecycle import STARTED
 from . import _held
 from ._engine.stats import StageStats
+from ._positions import remaining
 from ._observe import Observer, TaskHooks, observing, pending_observation
 from ._tuning import AUTO, Budget, Tuner, usable_cpus
 from ._seeds import derive_seed, draw_seed
@@ -158,13 +159,6 @@ def no_position(stage: Any) -> None:
     """Record that this pass of ``stage`` keeps no position of its own (a stage that only sometimes
     does, such as a mover on the CPU, where it would on a GPU): its state is its sources'."""
     track(stage, _NO_POSITION)
-
-
-def remaining(it: Iterator[Any]) -> list[Any]:
-    """The items a list or tuple iterator has not yielded yet, as a new list (read from its
-    ``__reduce__``: ``(iter, (sequence,), index)``, or ``(iter, ((),))`` once exhausted)."""
-    reduced: Any = it.__reduce__()
-    return list(reduced[1][0][reduced[2]:]) if len(reduced) > 2 else []
 
 
 class FrameRun:

@@ -49,10 +49,11 @@ from itertools import chain, islice
 from typing import Any, Callable, Iterator
 
 from .. import _pass
+from .._positions import Enumerated, skip as skip_items
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
 from .._engine import abandon
 from ..errors import add_stage_note, policy_and_log
-from .parsing import _REWRAP, _close, _item, _next_count, _on_fail, _open_item, _pair, _read_run, _ReadRun, _reopener, _STARTED, set_origin
+from .parsing import _REWRAP, _close, _item, _on_fail, _open_item, _pair, _read_run, _ReadRun, _reopener, _STARTED, set_origin
 
 __all__ = ["Decompressor", "TarArchiveLoader", "WebDataset", "WebDatasetGrouper", "ZipArchiveLoader"]
 
@@ -136,7 +137,7 @@ def _tar(pipe: TarArchiveLoader, it: Iterator[Any], run: _ReadRun) -> Iterator[t
                 entries = iter(tar)
                 if skip:  # resumed: read past the entries the saved pass had read (a tar stream cannot jump)
                     next(islice(entries, skip - 1, None), None)
-                counted = enumerate(entries, skip)
+                counted = Enumerated(entries, skip)
                 run.enter(n, path, stream, counted, None, 0)
                 for entry, info in counted:
                     if info.isfile():
@@ -263,8 +264,8 @@ def _zip(pipe: ZipArchiveLoader, it: Iterator[Any], run: _ReadRun) -> Iterator[t
                     continue
                 entries = iter(infos)
                 if skip:  # resumed: jump to the entry the saved pass stood at (the directory is read)
-                    entries.__setstate__(skip)  # type: ignore[attr-defined]
-                counted = enumerate(entries, skip)
+                    skip_items(entries, skip)
+                counted = Enumerated(entries, skip)
                 # zf.fp: the stream itself, or its in-memory copy where it cannot seek
                 run.enter(n, path, zf.fp, counted, None, 0)
                 for entry, info in counted:  # entry: the entry of this archive being read
@@ -362,7 +363,7 @@ def _split_key(path: str) -> tuple[str, str]:
 class _GroupRun:
     """The position of a grouper's pass: the sample being gathered (when a sample is yielded, the
     first file of the next one has been pulled already) and the items pulled (read from the loop's
-    ``enumerate``). State: that partial sample, usually one file: an in-memory stream (an archive
+    ``Enumerated``). State: that partial sample, usually one file: an in-memory stream (an archive
     member) is copied at its position; another stream cannot be saved (``TypeError`` naming the
     stage); other data is saved as it is."""
 
@@ -379,7 +380,7 @@ class _GroupRun:
         sample = self.sample
         if sample is not None:
             sample = {k: v if k == "__key__" else _held(v, self.stage, sample["__key__"]) for k, v in sample.items()}
-        return {"n": 0 if self.counted is None else _next_count(self.counted), "sample": sample}
+        return {"n": 0 if self.counted is None else self.counted.count(), "sample": sample}
 
     def restore(self, state: dict[str, Any]) -> None:
         if self.started:
@@ -387,7 +388,7 @@ class _GroupRun:
         self.resume = state
 
     def begin(self, it: Iterator[Any]) -> tuple[Any, dict[str, Any] | None]:
-        """Called as the pass starts: ``enumerate(it)`` from the saved count, and the saved sample."""
+        """Called as the pass starts: ``Enumerated(it)`` from the saved count, and the saved sample."""
         self.started = True
         state, self.resume = self.resume, None
         start, sample = 0, None
@@ -395,7 +396,7 @@ class _GroupRun:
             start = int(state["n"])
             if state["sample"] is not None:
                 sample = self.sample = dict(state["sample"])
-        self.counted = enumerate(it, start)
+        self.counted = Enumerated(it, start)
         return self.counted, sample
 
 

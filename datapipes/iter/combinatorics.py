@@ -1,6 +1,6 @@
 """Stages that reorder or split a stream: Shuffler [shuffle], Sampler, RandomSplitter [random_split].
 
-Randomness follows DESIGN section 3. A random stage builds one generator per pass from
+Randomness follows docs/concepts.rst ("Determinism and seeds"). A random stage builds one generator per pass from
 ``self._pass_seed()``: a seeded pipe (``pipe.set_seed(s)``) gives the same order at every pass of an
 epoch and a new order at every ``set_epoch(n)``; an unseeded pipe draws a fresh seed from torch's
 global generator at every pass, so ``torch.manual_seed(n)`` reproduces a whole program. The pipe
@@ -53,12 +53,6 @@ def _set_rng_state(rng: random.Random, state: list[Any]) -> None:
 _RECOMPUTABLE = frozenset(type(iter(x)) for x in cast("tuple[Sequence[Any], ...]", ([], (), range(0))))
 
 
-def _position(it: Iterator[Any]) -> int:
-    """How many items ``it`` (of :data:`_RECOMPUTABLE`) has yielded, as its ``__reduce__`` says."""
-    reduced: Any = it.__reduce__()
-    return int(reduced[2]) if len(reduced) > 2 else -1  # -1: exhausted
-
-
 class _ShuffleRun:
     """The position of a ``shuffle`` pass, read when the state is taken, at no per-item cost.
     Phases: ``"fill"`` (nothing read yet), ``"swap"`` (the buffer is full: each new item replaces
@@ -98,7 +92,8 @@ class _ShuffleRun:
             rng = origin
             if drain is not None:
                 return {"phase": "drain", "read": len(self.sequence), "left": length_hint(drain), "rng": rng}
-            return {"phase": "swap", "read": _position(self.source), "rng": rng}  # type: ignore[arg-type]
+            # how far the source was read: its length less what its iterator has left (exact for these)
+            return {"phase": "swap", "read": len(self.sequence) - length_hint(self.source), "rng": rng}
         if drain is not None:
             return {"phase": "drain", "buffer": buf[len(buf) - length_hint(drain):], "rng": _rng_state(self.rng)}
         return {"phase": "swap", "buffer": list(buf), "rng": _rng_state(self.rng)}

@@ -67,6 +67,7 @@ from collections import deque
 from typing import Any, Callable, Iterator, Literal, NoReturn, TypeVar
 
 from .. import _pass
+from .._positions import remaining
 from .._engine import abandon
 from .._engine import close_iterator as _close_iterator
 from ..datapipe import (
@@ -193,54 +194,22 @@ def _zip(its: list[Iterator[Any]]) -> Iterator[tuple[Any, ...]]:
         raise
 
 
-def _rest(it: Iterator[Any]) -> list[Any]:
-    """The items a tuple or list iterator has left, read without advancing it (its ``__reduce__``
-    gives the sequence and the index; an exhausted one gives an empty sequence)."""
-    reduced: Any = it.__reduce__()
-    seq = reduced[1][0]
-    return list(seq[reduced[2]:] if len(reduced) > 2 else seq)
-
-
-def _chain_active(chain: Any) -> Iterator[Any] | None:
-    """The iterator ``chain`` is reading now (``None`` between two, or at the end), from its
-    ``__reduce__``: itertools' pickling, deprecated in Python 3.12 and gone in 3.14."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        reduced = chain.__reduce__()
-    return reduced[2][1] if len(reduced) > 2 and len(reduced[2]) > 1 else None
-
-
-def _chain_reduces() -> bool:
-    try:
-        probe = itertools.chain.from_iterable([(1, 2)])
-        next(probe)
-        return _rest(_chain_active(probe)) == [2]  # type: ignore[arg-type]
-    except Exception:  # noqa: BLE001 - Python 3.14+: itertools objects no longer reduce
-        return False
-
-
 class _MuxRun:
     """Where a mux pass is in its round, for checkpoint and resume. State: the items of the current
     round pulled from the inputs (a round pulls one from each at once) and not yet yielded, at most
     ``len(datapipes) - 1`` items; the inputs' own stages hold their positions (each at the end of
-    the round). Read lazily: from the ``chain`` that yields the rounds' items (nothing per item),
-    or, where itertools objects no longer reduce, from the current round's iterator (one store per
-    round)."""
+    the round). Read lazily from the current round's iterator (one store per round)."""
 
-    __slots__ = ("chain", "round", "saved", "started")
+    __slots__ = ("round", "saved", "started")
 
     def __init__(self) -> None:
-        self.chain: Any = None
         self.round: Iterator[Any] | None = None
         self.saved: list[Any] = []  # the round a resumed pass yields first
         self.started = False
 
     def state(self) -> dict[str, Any]:
-        if self.chain is not None:
-            active = _chain_active(self.chain)
-            return {"round": [] if active is None else _rest(active)}
         if self.round is not None:
-            return {"round": _rest(self.round)}
+            return {"round": remaining(self.round)}
         return {"round": list(self.saved)}
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -258,18 +227,8 @@ def _rounds(its: list[Iterator[Any]], run: _MuxRun) -> Iterator[tuple[Any, ...]]
 
 
 def _mux(its: list[Iterator[Any]], run: _MuxRun) -> Iterator[Any]:
-    # zip stops at the first exhausted input and drops the round it was building: torch semantics.
-    try:
-        run.chain = items = itertools.chain.from_iterable(_rounds(its, run))
-        yield from items
-    except BaseException:
-        for it in its:
-            abandon(it)
-        raise
-
-
-def _mux_stored(its: list[Iterator[Any]], run: _MuxRun) -> Iterator[Any]:
-    """:func:`_mux` where itertools objects no longer reduce: the run holds the round's iterator."""
+    """The items of ``its`` taken in rounds, one of each; ``run`` holds the round's iterator. ``zip``
+    stops at the first exhausted input and drops the round it was building: torch semantics."""
     try:
         for run.round in map(iter, _rounds(its, run)):  # one store per round, before its first item
             yield from run.round
@@ -277,10 +236,6 @@ def _mux_stored(its: list[Iterator[Any]], run: _MuxRun) -> Iterator[Any]:
         for it in its:
             abandon(it)
         raise
-
-
-#: how a mux pass reads its position, chosen once for this Python
-_MUX = _mux if _chain_reduces() else _mux_stored
 
 
 @functional_datapipe("concat")
@@ -397,7 +352,7 @@ class Multiplexer(IterDataPipe[T]):
     def __init__(self, *datapipes: IterDataPipe[T]) -> None:
         _check_inputs("Multiplexer", datapipes)
         self.datapipes = datapipes
-        self._run = _MUX
+        self._run = _mux
 
     def __iter__(self) -> Iterator[T]:
         its = [iter(dp) for dp in self.datapipes]

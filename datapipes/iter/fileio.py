@@ -46,9 +46,11 @@ import os
 import re
 import threading
 import weakref
+from operator import length_hint
 from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
 from .. import _pass
+from .._positions import skip as skip_items
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, policy_and_log
@@ -377,8 +379,8 @@ class _ListRun:
     def state(self) -> dict[str, Any]:
         if self.root is None:
             return {"root": None, "index": 0}
-        at: Any = self.it.__reduce__()  # (iter, (list,), index); the index is gone once it ran out
-        return {"root": self.root, "index": self.done + (at[2] if len(at) > 2 else self.size)}
+        # the list's length less what its iterator has left (exact for a list iterator)
+        return {"root": self.root, "index": self.done + self.size - length_hint(self.it)}
 
     def restore(self, state: dict[str, Any]) -> None:
         if self.started:
@@ -400,7 +402,7 @@ def _listed(run: _ListRun, root: str, chunks: Iterable[list[str]], skip: int) ->
         run.it = it = iter(paths)
         run.size = n
         if skip:
-            it.__setstate__(skip)  # type: ignore[attr-defined]  # list_iterator: jump to the index
+            skip_items(it, skip)
             skip = 0
         yield from it
         run.done += n

@@ -9,11 +9,11 @@ Every ``__iter__`` creates its source's iterator (and reads its pass seed) at on
 being built (:mod:`datapipes._pass`), and hands it to the generator that does the work; a generator
 left by an exception (or closed early) closes that iterator, so the upstream is released at once.
 
-Checkpoint and resume (DESIGN section 6): ``Batcher`` keeps nothing (at a batch boundary it has
+Checkpoint and resume (docs/howto/checkpoint.rst): ``Batcher`` keeps nothing (at a batch boundary it has
 consumed exactly the batched items). ``Unbatcher`` and ``Grouper`` write nothing per item: their runs
 read the position from the suspended generator when a state is taken (its locals, with
 :func:`inspect.getgeneratorlocals`, and the list iterator it yields from, ``gi_yieldfrom``, whose
-``__reduce__`` gives its index). ``BucketBatcher`` records its buffers once per pool, bucket or
+items left a copy of it reads). ``BucketBatcher`` records its buffers once per pool, bucket or
 buffer (the lists are mutated in place), and its RNG state.
 """
 

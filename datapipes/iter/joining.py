@@ -33,6 +33,7 @@ from operator import length_hint
 from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence, TypeVar
 
 from .. import _pass
+from .._positions import Enumerated
 from .._engine import abandon, close_iterator
 from ..datapipe import (
     IterDataPipe,
@@ -877,7 +878,7 @@ class SampleMultiplexer(IterDataPipe[T]):
 def _add_index(pipe: IndexAdder, it: Iterator[Any], run: _EnumerateRun) -> Iterator[dict[Any, Any]]:
     name = pipe.index_name
     run.started = True
-    run.counter = counter = enumerate(it, run.start)
+    run.counter = counter = Enumerated(it, run.start)
     try:
         for i, row in counter:
             if type(row) is dict:
@@ -895,7 +896,7 @@ def _add_index(pipe: IndexAdder, it: Iterator[Any], run: _EnumerateRun) -> Itera
         abandon(it)
         raise
     finally:  # ended, closed or dropped: the run keeps the count and lets go of the source
-        run.start = int(counter.__reduce__()[1][1])
+        run.start = counter.count()
         run.counter = None
 
 

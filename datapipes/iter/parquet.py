@@ -33,6 +33,7 @@ from __future__ import annotations
 import io
 import os
 from itertools import chain, repeat
+from operator import length_hint
 from typing import Any, Callable, Iterator, Sequence
 
 from .. import _pass
@@ -99,8 +100,7 @@ class _ParquetRun(_FileRun):
         rows = self.rows
         if rows is None:
             return self.base
-        at: Any = rows.__reduce__()  # (iter, (list,), index); the index is gone once it ran out
-        return self.base + (at[2] if len(at) > 2 else self.size)
+        return self.base + self.size - length_hint(rows)  # the list's length less what its iterator has left
 
     def state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"n": self.n, "failures": 0 if self.failures is None else self.failures.count, "file": None}

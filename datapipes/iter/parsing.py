@@ -40,6 +40,7 @@ from itertools import chain, islice, repeat
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from .. import _held, _pass
+from .._positions import Enumerated
 from .._engine import abandon
 from .._engine import close_iterator as _close
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
@@ -106,11 +107,6 @@ def _on_fail(pipe: Any, stage: str) -> Callable[[Exception, str, int], None]:
 # -- checkpoint and resume of the readers --------------------------------------------------------------
 
 _STARTED = _pass.STARTED
-
-
-def _next_count(counted: Any) -> int:
-    """The next number an ``enumerate`` gives: how many items it has taken from its iterator."""
-    return int(counted.__reduce__()[1][1])
 
 
 def _reopener(source: Any) -> Callable[[Any, int], Any] | None:
@@ -302,7 +298,7 @@ class _ReadRun(_FileRun):
 
     Inside a file the position is the records consumed: ``offset`` (lines skipped, or failed to
     decode: written on those rare events) plus a count read when the state is taken from what the
-    loop keeps anyway, the ``enumerate`` it iterates (lines yielded, archive entries read) or the CSV
+    loop keeps anyway, the ``Enumerated`` it iterates (lines yielded, archive entries read) or the CSV
     reader's ``line_num``; nothing is counted per record for it. The state holds the file's path,
     that count and, for CSV read as dicts, its header: a few hundred bytes. A resumed pass
     opens that file again through its source (an opener: :func:`_reopener`), or, for an in-memory
@@ -325,7 +321,7 @@ class _ReadRun(_FileRun):
         self.n = -1  # the item (file) being read
         self.path: Any = None
         self.stream: Any = None
-        self.counted: Any = None  # the loop's enumerate over this file's records, or
+        self.counted: Any = None  # the loop's Enumerated over this file's records, or
         self.reader: Any = None  # the CSV reader: records consumed = offset + its count
         self.offset = 0
         self.header: list[str] | None = None
@@ -336,7 +332,7 @@ class _ReadRun(_FileRun):
         state: dict[str, Any] = {"n": self.n, "failures": 0 if self.failures is None else self.failures.count, "file": None}
         if self.counted is None and self.reader is None:
             return state  # not inside a file yet
-        at = self.offset + (self.reader.line_num if self.reader is not None else _next_count(self.counted))
+        at = self.offset + (self.reader.line_num if self.reader is not None else self.counted.count())
         file: dict[str, Any] = {"path": self.path, "at": at, "header": self.header, "memory": None}
         if self.reopen is None:
             file["memory"] = _memory_copy(self.stream, self.stage, self.path)
@@ -400,7 +396,7 @@ def _read_run(pipe: Any, source: Any) -> _ReadRun:
 class _CountRun:
     """The position of a one-to-one reader's pass under a failure budget (``max_failures``): the
     failures counted (a resumed pass gives up where the uninterrupted one would) and the items
-    pulled (the positions the notes name), read from the loop's ``enumerate``: two ints. Without a
+    pulled (the positions the notes name), read from the loop's ``Enumerated``: two ints. Without a
     budget the stage is stateless and this run is not recorded."""
 
     __slots__ = ("failures", "counted", "resume", "started")
@@ -413,7 +409,7 @@ class _CountRun:
 
     def state(self) -> dict[str, Any]:
         return {
-            "n": 0 if self.counted is None else _next_count(self.counted),
+            "n": 0 if self.counted is None else self.counted.count(),
             "failures": 0 if self.failures is None else self.failures.count,
         }
 
@@ -423,7 +419,7 @@ class _CountRun:
         self.resume = state
 
     def begin(self, it: Iterator[Any], on_fail: Any) -> Any:
-        """Called as the pass starts: ``enumerate(it)`` from the saved count."""
+        """Called as the pass starts: ``Enumerated(it)`` from the saved count."""
         self.started = True
         self.failures = getattr(on_fail, "failures", None)
         state, self.resume = self.resume, None
@@ -432,7 +428,7 @@ class _CountRun:
             start = int(state["n"])
             if self.failures is not None:
                 self.failures.count = int(state["failures"])
-        self.counted = enumerate(it, start)
+        self.counted = Enumerated(it, start)
         return self.counted
 
 
@@ -1010,12 +1006,12 @@ def _lines(pipe: LineReader, it: Iterator[Any], run: _ReadRun) -> Iterator[Any]:
             n += 1
             path, stream, skip, _ = _item(item, stage, n, pipe.skip_lines)
             # The lines of this file read so far: ``offset`` (skipped, or failed to decode) plus those
-            # yielded, which the enumerate counts (its next count, read by the run when a state is taken).
+            # yielded, which the Enumerated counts (its next count, read by the run when a state is taken).
             offset = skip
             try:
                 try:
                     stream = _open_item(item, stream, run, n)
-                    lines = enumerate(_open_lines(pipe, stream, path, stage, skip))
+                    lines = Enumerated(_open_lines(pipe, stream, path, stage, skip))
                     run.enter(n, path, stream, lines, None, offset)
                 except Exception as e:
                     on_fail(e, *_line_where(path, offset + 1, offset + 1))
@@ -1028,7 +1024,7 @@ def _lines(pipe: LineReader, it: Iterator[Any], run: _ReadRun) -> Iterator[Any]:
                     except Exception as e:
                         if not raised_at(e, _LINES_READ):
                             raise  # thrown in at the yield by the consumer: not a failure of the file
-                        k = offset + _next_count(lines) + 1  # the line being read
+                        k = offset + lines.count() + 1  # the line being read
                         on_fail(e, *_line_where(path, k, k))
                         if not isinstance(e, _RECORD_ERRORS):
                             break  # the stream itself failed: skip the rest of the file

@@ -80,6 +80,7 @@ except ImportError:  # pragma: no cover - Windows: no inter-process lock (see th
     fcntl = None  # type: ignore[assignment]
 
 from .. import _pass
+from .._positions import Enumerated
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, policy_and_log
@@ -1643,7 +1644,7 @@ def _tfrecords(pipe: TFRecordLoader, it: Iterator[Any], run: Any) -> Iterator[di
                 records = _records(stream, check)
                 if skip:  # resumed: read past the records the saved pass had read
                     next(islice(records, skip - 1, None), None)
-                counted = enumerate(records, skip)
+                counted = Enumerated(records, skip)
                 run.enter(n, path, stream, counted, None, 0)
                 for record, data in counted:
                     reading = False

@@ -7,7 +7,7 @@ Names, parameters, defaults and outputs follow torchdata 0.9; the differences ar
 docstring. Every ``__iter__`` creates its source's iterator (and reads its pass seed) at once, as part
 of the pass being built (:mod:`datapipes._pass`), and hands it to the generator that does the work.
 
-Checkpoint and resume (DESIGN section 6): ``rows2columnar`` keeps nothing (it is 1:1), and
+Checkpoint and resume (docs/howto/checkpoint.rst): ``rows2columnar`` keeps nothing (it is 1:1), and
 ``threadpool_map`` is a concurrent ``map`` (:class:`~datapipes.iter.Mapper`), whose pass keeps
 the items in flight. The others keep their position where it can be read when a state is taken,
 at no cost per item: the generator's state of ``in_batch_shuffle``; the buffers of
@@ -24,10 +24,10 @@ import random
 import re
 from collections import defaultdict
 from itertools import chain, islice
-from operator import itemgetter
 from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVar
 
 from .. import _pass
+from .._positions import Counted, skip
 from .._chunk import DataChunk
 from .._engine import abandon, close_iterator, is_async_callable
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
@@ -54,7 +54,6 @@ U = TypeVar("U")
 _Col = Hashable | Sequence[Hashable] | None
 
 _END = object()  # private marker: no item held (None is a valid item)
-_second = itemgetter(1)
 
 #: iterators whose items not yet yielded can be read back (:func:`datapipes._pass.remaining`)
 _READABLE: frozenset[type] = frozenset((type(iter([])), type(iter(())), type(iter(""))))
@@ -180,10 +179,10 @@ class InBatchShuffler(IterDataPipe[list[T]]):
 
 # -- ShuffledFlatMapper ----------------------------------------------------------------------------
 
-# A buffer slot: (iterator of the outputs, the item they come from or _END, the enumerate counting
-# them or None, the item's position). The outputs of a list, tuple or str are read back from their
-# iterator when a state is taken; any other iterable's are counted (enumerate, in C) and computed
-# again by a resumed pass.
+# A buffer slot: (iterator of the outputs, the item they come from or _END, the Counted iterator
+# counting them or None, the item's position). The outputs of a list, tuple or str are read back from
+# their iterator when a state is taken; any other iterable's are counted (in C) and computed again by
+# a resumed pass.
 
 
 def _no_op(*args: Any) -> Any:
@@ -195,8 +194,8 @@ def _opened(call: Callable[[Any], Any] | None, x: Any, n: int) -> tuple[Any, Any
     it = iter(x if call is None else call(x))
     if type(it) in _READABLE:
         return it, _END, None, n
-    counter = enumerate(it)
-    return map(_second, counter), x, counter, n
+    counter = Counted(it)
+    return counter, x, counter, n
 
 
 def _reopened(call: Callable[[Any], Any] | None, slot: dict[str, Any]) -> tuple[Any, Any, Any, int]:
@@ -205,16 +204,16 @@ def _reopened(call: Callable[[Any], Any] | None, slot: dict[str, Any]) -> tuple[
         return iter(list(slot["rest"])), _END, None, n
     x, done = slot["input"], int(slot["done"])
     it = iter(x if call is None else call(x))
-    next(islice(it, done, done), None)  # skip the outputs yielded before the state was taken
-    counter = enumerate(it, done)
-    return map(_second, counter), x, counter, n
+    skip(it, done)  # the outputs yielded before the state was taken
+    counter = Counted(it, done)
+    return counter, x, counter, n
 
 
 def _slot_state(slot: tuple[Any, Any, Any, int]) -> dict[str, Any]:
     it, x, counter, n = slot
     if counter is None:
         return {"item": n, "rest": _pass.remaining(it)}
-    return {"item": n, "input": x, "done": counter.__reduce__()[1][1]}
+    return {"item": n, "input": x, "done": counter.count()}
 
 
 class _ShuffledFlatMapRun(_pass.FrameRun):
@@ -1004,7 +1003,7 @@ def _map_batches(pipe: BatchMapper, it: Iterator[Any], run: _pass.FrameRun) -> I
                     batch, done = list(resume["input"]), int(resume["done"])
                     out = fn(batch)
                     out = iter(out)
-                    next(islice(out, done, done), None)  # the outputs yielded before the state was taken
+                    skip(out, done)  # the outputs yielded before the state was taken
                 for y in out:
                     done += 1
                     yield y

@@ -16,12 +16,13 @@ import warnings
 from collections import deque
 from collections.abc import AsyncIterator as _AsyncIteratorABC
 from collections.abc import Iterator as _IteratorABC
-from operator import itemgetter, length_hint
+from operator import length_hint
 from typing import Any, AsyncIterable, Callable, Generator, Iterable, Iterator, TypeVar, cast
 
 import numpy
 
 from .. import _pass
+from .._positions import Counted, Enumerated, seek, skip
 from .._engine import abandon, close_iterator, iterate_async
 from ..datapipe import IterDataPipe, functional_datapipe, lacks_len, len_unknown, require_int, require_pipe, source_len, stage_label
 
@@ -134,7 +135,6 @@ def _copies(it: Iterator[T], stage: Any) -> Iterator[T]:
 
 _STARTED = _pass.STARTED
 
-_second = itemgetter(1)
 
 
 class _Probe:
@@ -142,51 +142,22 @@ class _Probe:
         raise IndexError(i)
 
 
-def _moves_by_offset(it: Any) -> bool:
-    it.__setstate__(1)
-    it.__setstate__(1)
-    return length_hint(it) == 2  # of 4 items: an absolute index leaves 3, an offset 2
-
-
 #: iterators read by how many items they have left (``__length_hint__``, exact for these) and moved
-#: to an index by ``__setstate__``: those of list, tuple, range, str, bytes, bytearray
+#: to an index by :func:`datapipes._positions.seek`: those of list, tuple, range, str, bytes, bytearray
 _SEQUENCES: tuple[Any, ...] = ([], (), range(0), range(1 << 64), "", "\u20ac", b"", bytearray())
 _INDEXED = frozenset(type(iter(x)) for x in _SEQUENCES)
-#: those of them whose ``__setstate__`` moves by an offset from where they stand (range's, Python 3.12+)
-_RELATIVE = frozenset(type(it) for it in (iter(range(4)), iter(range(1 << 64, (1 << 64) + 4))) if _moves_by_offset(it))
-#: iterators read the same way, moved by skipping (they have no ``__setstate__``): dict, set, deque
+#: iterators read the same way: dict, set, deque
 _COLLECTIONS: tuple[Any, ...] = ({}, {}.values(), {}.items(), set(), deque())
 _HINTED = frozenset(type(iter(x)) for x in _COLLECTIONS)
-#: the iterator of an object with ``__getitem__`` only (a NumPy array's): read and moved by index where
-#: the object has a ``len()`` too
+#: the iterator of an object with ``__getitem__`` only (a NumPy array's): read by index where the
+#: object has a ``len()`` too
 _SEQUENCE = type(iter(_Probe()))
 
 
 def _indexed(it: Iterator[Any], sized: bool) -> bool:
-    """Whether :class:`_SourceRun` reads and moves ``it`` by index."""
+    """Whether :class:`_SourceRun` reads ``it``'s position from what it has left."""
     kind = type(it)
     return kind in _INDEXED or kind in _HINTED or (kind is _SEQUENCE and sized)
-
-
-def _skip(it: Iterator[Any], n: int) -> None:
-    """Read and drop the next ``n`` items of ``it`` (in C)."""
-    if n > 0:
-        next(itertools.islice(it, n, n), None)
-
-
-def _seek(it: Iterator[Any], at: int, index: int) -> None:
-    """Move ``it``, an iterator of :data:`_INDEXED`, :data:`_HINTED` or :data:`_SEQUENCE` standing at
-    ``at``, to ``index``."""
-    kind = type(it)
-    if (kind in _INDEXED or kind is _SEQUENCE) and kind not in _RELATIVE:
-        it.__setstate__(index)  # type: ignore[attr-defined]
-    elif index < at:
-        raise RuntimeError(f"load_state_dict: a {kind.__name__} cannot move back from {at} to {index}; "
-                           "load a state into a new pass")
-    elif kind in _RELATIVE:
-        it.__setstate__(index - at)  # type: ignore[attr-defined]
-    else:
-        _skip(it, index - at)
 
 
 def _protocol(it: Any) -> bool:
@@ -200,11 +171,11 @@ class _SourceRun:
     Read when the state is taken, at no per-item cost, from the iterator itself where it can tell
     (the sequences of :data:`_INDEXED`, :data:`_HINTED` and :data:`_SEQUENCE`: from how many items
     it has left; an iterator with ``state_dict``/``load_state_dict``: its own state); any other
-    iterator is read through a counting ``enumerate`` (one C call per item, beside the Python code
-    such an iterator runs). A resumed pass moves a sequence's iterator to the index
-    (``__setstate__``: nothing is read again); any other source is *replayed*: a new iteration
-    skips, in C, the items already yielded, which is exact for a source that yields the same items
-    at every pass (what a re-iterable is). State: one int, or the protocol iterator's own state.
+    iterator is read through a counting iterator (:class:`datapipes._positions.Counted`: C calls
+    per item, beside the Python code such an iterator runs). A resumed pass moves a sequence's
+    iterator to the index (:func:`datapipes._positions.seek`: nothing is read again), and replays
+    any other source: a new iteration skips, in C, the items already yielded, which is exact for a
+    source that yields the same items at every pass (what a re-iterable is). State: one int, or the protocol iterator's own state.
     """
 
     __slots__ = ("it", "mode", "total", "at", "counter", "saved", "sized", "eager", "final")
@@ -214,7 +185,7 @@ class _SourceRun:
         self.mode = ""  # "index", "count", "protocol" once opened
         self.total = 0  # "index": the items the iterator had when opened
         self.at = 0  # "index": where restore() moved it
-        self.counter: Any = None  # "count": the enumerate counting the items read
+        self.counter: Any = None  # "count": the Counted iterator counting the items read
         self.saved: dict[str, Any] | None = None  # what restore() got, applied when the source opens
         self.sized = sized  # whether the source has a len() (for _SEQUENCE)
         self.eager = False  # opened at iter() (a sequence's iterator), not at the first next()
@@ -225,7 +196,7 @@ class _SourceRun:
         if mode == "index":
             return self.total - length_hint(self.it)
         if mode == "count":
-            return self.counter.__reduce__()[1][1]  # type: ignore[no-any-return]  # enumerate's next count
+            return self.counter.count()  # type: ignore[no-any-return]
         saved = self.saved
         return 0 if saved is None else int(saved.get("index", 0))
 
@@ -249,7 +220,7 @@ class _SourceRun:
         self.saved = state
         if self.eager:  # the iterator was opened at iter(): move it now
             index = int(state.get("index", 0))
-            _seek(self.it, self.at, index)
+            seek(self.it, self.at, index)
             self.at = index
 
     def open(self, it: Iterator[Any]) -> Iterator[Any]:
@@ -263,7 +234,7 @@ class _SourceRun:
             self.mode = "index"
             index = int(saved.get("index", 0))
             if index:
-                _seek(it, 0, index)
+                seek(it, 0, index)
             self.at = index
             return it
         if _protocol(it):
@@ -271,16 +242,16 @@ class _SourceRun:
             if "iterator" in saved:
                 it.load_state_dict(saved["iterator"])  # type: ignore[attr-defined]
             else:
-                _skip(it, int(saved.get("index", 0)))
+                skip(it, int(saved.get("index", 0)))
             return it
         if "iterator" in saved:
             raise ValueError(f"load_state_dict: the state holds an iterator's own state, but this source's "
                              f"iterator, a {kind.__name__}, has no load_state_dict()")
         index = int(saved.get("index", 0))
-        _skip(it, index)  # replayed: the items yielded before the state was saved
+        skip(it, index)  # replayed: the items yielded before the state was saved
         self.mode = "count"
-        self.counter = enumerate(it, index)
-        return map(_second, self.counter)
+        self.counter = Counted(it, index)
+        return self.counter
 
     def release(self) -> None:
         """Keep the state and let go of the source's iterator (the pass's own finaliser closes it)."""
@@ -636,8 +607,8 @@ class Cycler(IterDataPipe[T]):
 
 
 class _EnumerateRun:
-    """The position of an ``enumerate`` pass: the next index, read from the ``enumerate`` object
-    itself (no per-item cost). State: one int."""
+    """The position of an ``enumerate`` pass: the next index, read from the counting iterator that
+    numbers the items (:class:`datapipes._positions.Enumerated`, no per-item cost). State: one int."""
 
     __slots__ = ("counter", "start", "started")
 
@@ -648,7 +619,7 @@ class _EnumerateRun:
 
     def state(self) -> dict[str, Any]:
         counter = self.counter
-        return {"index": self.start if counter is None else counter.__reduce__()[1][1]}
+        return {"index": self.start if counter is None else counter.count()}
 
     def restore(self, state: dict[str, Any]) -> None:
         if self.started:
@@ -658,14 +629,14 @@ class _EnumerateRun:
 
 def _enumerate_run(it: Iterator[Any], run: _EnumerateRun) -> Iterator[tuple[int, Any]]:
     run.started = True
-    run.counter = counter = enumerate(it, run.start)
+    run.counter = counter = Enumerated(it, run.start)
     try:
         yield from counter
     except BaseException:
         abandon(it)
         raise
     finally:  # ended, closed or dropped: the run keeps the count and lets go of the source
-        run.start = int(counter.__reduce__()[1][1])
+        run.start = counter.count()
         run.counter = None
 
 
@@ -727,7 +698,7 @@ def _nbytes(x: Any) -> int:
 class _CacheRun:
     """The position of an ``in_memory_cache`` pass: how many items it has yielded, read at no
     per-item cost from the cache's list iterator (a cached pass) or from the items a filling pass
-    keeps; a pass streaming without filling counts them with ``enumerate``. State: an int and two
+    keeps; a pass streaming without filling counts them (``Counted``). State: an int and two
     flags (whether the pass read the cache; whether its source's saved states are stale, those of an
     earlier round of the same pass, as in a ``cycle``).
 
@@ -746,7 +717,7 @@ class _CacheRun:
         self.total = 0  # ... the cache's length
         self.at = 0  # ... where restore() moved it
         self.items: list[Any] | None = None  # a filling pass: the items kept so far
-        self.counter: Any = None  # a pass streaming without filling: the enumerate counting its items
+        self.counter: Any = None  # a pass streaming without filling: the Counted iterator counting its items
         self.stale = False
         self.started = False
         self.resume: dict[str, Any] | None = None
@@ -756,7 +727,7 @@ class _CacheRun:
         if self.it is not None:
             return self.total - length_hint(self.it)
         if self.counter is not None:
-            return self.counter.__reduce__()[1][1]  # type: ignore[no-any-return]
+            return self.counter.count()  # type: ignore[no-any-return]
         if self.items is not None:
             return len(self.items)
         return 0
@@ -773,7 +744,7 @@ class _CacheRun:
             raise RuntimeError(_STARTED)
         index = int(state["index"])
         if self.it is not None:  # this process has the cache: read it from the index
-            _seek(self.it, self.at, index)
+            seek(self.it, self.at, index)
             self.at = index
         else:
             self.resume = {"cached": bool(state["cached"]), "index": index, "stale": bool(state["stale"])}
@@ -794,7 +765,7 @@ def _fill_start(pipe: InMemoryCacheHolder, it: Iterator[Any], run: _CacheRun,
     index = resume["index"]
     if not resume["cached"]:
         # Saved while filling: the source was restored; the first items, yielded before, are gone.
-        run.counter = enumerate(it, index)
+        run.counter = Counted(it, index)
         return it, None
     if resume["stale"]:  # the source's restored states are of an earlier round: read it afresh
         close_iterator(it)
@@ -812,7 +783,7 @@ def _cache_fill(pipe: InMemoryCacheHolder, it: Iterator[Any], run: _CacheRun, pa
     try:
         it, items = _fill_start(pipe, it, run, pass_)
         if items is None:
-            yield from map(_second, run.counter)
+            yield from run.counter
             return
         append = items.append
         for x in it:
@@ -848,12 +819,12 @@ def _cache_fill_bounded(pipe: InMemoryCacheHolder, it: Iterator[Any], run: _Cach
             else:
                 x = _END
             # Too big to cache: free what was kept and stream the rest of this pass, counted.
-            run.counter = enumerate(it, len(items) + (x is not _END))
+            run.counter = Counted(it, len(items) + (x is not _END))
             run.items = None
             items.clear()
             if x is not _END:
                 yield x
-        yield from map(_second, run.counter)
+        yield from run.counter
     except BaseException:
         abandon(it)
         raise

@@ -25,11 +25,6 @@ def demux(n, k=2, **kw):
     return StatefulSource(n).demux(k, lambda x: x % k, **kw)
 
 
-def with_stored_mux(pipe):
-    pipe._run = combining._mux_stored  # the loop used where itertools objects no longer reduce
-    return pipe
-
-
 BUILDS = {
     "concat": lambda: StatefulSource(3).concat(StatefulSource(0), StatefulSource(4, 10), StatefulSource(2, 20)),
     "concat one input": lambda: Concater(StatefulSource(5)),
@@ -45,7 +40,6 @@ BUILDS = {
     "mux": lambda: StatefulSource(5).mux(StatefulSource(7, 10), StatefulSource(6, 20)),
     "mux shortest last": lambda: StatefulSource(7).mux(StatefulSource(4, 10)),
     "mux one input": lambda: Multiplexer(StatefulSource(4)),
-    "mux stored round": lambda: with_stored_mux(StatefulSource(5).mux(StatefulSource(7, 10), StatefulSource(6, 20))),
     "mux of concat": lambda: StatefulSource(2).concat(StatefulSource(3, 10)).mux(
         StatefulSource(6, 20).map(lambda x: -x)),
     "fork zip": lambda: (lambda a, b: a.zip(b.map(lambda x: -x)))(*fork(7)),
