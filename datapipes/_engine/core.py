@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections import deque
 from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import ErrorPolicy, FailureLog, add_stage_note
@@ -42,14 +43,20 @@ class EngineRun:
     saves those inputs, not their results: a resumed pass computes them again (ordered: in their
     order; completion order: exactly these, nothing yielded before is yielded again), then goes on
     with the source. Costs one dict store and one delete per item on the consumer's thread.
+
+    A resumed pass pulls the restored inputs before its source, at most a window at a time, so it
+    may yield (and be saved) while some still wait in ``pending``: a state then saves them after
+    those in flight, as a pass that had pulled them would, and a state taken before the pass starts
+    is the state loaded. Either way a second resume is exact, whatever the timing.
     """
 
-    __slots__ = ("inputs", "pulled", "resume", "started", "window", "budget", "failures")
+    __slots__ = ("inputs", "pulled", "resume", "pending", "started", "window", "budget", "failures")
 
     def __init__(self) -> None:
         self.inputs: dict[int, Any] = {}
         self.pulled = 0
         self.resume: list[Any] | None = None  # [position, input] pairs to compute first
+        self.pending: deque[Any] | None = None  # restored inputs a started pass has not pulled yet
         self.started = False
         self.window = 0  # items kept in flight; the autotuner changes it while the pass runs
         # under a failure budget (max_failures): the pass's failures, whose count a state saves so
@@ -68,7 +75,16 @@ class EngineRun:
         return read
 
     def state(self) -> dict[str, Any]:
-        state = {"pulled": self.pulled, "inputs": [[k, self.inputs[k]] for k in sorted(self.inputs)]}
+        pulled = self.pulled
+        if self.resume is not None:  # loaded, not started: what it was given
+            inputs = [[k, x] for k, x in self.resume]
+        else:
+            inputs = [[k, self.inputs[k]] for k in sorted(self.inputs)]
+            pending = self.pending
+            if pending:  # numbered as this pass will number them when it pulls them
+                inputs += [[k, x] for k, x in enumerate(pending, pulled)]
+                pulled += len(pending)
+        state = {"pulled": pulled, "inputs": inputs}
         if self.budget is not None:
             state["failures"] = self.budget.count
         return state
@@ -92,13 +108,27 @@ class EngineRun:
 
 def resumed_source(run: EngineRun, src: Iterator[Any]) -> tuple[Iterator[Any], int]:
     """The source a (possibly resumed) pass pulls, and the position of its first item: the saved
-    inputs first (positions renumbered from the first of them), then the source itself."""
+    inputs first, then the source itself. The saved inputs are renumbered to the positions just
+    below ``pulled``, so that the source's items keep the positions (and item seeds) they had in
+    the saved pass. A pass that is not resumed pulls ``src`` itself: nothing is added per item."""
     run.started = True
-    resume = run.resume
+    resume, run.resume = run.resume, None
     if not resume:
         return src, run.pulled
-    run.resume = None
-    return itertools.chain([x for _, x in resume], src), resume[0][0]
+    end = max(run.pulled, resume[-1][0] + 1)
+    run.pending = pending = deque(x for _, x in resume)
+    return itertools.chain(_restored(run, pending, end), src), end - len(pending)
+
+
+def _restored(run: EngineRun, pending: deque[Any], end: int) -> Iterator[Any]:
+    """The restored inputs, each taken off ``pending`` only as the pass pulls it (a state taken
+    meanwhile saves the rest, see :meth:`EngineRun.state`); then ``run.pulled`` is ``end``, the
+    position of the source's first item, for whatever reads it as the source starts (item seeds)."""
+    popleft = pending.popleft
+    while pending:
+        yield popleft()
+    run.pending = None
+    run.pulled = end
 
 
 class _FailureCount:

@@ -941,7 +941,10 @@ class _FlatRun:
         self.resume: list[Any] | None = None
 
     def state(self) -> dict[str, Any]:
-        return {**self.engine.state(), "rest": _pass.remaining(self.rest)}
+        # loaded and not started: the outputs it was given (with the engine's inputs, waiting while
+        # the pass yields those outputs first; see EngineRun)
+        rest = list(self.resume) if self.resume is not None else _pass.remaining(self.rest)
+        return {**self.engine.state(), "rest": rest}
 
     def restore(self, state: dict[str, Any]) -> None:
         self.engine.restore(state)
@@ -967,7 +970,7 @@ def _flat_engine(pipe: Any, it: Iterator[Any], fn: Callable[[Any], Any]) -> Iter
 
 def _flattened(lists: Iterator[list[Any]], run: _FlatRun) -> Iterator[Any]:
     try:
-        if run.resume:
+        if run.resume is not None:
             run.rest = iter(run.resume)
             run.resume = None
             yield from run.rest
