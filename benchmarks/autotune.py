@@ -63,10 +63,11 @@ WAIT_IDLE = [0.0]  # seconds to wait for an idle machine before each fresh-proce
 
 
 def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    """The CPUs this process may use, counted as the library counts them (``os.process_cpu_count``
+    where Python has it, else the affinity mask, else ``os.cpu_count``)."""
+    from datapipes._tuning import usable_cpus as library_count  # imported late: torch comes with it
+
+    return library_count()
 
 
 def cpu_sweep(cores: int) -> list[int]:

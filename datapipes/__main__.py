@@ -211,7 +211,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--size", type=_positive, default=224, help="resize images to SIZE x SIZE (default 224)")
     parser.add_argument("--batch-size", type=_positive, default=32, help="images per batch (default 32)")
     parser.add_argument("--concurrency", type=_positive, default=None,
-                        help="threads decoding images (default: the number of CPUs, 2 to 8)")
+                        help="threads decoding images (default: the CPUs this process may use, 2 to 8)")
     parser.add_argument("--data", metavar="DIR", default=None,
                         help="use the JPEGs in DIR/<class>/*.jpg instead of generating a dataset")
     parser.add_argument("--labels", metavar="CSV", default=None,
@@ -225,6 +225,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace, root: str, generated: bool) -> int:
+    from ._tuning import usable_cpus
     from .profiling import profile
 
     device = _device(args.device)
@@ -236,7 +237,9 @@ def _run(args: argparse.Namespace, root: str, generated: bool) -> int:
     print(f"labels: {len(folders)} classes {source}")
     ranked = sorted(folders, key=lambda f: labels[f])
     print("  " + ", ".join(f"{labels[f]}={f}" for f in ranked[:10]) + (" ..." if len(ranked) > 10 else ""))
-    concurrency = args.concurrency or max(2, min(8, os.cpu_count() or 1))
+    # one decoding thread per CPU, 2 to 8 (2 on 2 CPUs, 8 on 16 or 128): a demo-sized dataset gains
+    # nothing from more, and a 128-CPU host should not start 128 threads for it
+    concurrency = args.concurrency or max(2, min(8, usable_cpus()))
     if device.type == "cuda":
         where = f"{device} ({_gpu_name(device)}): batches are pinned, then copied on a side stream"
     elif device.type == "cpu":

@@ -52,12 +52,12 @@ from . import _held
 from ._engine.stats import StageStats
 from ._positions import remaining
 from ._observe import Observer, TaskHooks, observing, pending_observation
-from ._tuning import AUTO, Budget, Tuner, usable_cpus
+from ._tuning import AUTO, Budget, Tuner, auto_start, usable_cpus
 from ._seeds import derive_seed, draw_seed
 from ._worker import base_seed, is_sharding_stage, unseeded_across_ranks
 from .graph import sources_of, stage_label, stages, walk
 
-__all__ = ["observing", "inherited", "task_hooks", "concurrency_for", "budgeted", "FrameRun", "Pass", "PassConfig", "PassIterator", "STARTED", "configured", "current", "remaining", "stage_keys", "state_of",
+__all__ = ["observing", "inherited", "task_hooks", "concurrency_for", "cpus_for", "budgeted", "FrameRun", "Pass", "PassConfig", "PassIterator", "STARTED", "configured", "current", "remaining", "stage_keys", "state_of",
            "track", "track_generator", "no_position", "latest_stats", "owner", "start", "stats_for"]
 
 _local = threading.local()
@@ -725,15 +725,17 @@ def concurrency_for(stage: Any, requested: int | str, threads: bool) -> tuple[in
     """``(workers, tune)`` for concurrent ``stage`` in the pass building it: its concurrency within
     the pass's thread budget (``threads``: it runs worker threads of its own; 0: inline), and for
     ``concurrency="auto"`` the function that registers its run with the pass's tuner,
-    ``tune(stats, run, backend)``. Outside any pass: the requested value (auto: the CPU count)."""
+    ``tune(stats, run, backend)`` (None where the budget left an auto thread stage no thread: it
+    runs inline, untuned). Outside any pass: the requested value (auto: one worker per CPU, at
+    least 2 and at most :data:`~datapipes._tuning.START_MAXIMUM`)."""
     pass_ = current() or owner(stage)
     if requested == AUTO:
         if pass_ is None:
-            return max(2, usable_cpus()), None
+            return max(2, auto_start(usable_cpus())), None
         tuner = pass_.tuner()
-        start = tuner.initial(threads, stage)
-        if threads:
-            pass_.budget().set(stage, start)
+        start = tuner.initial(threads, stage)  # a thread stage's start is held in the budget from now on
+        if start == 0:
+            return 0, None
 
         def tune(stats: StageStats, run: Any, backend: Any) -> None:
             tuner.register(stage, stats, run, backend, threads, start)
@@ -743,6 +745,13 @@ def concurrency_for(stage: Any, requested: int | str, threads: bool) -> tuple[in
     if pass_ is None or not threads:
         return requested, None
     return pass_.budget().threads_for(stage, requested), None
+
+
+def cpus_for(stage: Any) -> int:
+    """The usable CPUs as the pass building ``stage`` read them when its budget was decided (once per
+    pass; see :class:`~datapipes._tuning.Budget`); outside any pass, read now."""
+    pass_ = current() or owner(stage)
+    return usable_cpus() if pass_ is None else pass_.budget().cpus
 
 
 def inherited(stage: Any) -> tuple[tuple[Any, ...] | None, tuple[int | None, int | None] | None]:

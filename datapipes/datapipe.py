@@ -315,7 +315,7 @@ class IterDataPipe(IterableDataset[T_co], IterMethods[T_co], _DataPipeMixin):
                 whose sum exceeds it are scaled down in proportion when the pass starts; a stage
                 left no thread runs ``fn`` on the consumer's thread. Prefetch producer threads and
                 the event-loop thread of async stages are not counted. ``None``: no bound (auto
-                stages then stay within ``max(32, 4 x CPUs)`` threads each).
+                stages then stay within ``min(128, max(32, 4 x CPUs))`` threads each).
             max_memory: bytes of resident memory (the process's RSS) the autotuner keeps below: it
                 takes workers away from auto stages when RSS comes near it. ``None``: no bound.
 

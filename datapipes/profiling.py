@@ -753,7 +753,8 @@ def profile(pipe: Any, num_items: int | None = 1000, *, show: bool = True, file:
     seconds = max(time.perf_counter() - t0, 1e-9)
     cpu_cores = (time.process_time() - c0) / seconds
     machine_cores = _machine_cores(m0, _read_proc_stat())
-    cpus = usable_cpus()
+    # the CPUs as the pass read them when it started (the figure its auto stages were tuned with)
+    cpus = it.pass_.budget().cpus if isinstance(it, _pass.PassIterator) else usable_cpus()
     measured = it.stats() if isinstance(it, _pass.PassIterator) else []
     order = {id(stage): k for k, stage in enumerate(graph)}
     measured.sort(key=lambda pair: order.get(id(pair[0]), len(order)))

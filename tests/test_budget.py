@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import os
 import pickle
 import threading
 import time
@@ -14,6 +16,7 @@ from datapipes._tuning import Budget, _scaled
 from datapipes.iter import IterableWrapper
 
 WAIT = 10.0
+BOUND = 3  # seconds: the most one test of the many-CPU section may take
 
 
 class Counting:
@@ -232,10 +235,228 @@ def test_the_tuner_counts_other_processes_cpu_use(monkeypatch):
         pass
 
     readings = iter([(1000, 2000, 2), (1950, 3000, 2), (2000, 4000, 2)])
-    monkeypatch.setattr(_tuning, "read_proc_stat", lambda: next(readings))
+    monkeypatch.setattr(_tuning, "read_proc_stat", lambda cpus=None: next(readings))
     tuner = _tuning.Tuner(Pass(), Budget([], None, None))
     assert tuner.cpu_saturated(1.0) is False  # the first reading: nothing to compare yet
     assert tuner.cpu_saturated(2.0) is True  # 950 of 1000 jiffies busy
     assert tuner.cpu_saturated(3.0) is False  # 50 of 1000
-    monkeypatch.setattr(_tuning, "read_proc_stat", lambda: None)  # not Linux: this process only
+    monkeypatch.setattr(_tuning, "read_proc_stat", lambda cpus=None: None)  # not Linux: this process only
     assert tuner.cpu_saturated(4.0) is False
+
+
+# -- many CPUs: the budget is exact whatever the count, the count read once per pass ------------------
+
+#: CPU counts simulated by reporting them to the process (see ``simulate_cpus``)
+SIMULATED = [2, 16, 64, 128]
+
+
+@pytest.fixture
+def simulate_cpus(monkeypatch):
+    """``simulate_cpus(n)``: the process reports ``n`` usable CPUs to everything the library may read
+    (``os.process_cpu_count``, added where Python < 3.13 lacks it; ``os.sched_getaffinity``;
+    ``os.cpu_count``). Returns ``reads``: ``reads["count"]`` counts the reads of a CPU count,
+    ``reads["set"]`` those of the affinity set."""
+    reads = {"count": 0, "set": 0}
+
+    def simulate(n):
+        def count():
+            reads["count"] += 1
+            return n
+
+        def affinity(pid):
+            reads["set"] += 1
+            return set(range(n))
+
+        monkeypatch.setattr(os, "process_cpu_count", count, raising=False)
+        monkeypatch.setattr(os, "sched_getaffinity", affinity, raising=False)
+        monkeypatch.setattr(os, "cpu_count", count)
+        return reads
+
+    return simulate
+
+
+@pytest.fixture
+def fast_tuner(monkeypatch):
+    """The tuner decides every 10 ms: a short pass sees many of its decisions."""
+    from datapipes import _tuning
+
+    monkeypatch.setattr(_tuning.Tuner, "interval", 0.01)
+
+
+@pytest.mark.timeout(BOUND)
+@pytest.mark.parametrize("max_threads", [5, 6, 8])
+@pytest.mark.parametrize("cpus", SIMULATED)
+def test_an_auto_and_a_fixed_stage_hold_the_budget_on_many_cpus(simulate_cpus, fast_tuner, cpus, max_threads):
+    # The issue: on 16 CPUs, max_threads 5 ran 7 calls at once (the auto stage started at 5 before
+    # the fixed stage's 2 were counted)
+    simulate_cpus(cpus)
+    count = Counting(0.002)
+    pipe = (IterableWrapper(range(300)).map(count, concurrency="auto").map(count, concurrency=2)
+            .set_budget(max_threads=max_threads))
+    it = iter(pipe)
+    assert list(it) == list(range(300))
+    assert count.most <= max_threads
+    assert sum(s.workers for _, s in it.stats() if not s.auto) == 2
+
+
+@pytest.mark.timeout(BOUND)
+@pytest.mark.parametrize("max_threads", [3, 5, 8])
+@pytest.mark.parametrize("cpus", SIMULATED)
+def test_two_auto_stages_and_a_fixed_one_share_the_budget_on_many_cpus(simulate_cpus, fast_tuner, cpus,
+                                                                       max_threads):
+    simulate_cpus(cpus)
+    count = Counting(0.002)
+    pipe = (IterableWrapper(range(400)).map(count, concurrency="auto").map(count, concurrency=2)
+            .map(count, concurrency="auto", ordered=False).set_budget(max_threads=max_threads))
+    it = iter(pipe)
+    assert sorted(it) == list(range(400))
+    assert count.most <= max_threads
+    assert all(s.kind == "thread" for _, s in it.stats())
+
+
+@pytest.mark.timeout(BOUND)
+@pytest.mark.parametrize("cpus", SIMULATED)
+def test_more_auto_stages_than_threads_run_the_rest_inline(simulate_cpus, cpus):
+    simulate_cpus(cpus)
+    count = Counting(0.001)
+    pipe = (IterableWrapper(range(60)).map(count, concurrency="auto").map(count, concurrency="auto")
+            .map(count, concurrency=3).set_budget(max_threads=1))
+    before = set(threading.enumerate())
+    it = iter(pipe)
+    seen = 0
+    for _ in it:
+        seen = max(seen, worker_threads(before))
+    kinds = sorted(s.kind for _, s in it.stats())
+    assert kinds == ["inline", "inline", "thread"] and seen <= 1
+    assert count.most <= 2  # one worker thread, and the consumer's thread running the inline stages
+
+
+@pytest.mark.timeout(BOUND)
+@pytest.mark.parametrize("cpus", SIMULATED)
+def test_the_cpu_count_is_read_once_per_pass(simulate_cpus, fast_tuner, cpus):
+    reads = simulate_cpus(cpus)
+    count = Counting(0.001)
+    pipe = (IterableWrapper(range(200)).map(count, concurrency="auto").map(count, concurrency="auto")
+            .map(count, concurrency="auto", executor=_SerialExecutor()).set_budget(max_threads=4))
+    for passes in (1, 2):
+        assert list(pipe) == list(range(200))
+        assert reads["count"] == passes and reads["set"] <= passes
+
+
+class _SerialExecutor(concurrent.futures.Executor):
+    """Runs each call at once (an executor stage: neither threads nor processes of the engine's)."""
+
+    def submit(self, fn, *args, **kwargs):
+        f = concurrent.futures.Future()
+        f.set_result(fn(*args, **kwargs))
+        return f
+
+
+@pytest.mark.parametrize("cpus, start, most, processes, threadpool", [
+    (2, 2, 32, 2, 6), (16, 16, 64, 16, 20), (64, 16, 128, 32, 32), (128, 16, 128, 32, 32)])
+def test_the_defaults_on_many_cpus(simulate_cpus, cpus, start, most, processes, threadpool):
+    from datapipes import _tuning
+    from datapipes.iter.transforming import _default_workers
+
+    simulate_cpus(cpus)
+    assert _tuning.usable_cpus() == cpus
+    assert _tuning.auto_start(cpus) == start  # where an auto thread stage starts
+    assert _tuning.auto_maximum(cpus) == most  # the most threads it takes without a budget
+    assert _tuning.process_workers(cpus) == processes  # a process stage's "auto"
+    assert _default_workers() == threadpool  # threadpool_map's max_workers=None
+    budget = Budget([], None, None)
+    assert budget.cpus == cpus and budget.room_for(object()) == most
+
+
+@pytest.mark.parametrize("cpus", SIMULATED)
+def test_an_auto_process_stage_runs_one_process_per_cpu_within_its_cap(simulate_cpus, cpus):
+    # what the stage would start with (starting 32 processes here would take longer than the test may)
+    from datapipes import _tuning
+    from datapipes.iter.callable import _stage_concurrency
+
+    simulate_cpus(cpus)
+    pipe = IterableWrapper(range(4)).map(abs, concurrency="auto", executor="process")
+    assert _stage_concurrency(pipe) == (min(cpus, _tuning.PROCESS_MAXIMUM), None)
+
+
+class _AutoStage:
+    """A stage as the budget sees it: ``concurrency="auto"`` on worker threads."""
+
+    def _thread_demand(self):
+        return "auto"
+
+
+class _Scripted:
+    """A climber whose decisions are given; it records the limit of each observation."""
+
+    reason = "scripted"
+
+    def __init__(self, *values):
+        self.values = iter(values)
+        self.limits = []
+
+    def update(self, obs):
+        self.limits.append(obs.limit)
+        return next(self.values)
+
+
+class _Backend:
+    def __init__(self):
+        self.sizes = []
+
+    def resize(self, n):
+        self.sizes.append(n)
+
+
+@pytest.mark.parametrize("cpus", SIMULATED)
+def test_a_stage_stepping_down_holds_its_threads_until_they_have_stopped(cpus):
+    # Threads told to stop finish the items queued before their stop: until every item in flight at
+    # the step down has finished, the stage holds the threads it had, and neither another stage nor
+    # a step back up may use them. (The tuner's steps are called by hand, with scripted decisions.)
+    from datapipes._engine.core import EngineRun
+    from datapipes._engine.stats import StageStats
+    from datapipes._tuning import Tuner, _Entry
+
+    a, b = _AutoStage(), _AutoStage()
+    budget = Budget([a, b], max_threads=6, max_memory=None, cpus=cpus)
+    tuner = Tuner(a, budget)  # (its pass: any object; the tuner thread is never started here)
+    first = tuner.initial(True, a)
+    assert first == min(cpus, 5)  # b's thread is held for it from the start
+    second = tuner.initial(True, b)
+    assert second == min(cpus, 6 - first)
+    room = 6 - second  # a's, while b holds its threads
+
+    def entry(stage, climber, workers):
+        stats = StageStats("stage", "thread", workers, 2 * workers, auto=True)
+        run = EngineRun()
+        stats.begin([0.0], lambda: (run.pulled, 0, 0))
+        return _Entry(stage, stats, run, _Backend(), climber, True, workers)
+
+    ea = entry(a, _Scripted(1, 1, 3, 1, 2), first)
+    eb = entry(b, _Scripted(second, second, second), second)
+    held = budget.held
+    clock = iter(range(100))
+
+    def step(e):
+        tuner._step(e, next(clock) * 0.25, False, False)
+
+    step(ea), step(eb)  # the first readings
+    ea.run.inputs.update((k, k) for k in range(10, 10 + first))  # items in flight: positions 10..
+    step(ea)  # a: first -> 1, its surplus still working
+    assert ea.backend.sizes == [1] and held()[id(a)] == first
+    step(eb)  # b may not grow into a's stopping threads
+    assert eb.climber.limits == [6 - first]
+    step(ea)  # nor may a itself
+    assert ea.climber.limits[-1] == room - (first - 1)
+    ea.run.inputs.clear()
+    ea.run.inputs[20] = 20  # every item in flight at the step down has finished
+    step(eb)
+    assert eb.climber.limits[-1] == 6 - first  # (a's drain is seen on a's step)
+    step(ea)  # a: drained, holds 1; 1 -> 3
+    assert ea.climber.limits[-1] == room and held()[id(a)] == 3
+    step(eb)
+    assert eb.climber.limits[-1] == 6 - 3
+    step(ea)  # a: 3 -> 1 with item 20 in flight: holds 3
+    step(ea)  # a: 1 -> 2 while two threads may still be stopping: holds 3 + 1
+    assert ea.climber.limits[-1] == room - 2 and held()[id(a)] == 4 and ea.backend.sizes == [1, 3, 1, 2]
+    assert sum(held().values()) <= 6

@@ -19,7 +19,7 @@ from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVa
 from .. import _pass
 from .._collate import collate as default_collate
 from .._engine import EngineRun, LoopRef, abandon, close_iterator, concurrent_map, is_async_callable, is_async_gen_callable, iterate_async, new_stats
-from .._tuning import usable_cpus
+from .._tuning import process_workers
 from .._engine.rng import check_rng, item_seed, make_rng, seeded_call, with_seeds
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import PassFailures, add_stage_note, call_lines, policy_and_log, raised_at
@@ -359,9 +359,10 @@ def _map_engine(pipe: Mapper, it: Iterator[Any], seed: int | None = None) -> Ite
 def _stage_concurrency(pipe: Any) -> tuple[int, Callable[..., None] | None]:
     """``(workers, tune)`` of a concurrent map/flatmap's pass: its concurrency within the pass's
     thread budget (0: inline), and for ``concurrency="auto"`` its registration with the tuner
-    (a process stage with "auto" runs one worker per usable CPU, untuned)."""
+    (a process stage with "auto" runs one worker per usable CPU as the pass read them, at most
+    ``PROCESS_MAXIMUM``, untuned)."""
     if pipe.executor == "process" and pipe.concurrency == "auto":
-        return usable_cpus(), None
+        return process_workers(_pass.cpus_for(pipe)), None
     return _pass.concurrency_for(pipe, pipe.concurrency, pipe._thread_demand() is not None)
 
 
@@ -482,8 +483,10 @@ class Mapper(IterDataPipe[U]):
             a plain ``fn``, no ``timeout``, no ``rng`` and ``executor="thread"`` is the serial loop.
             ``"auto"``: tuned online while the pass runs, within the pass's thread budget (see
             :meth:`~datapipes.iter.IterDataPipe.set_budget`); the value chosen, and why, are in the
-            pass's statistics (``workers``, ``tuning``). With ``executor="process"``, ``"auto"`` runs
-            one process per usable CPU. A thread stage's workers count against the pass's budget:
+            pass's statistics (``workers``, ``tuning``); a thread stage starts at one worker per
+            usable CPU, at most 16, and takes at most ``min(128, max(32, 4 x CPUs))`` without a
+            budget. With ``executor="process"``, ``"auto"`` runs one process per usable CPU, at most
+            32 (``min(CPUs, 32)``). A thread stage's workers count against the pass's budget:
             beyond it the stage gets fewer (with none left, ``fn`` runs on the consumer's thread).
             A generator function run with ``concurrency`` above 1, or any async generator function,
             yields the items it generates, as :class:`FlatMapper` does (SPDL's ``pipe()``); serially

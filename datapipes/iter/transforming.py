@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import heapq
 import inspect
-import os
 import random
 import re
 from collections import defaultdict
@@ -30,6 +29,7 @@ from .. import _pass
 from .._positions import Counted, skip
 from .._chunk import DataChunk
 from .._engine import abandon, close_iterator, is_async_callable
+from .._tuning import usable_cpus
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
 from .callable import Mapper, _check_cols, _selected_fn, check_arity
@@ -1104,8 +1104,9 @@ _THREADPOOL_KWARGS = frozenset({"thread_name_prefix"})
 
 
 def _default_workers() -> int:
-    """``ThreadPoolExecutor``'s default number of threads."""
-    return min(32, (os.cpu_count() or 1) + 4)
+    """``ThreadPoolExecutor``'s default number of threads (Python 3.13's, which counts the CPUs this
+    process may use): ``min(32, CPUs + 4)``, 6 on 2 CPUs, 20 on 16, 32 from 28 on."""
+    return min(32, usable_cpus() + 4)
 
 
 @functional_datapipe("threadpool_map")
@@ -1130,7 +1131,8 @@ class ThreadPoolMapper(Mapper[U]):
             one queued per worker) rather than ``scheduled_tasks``: the first item comes sooner
             and the memory bound is tighter; the output is the same.
         max_workers: the number of threads, at least 1; ``None``: ``ThreadPoolExecutor``'s default,
-            ``min(32, os.cpu_count() + 4)``.
+            ``min(32, CPUs + 4)`` with the CPUs this process may use (6 on 2 CPUs, 20 on 16, 32 on
+            128), read when the pipe is built.
         threadpool_kwargs: ``thread_name_prefix`` is accepted and not applied (the engine names
             its threads after the stage). ``initializer``/``initargs`` are refused: the worker
             threads are the engine's; do per-thread set-up inside ``fn`` (a ``threading.local``).

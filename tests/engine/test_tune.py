@@ -7,6 +7,7 @@ bound, a thread budget, seeded noise). Time is counted in intervals (steps), nev
 
 import collections
 import math
+import os
 import random
 import statistics
 import threading
@@ -20,6 +21,15 @@ from datapipes._engine.tune import HillClimber, Observation, Step
 from datapipes.iter import IterableWrapper
 
 SECONDS = 0.5  # the length of one modelled interval
+#: CPU counts simulated by reporting them to the process (see ``simulated_cpus``)
+SIMULATED = [2, 16, 64, 128]
+
+
+def simulate_cpus(monkeypatch, n):
+    """The process reports ``n`` usable CPUs to everything the library may read."""
+    monkeypatch.setattr(os, "process_cpu_count", lambda: n, raising=False)  # Python 3.13
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(n)), raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: n)
 
 
 class Model:
@@ -406,6 +416,12 @@ class TestWithTheEngine:
 
         monkeypatch.setattr(_tuning.Tuner, "interval", 0.01)
 
+    @pytest.fixture(autouse=True, params=SIMULATED, ids=lambda n: f"{n}cpus")
+    def cpus(self, request, monkeypatch):
+        """Every test here runs on 2, 16, 64 and 128 simulated CPUs."""
+        simulate_cpus(monkeypatch, request.param)
+        return request.param
+
     @staticmethod
     def counting():
         """``fn(x, ms)`` sleeps ``ms`` (I/O-like: more workers would help, the budget says no) and
@@ -452,3 +468,59 @@ class TestWithTheEngine:
         assert state["peak"] <= 5
         auto = [s for _, s in it.stats() if s.auto]
         assert 1 <= auto[0].workers <= 5  # 3 while the fixed stage runs; all 5 once it has finished
+
+    @pytest.mark.timeout(3)
+    def test_a_fixed_stage_started_after_the_auto_one_still_gets_its_threads(self, cpus):
+        # the auto stage (upstream) starts first; the fixed stage's threads are held for it from
+        # the start of the pass, so the auto stage starts at max_threads - 4 at most
+        fn, state = self.counting()
+        pipe = IterableWrapper(range(300)).map(fn, concurrency="auto").map(fn, concurrency=4)
+        it = iter(pipe.set_budget(max_threads=6))
+        first = next(it)
+        auto = [s for _, s in it.stats() if s.auto][0]
+        assert first == 0 and auto.workers <= 2
+        assert list(it) == list(range(1, 300))
+        assert state["peak"] <= 6
+
+
+class TestBudgetOnManyCpus:
+    """The climbers of two auto stages sharing a budget, started where the pass starts them on
+    2 to 128 CPUs: whatever they decide, their workers never add up to more than the budget."""
+
+    @pytest.mark.timeout(3)
+    @pytest.mark.parametrize("cpus", SIMULATED)
+    def test_without_a_budget_an_auto_stage_starts_at_most_at_16(self, cpus, monkeypatch):
+        # (at the tuner's own pace: the pass ends before its first decision)
+        from datapipes import _tuning
+
+        simulate_cpus(monkeypatch, cpus)
+        fn, state = TestWithTheEngine.counting()
+        it = iter(IterableWrapper(range(200)).map(fn, concurrency="auto"))
+        stats = it.stats()[0][1]
+        assert stats.workers == min(cpus, _tuning.START_MAXIMUM)
+        assert list(it) == list(range(200))
+        assert state["peak"] <= _tuning.auto_maximum(cpus) <= _tuning.THREAD_MAXIMUM
+
+    @pytest.mark.parametrize("max_threads", [2, 5, 12])
+    @pytest.mark.parametrize("cpus", SIMULATED)
+    def test_starts_and_steps_stay_within_the_budget(self, cpus, max_threads):
+        from datapipes._tuning import Budget, Tuner
+
+        class Auto:
+            def _thread_demand(self):
+                return "auto"
+
+        a, b = Auto(), Auto()
+        budget = Budget([a, b], max_threads, None, cpus=cpus)
+        tuner = Tuner(a, budget)
+        starts = tuner.initial(True, a), tuner.initial(True, b)
+        assert 1 <= min(starts) and sum(starts) <= max_threads
+        ma, mb = Model(latency=0.020, cap=4000), Model(latency=0.050, cap=4000)
+        ta = HillClimber(initial=starts[0], maximum=budget.maximum)
+        tb = HillClimber(initial=starts[1], maximum=budget.maximum)
+        for _ in range(60):
+            ma.limit = max(1, max_threads - tb.value)
+            ta.update(ma.observe(ta.value))
+            mb.limit = max(1, max_threads - ta.value)
+            tb.update(mb.observe(tb.value))
+            assert ta.value + tb.value <= max_threads
