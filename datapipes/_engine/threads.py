@@ -162,6 +162,18 @@ class ThreadWorkers(Closeable):
                 for _ in range(live - n):
                     self._inq.put(_STOP)
 
+    def close(self) -> None:
+        """Stop the workers (idempotent). The finaliser is detached under the lock that
+        :meth:`resize` holds while it starts workers, so a resize racing with close either finishes
+        first (its threads are then stopped too) or finds the pool closed and starts none; the
+        threads are joined outside the lock (a timed worker takes it as it finishes an item)."""
+        with self._lock:
+            finalizer = self._finalizer
+            detached = None if finalizer is None else finalizer.detach()
+        if detached is not None:
+            _, shutdown, args, _ = detached
+            shutdown(*args)
+
     def _spawn_more(self) -> None:
         # A worker stopped by a sentinel leaves its slot; a new one takes a fresh slot (slots index
         # the busy-time accumulators, which keep their sums).

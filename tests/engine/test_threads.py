@@ -397,6 +397,41 @@ class TestThreadWorkers:
         w.close()
         assert len(calls) <= 2
 
+    def test_resize_after_close_starts_nothing(self):
+        w = ThreadWorkers(lambda x: x, 2, "S")
+        w.start()
+        threads = list(w._threads)
+        w.close()
+        w.resize(6)
+        assert w._threads == threads
+        assert not any(t.is_alive() for t in threads)
+
+    @pytest.mark.timeout(20)
+    def test_resize_racing_with_close_leaves_no_thread(self):
+        """The autotuner resizes from its own thread while the consumer closes the pass: close must
+        neither join a thread that resize has not started yet nor miss one it started."""
+        rng = random.Random(0)
+        for _ in range(60):
+            w = ThreadWorkers(lambda x: x, 2, "S")
+            w.start()
+            go = threading.Event()
+
+            def tune():
+                go.wait(2)
+                for _ in range(20):
+                    w.resize(rng.randint(1, 8))
+
+            tuner = threading.Thread(target=tune)
+            tuner.start()
+            go.set()
+            time.sleep(rng.random() * 0.002)
+            w.close()  # raised "cannot join thread before it is started" when the race was lost
+            tuner.join(5)
+            threads = list(w._threads)
+            for t in threads:
+                t.join(2)
+            assert not any(t.is_alive() for t in threads)
+
     def test_direct_engine_call(self):
         assert list(concurrent_map(range(5), lambda x: x - 1, label="L", concurrency=2)) == [-1, 0, 1, 2, 3]
 
