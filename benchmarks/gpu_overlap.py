@@ -4,6 +4,9 @@
     .venv/bin/python benchmarks/gpu_overlap.py --images 4000 --concurrency 8 --repeats 5
     .venv/bin/python benchmarks/gpu_overlap.py --device cpu --images 64 --repeats 1   # smoke run, no GPU
 
+``bash scripts/device-check.sh`` runs it with its defaults, beside the GPU tests and
+``end_to_end.py``.
+
 Two workloads, every system in this one process, repeats interleaved, medians reported:
 
 1. **end to end** (the issue's figure): ``benchmarks/end_to_end.py``'s JPEG folder (generated,
@@ -27,13 +30,21 @@ Two workloads, every system in this one process, repeats interleaved, medians re
    ``(32, 3, 224, 224)`` and a device step that costs about as much as one copy (a matmul sized at
    start-up). ``serial``: the consumer copies each batch itself (``.to(device, non_blocking=True)``
    on the current stream) then runs the step, so the copy and the step take turns; ``to_cuda``:
-   ``IterableWrapper(batches).to_cuda()`` copies on its own stream ahead of the consumer. With
-   overlap, ``to_cuda``'s time per batch approaches ``max(copy, step)`` instead of ``copy + step``.
+   ``IterableWrapper(batches, deepcopy=False).to_cuda()`` copies on its own stream ahead of the
+   consumer. With overlap, ``to_cuda``'s time per batch approaches ``max(copy, step)`` instead of
+   ``copy + step``. ``deepcopy=False``: the wrapper's default (torch's) deep-copies every item at
+   every pass, here each pinned batch into unpinned memory that ``to_cuda`` would pin again, and that
+   copy, not the transfer, would be measured (docs/howto/gpu.rst, "Pinned batches in an
+   IterableWrapper").
+
+``--device cuda`` (the default) is the current CUDA device: batches are compared with it by type
+and index, so ``cuda`` and ``cuda:0`` are the same device when device 0 is the current one.
 
 With ``--device cpu`` (no GPU) workload 1 runs ``to_device("cpu")`` in place of ``to_cuda`` (the
-``batch -> to_device`` system then collates and moves nothing) and
-workload 2 is skipped: it checks that the script runs, it measures nothing about GPUs. Without CUDA
-and without ``--device cpu`` the script says so and exits with status 2.
+``batch -> to_device`` system then collates and moves nothing) and workload 2 runs 4 unpinned
+batches through ``to_device("cpu")`` and a small step: it checks that the script runs, it measures
+nothing about GPUs. Without CUDA and without ``--device cpu`` the script says so and exits with
+status 2.
 """
 
 from __future__ import annotations
@@ -57,11 +68,25 @@ from end_to_end import BATCH, JpegFolder, load_pair  # noqa: E402
 TARGET = 0.90
 
 
+def resolve(device: torch.device) -> torch.device:
+    """``device`` with its index: a CUDA device without one is the current CUDA device, as
+    ``to_cuda`` and ``Tensor.to`` take it (a tensor's ``.device`` always has the index)."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether ``a`` and ``b`` are one device, by type and index (``cuda`` is ``cuda:0`` when 0 is current)."""
+    a, b = resolve(a), resolve(b)
+    return (a.type, a.index) == (b.type, b.index)
+
+
 def step_fn(device: torch.device) -> Callable[[torch.Tensor], float]:
     """The consumer's per-batch work: a tiny step on the batch's device, synchronised by ``.item()``."""
 
     def step(batch: torch.Tensor) -> float:
-        if batch.device != device:
+        if not same_device(batch.device, device):
             raise SystemExit(f"expected a batch on {device}, got one on {batch.device}")
         return batch.float().mul_(1 / 255).mean().item()
 
@@ -152,27 +177,38 @@ def end_to_end(root: str, c: int, device: torch.device, repeats: int) -> bool:
     return ok
 
 
-def copy_vs_compute(device: torch.device, repeats: int, n_batches: int = 64) -> None:
+def copy_vs_compute(device: torch.device, repeats: int, n_batches: int = 64, mm: int = 1024) -> None:
+    """Workload 2. On the CPU (a smoke run) the batches are not pinned and nothing is synchronised."""
     from datapipes.iter import IterableWrapper
 
-    host = [torch.randint(0, 255, (BATCH, 3, 224, 224), dtype=torch.uint8).pin_memory() for _ in range(n_batches)]
+    cuda = device.type == "cuda"
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    def batch() -> torch.Tensor:
+        b = torch.randint(0, 255, (BATCH, 3, 224, 224), dtype=torch.uint8)
+        return b.pin_memory() if cuda else b
+
+    host = [batch() for _ in range(n_batches)]
 
     def copy_time() -> float:
-        torch.cuda.synchronize(device)
+        sync()
         t = time.perf_counter()
         for b in host:
             b.to(device, non_blocking=True)
-        torch.cuda.synchronize(device)
+        sync()
         return (time.perf_counter() - t) / n_batches
 
     per_copy = statistics.median(copy_time() for _ in range(3))
-    # A matmul whose time is about one copy's: size it from a measured 1024^3 matmul.
-    w = torch.randn(1024, 1024, device=device)
-    torch.cuda.synchronize(device)
+    # A matmul whose time is about one copy's: size it from a measured mm^3 matmul.
+    w = torch.randn(mm, mm, device=device)
+    sync()
     t = time.perf_counter()
     for _ in range(20):
         w @ w
-    torch.cuda.synchronize(device)
+    sync()
     per_mm = (time.perf_counter() - t) / 20
     reps = max(1, round(per_copy / per_mm))
 
@@ -188,7 +224,10 @@ def copy_vs_compute(device: torch.device, repeats: int, n_batches: int = 64) -> 
         return n_batches
 
     def overlapped() -> int:
-        for b in IterableWrapper(host).to_cuda(device):
+        # deepcopy=False: the default deep copy would turn each pinned batch into an unpinned one at
+        # every pass, and time that copy instead of the transfer (docs/howto/gpu.rst).
+        source = IterableWrapper(host, deepcopy=False)
+        for b in source.to_cuda(device) if cuda else source.to_device(device):
             step(b)
         return n_batches
 
@@ -198,21 +237,24 @@ def copy_vs_compute(device: torch.device, repeats: int, n_batches: int = 64) -> 
             step(dev)
         return n_batches
 
-    systems = {"step only (no copy)": compute_only, "serial: .to(device) then step": serial,
-               "to_cuda (side stream) then step": overlapped}
+    moved = "to_cuda (side stream) then step" if cuda else "to_device(cpu) then step"
+    systems = {"step only (no copy)": compute_only, "serial: .to(device) then step": serial, moved: overlapped}
     times: dict[str, list[float]] = {k: [] for k in systems}
     for _ in range(repeats):
         for name, run in systems.items():
-            torch.cuda.synchronize(device)
+            sync()
             dt, _ = timed(run)
             times[name].append(dt / n_batches)
-    print(f"\n2. copy vs compute ({n_batches} pinned batches of {BATCH}x3x224x224 uint8; one copy "
-          f"{per_copy * 1e3:.2f} ms, step = {reps} matmul(s) of 1024^3, medians of {repeats})")
+    print(f"\n2. copy vs compute ({n_batches} {'pinned' if cuda else 'unpinned'} batches of {BATCH}x3x224x224 uint8; "
+          f"one copy {per_copy * 1e3:.2f} ms, step = {reps} matmul(s) of {mm}^3, medians of {repeats})")
     print(f"  {'system':<40} {'ms/batch':>9}")
     med = {k: statistics.median(v) for k, v in times.items()}
     for name, value in med.items():
         print(f"  {name:<40} {value * 1e3:>9.2f}")
-    hidden = (med["serial: .to(device) then step"] - med["to_cuda (side stream) then step"]) / max(per_copy, 1e-9)
+    if not cuda:
+        print("  (smoke run on the CPU: nothing is copied, no figure)")
+        return
+    hidden = (med["serial: .to(device) then step"] - med[moved]) / max(per_copy, 1e-9)
     print(f"  copy time hidden by to_cuda: {hidden:.0%} of one copy")
 
 
@@ -221,16 +263,23 @@ def main() -> int:
     parser.add_argument("--images", type=int, default=1000, help="JPEGs to generate (default 1000)")
     parser.add_argument("--concurrency", type=int, default=None, help="decode threads (default: CPUs, at most 8)")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--device", default=None, help="cuda device (default: the current one) or 'cpu' for a smoke run")
+    parser.add_argument("--device", default=None,
+                        help="cuda device (default: cuda, the current one) or 'cpu' for a smoke run")
     parser.add_argument("--data", default=None, help="use the JPEGs under DIR instead of generating them")
     args = parser.parse_args()
-    if args.device is None and not torch.cuda.is_available():
+    try:
+        device = torch.device(args.device if args.device is not None else "cuda")
+    except RuntimeError as e:
+        parser.error(f"--device {args.device}: not a torch device ({e})")
+    if device.type == "cuda" and not torch.cuda.is_available():
         print("gpu_overlap.py: CUDA is not available (torch.cuda.is_available() is False); this benchmark needs a "
               "GPU. Use --device cpu for a smoke run.", file=sys.stderr)
         return 2
-    device = torch.device(args.device if args.device is not None else "cuda")
+    device = resolve(device)  # "cuda" -> "cuda:<current>": the device the batches will report
     c = args.concurrency or max(2, min(8, os.cpu_count() or 1))
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (smoke run: no GPU figure)"
+    name = "CPU (smoke run: no GPU figure)"
+    if device.type == "cuda":
+        name = f"{device} ({torch.cuda.get_device_name(device)})"
     print(f"python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} CPUs, device {name}")
     with tempfile.TemporaryDirectory(prefix="datapipes-gpu-") as tmp:
         root = args.data
@@ -242,6 +291,8 @@ def main() -> int:
         ok = end_to_end(root, c, device, args.repeats)
     if device.type == "cuda":
         copy_vs_compute(device, args.repeats)
+    else:
+        copy_vs_compute(device, 1, n_batches=4, mm=128)
     return 0 if ok else 1
 
 

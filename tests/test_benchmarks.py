@@ -1,11 +1,15 @@
 """Smoke runs of benchmark scripts whose main use is on machines CI does not have (a GPU).
 
 They measure nothing here: they check that the scripts still run against the current API, so a
-session that is lent a GPU finds a working benchmark.
+session that is lent a GPU finds a working benchmark, and that scripts/device-check.sh (the GPU
+tests and benchmarks in one command) runs with ``--device cpu``.
 """
 
+import copy
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -29,6 +33,44 @@ def test_gpu_overlap_smoke_run_on_the_cpu(tmp_path):
                    "torch DataLoader(2, pin_memory) + .to() + step"):
         assert system in out
     assert "smoke run on the CPU" in out and "PASS" not in out and "FAIL" not in out
+    assert "2. copy vs compute (4 unpinned batches of 32x3x224x224 uint8" in out
+    assert "to_device(cpu) then step" in out and "nothing is copied, no figure" in out
+
+
+def load_gpu_overlap(monkeypatch):
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the script puts benchmarks/ first on sys.path
+    spec = importlib.util.spec_from_file_location("_bench_gpu_overlap", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_gpu_overlap_compares_devices_by_type_and_index(monkeypatch):
+    # torch.device("cuda") is not torch.device("cuda:0"), while a batch's .device always has the index
+    mod = load_gpu_overlap(monkeypatch)
+    cuda, cuda0, cuda1, cpu = torch.device("cuda"), torch.device("cuda:0"), torch.device("cuda", 1), torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert mod.resolve(cuda) == cuda0 and mod.resolve(cuda1) == cuda1 and mod.resolve(cpu) == cpu
+    assert mod.same_device(cuda, cuda0) and mod.same_device(cuda0, cuda) and mod.same_device(cpu, torch.device("cpu"))
+    assert not mod.same_device(cuda, cuda1) and not mod.same_device(cuda0, cpu)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert mod.same_device(cuda, cuda1) and not mod.same_device(cuda, cuda0)
+
+
+def test_gpu_overlap_copy_vs_compute_does_not_deep_copy_the_batches(monkeypatch, capsys):
+    # IterableWrapper's default deep copy would time a copy of every (pinned) batch, not the transfer
+    mod = load_gpu_overlap(monkeypatch)
+    copied = []
+    real = copy.deepcopy
+
+    def deepcopy(x, *args, **kwargs):
+        copied.append(type(x).__name__)
+        return real(x, *args, **kwargs)
+
+    monkeypatch.setattr(copy, "deepcopy", deepcopy)
+    mod.copy_vs_compute(torch.device("cpu"), 1, n_batches=2, mm=16)
+    assert copied == []
+    assert "to_device(cpu) then step" in capsys.readouterr().out
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without CUDA")
@@ -36,6 +78,33 @@ def test_gpu_overlap_without_cuda_says_so():
     proc = run("--images", "8")
     assert proc.returncode == 2
     assert "CUDA is not available" in proc.stderr and "--device cpu" in proc.stderr
+
+
+DEVICE_CHECK = os.path.join(ROOT, "scripts", "device-check.sh")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_device_check_smoke_run_on_the_cpu(tmp_path):
+    # The whole script, as a GPU host runs it, at its --device cpu sizes, with this interpreter.
+    out_dir = tmp_path / "out"
+    proc = subprocess.run(["bash", DEVICE_CHECK, "--device", "cpu", "--python", sys.executable],
+                          env=dict(os.environ, OUT=str(out_dir)), capture_output=True, text=True, timeout=280, cwd=ROOT)
+    log = proc.stdout
+    assert proc.returncode == 0, log[-4000:] + proc.stderr[-2000:]
+    assert f"python {sys.version.split()[0]} ({sys.executable})" in log
+    assert f"torch {torch.__version__} (CUDA {torch.version.cuda})" in log
+    assert re.search(r"^CPUs: \d+ \(\d+ usable by this process\)$", log, re.M) and re.search(r"^GPU: ", log, re.M)
+    for part in ("1. GPU tests (pytest -m gpu)", "2. benchmarks/gpu_overlap.py (smoke)",
+                 "3. benchmarks/end_to_end.py (smoke)"):
+        assert f"=== {part} (limit " in log  # it ran
+        assert re.search(rf"^  {re.escape(part)} +\d+ +s  (ok|ran; a target missed)", log, re.M), part  # and ended
+    assert re.search(r"\d+ (skipped|passed).* in [\d.]+s", log)  # the GPU tests: skipped without CUDA
+    assert "2. copy vs compute" in log and "| datapipes (concurrency=2) |" in log
+    assert log.rstrip().endswith("device-check: PASSED")
+    assert sorted(p.name for p in out_dir.iterdir()) == ["device-check.log", "end_to_end.json", "gpu-tests.xml"]
+    assert (out_dir / "device-check.log").read_text() == log
+    assert json.loads((out_dir / "end_to_end.json").read_text())["benchmark"] == "end_to_end"
 
 
 AUTOTUNE = os.path.join(ROOT, "benchmarks", "autotune.py")

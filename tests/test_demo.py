@@ -174,7 +174,9 @@ class TestDemoCommand:
         assert rc == 0, out
         assert "generated 40 JPEGs (500x375, 10 classes)" in out
         assert "labels: 10 classes from" in out and "parse_csv_as_dict" in out
-        assert "first batch: images (8, 3, 32, 32) torch.uint8 on cpu" in out
+        # --device auto: batches go to the current CUDA device where there is one, else stay on the CPU
+        where = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
+        assert f"first batch: images (8, 3, 32, 32) torch.uint8 on {where}" in out
         assert re.search(r"time to first batch: \d+ ms", out)
         assert re.search(r"throughput: [\d,]+ images/s \(40 images in 5 batches", out)
         assert "Mapper(DecodeResize)" in out
@@ -286,7 +288,7 @@ class TestDemoCommand:
     def test_on_the_gpu(self, capsys):
         rc, out, _ = run_demo(capsys, "--images", "40", "--device", "cuda", *FAST)
         assert rc == 0, out
-        assert "on cuda:0" in out and "PinMemory" in out and "CudaMover" in out
+        assert f"on cuda:{torch.cuda.current_device()}" in out and "PinMemory" in out and "CudaMover" in out
 
     @pytest.mark.slow
     def test_module_entry_point(self, tmp_path):

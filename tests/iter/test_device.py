@@ -239,7 +239,8 @@ class TestPinMemory:
         items = [nested(i) for i in range(4)]
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            out = list(IterableWrapper(items).pin_memory())
+            # deepcopy=False: what is kept (the numpy array, the strings) must be the source's own objects
+            out = list(IterableWrapper(items, deepcopy=False).pin_memory())
         for i, (got, want) in enumerate(zip(out, items)):
             for g, w in zip(tensors_of(got), tensors_of(want)):
                 assert g.is_pinned() and not w.is_pinned() and torch.equal(g, w)
@@ -249,7 +250,8 @@ class TestPinMemory:
     @gpu
     def test_pinned_and_cuda_tensors_are_left_as_they_are(self):
         pinned, on_gpu = torch.ones(3).pin_memory(), torch.ones(3, device="cuda")
-        [(a, b)] = list(IterableWrapper([(pinned, on_gpu)]).pin_memory())
+        # deepcopy=False: a deep copy would be a new CUDA tensor and an unpinned host one (pinned again)
+        [(a, b)] = list(IterableWrapper([(pinned, on_gpu)], deepcopy=False).pin_memory())
         assert a.data_ptr() == pinned.data_ptr() and b is on_gpu
 
     @gpu
@@ -533,7 +535,8 @@ class TestDeviceMover:
             for g, w in zip(tensors_of(got), tensors_of(want)):
                 assert g.is_cuda and torch.equal(g.cpu(), w)
             assert type(got["batch"]) is Batch and got["pair"].b.is_cuda and got["pair"].b.tolist() == [1.0, 1.0]
-        for got, want in zip(IterableWrapper(items).to_device("cuda", collate=False), items):
+        # deepcopy=False: with collate=False the numpy array is kept, the source's own object
+        for got, want in zip(IterableWrapper(items, deepcopy=False).to_device("cuda", collate=False), items):
             assert got["pair"].b is want["pair"].b and got["t"].is_cuda
 
     @gpu
@@ -597,13 +600,15 @@ class TestCudaMover:
         # Large pinned batches and a kernel launched at once on the consumer's stream: without the event
         # the sum could read memory the copy has not written yet; without record_stream a freed batch's
         # memory could be reused for the next copy while the consumer still reads it.
+        # deepcopy=False: the copies start from these pinned batches; a deep copy would be unpinned
+        # memory, pinned again by to_cuda, and so not the case this test is about.
         n = 1 << 24
         batches = [torch.full((n,), float(i)).pin_memory() for i in range(8)]
-        sums = [float(b.sum(dtype=torch.float64)) for b in IterableWrapper(batches).to_cuda()]
+        sums = [float(b.sum(dtype=torch.float64)) for b in IterableWrapper(batches, deepcopy=False).to_cuda()]
         assert sums == [float(i) * n for i in range(8)]
         side = torch.cuda.Stream()
         with torch.cuda.stream(side):
-            sums = [(b * 2).sum(dtype=torch.float64) for b in IterableWrapper(batches).to_cuda()]
+            sums = [(b * 2).sum(dtype=torch.float64) for b in IterableWrapper(batches, deepcopy=False).to_cuda()]
         side.synchronize()
         assert [float(s) for s in sums] == [2.0 * i * n for i in range(8)]
 
@@ -1014,18 +1019,20 @@ class TestGpuPath:
             return real_to(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, "to", to)
+        # deepcopy=False throughout: to_cuda itself must pin a copy and leave the source's tensors
+        # unpinned, and take the source's pinned tensors as they are (a deep copy would be unpinned)
         src = [torch.full((1000,), float(i)) for i in range(3)]
-        out = list(IterableWrapper(src).to_cuda())
+        out = list(IterableWrapper(src, deepcopy=False).to_cuda())
         assert pinned_at_copy == [(True, True)] * 3 and not any(t.is_pinned() for t in src)
         assert [float(o.sum()) for o in out] == [0.0, 1000.0, 2000.0]
         pinned_at_copy.clear()
-        list(IterableWrapper(src).to_cuda(non_blocking=False))
+        list(IterableWrapper(src, deepcopy=False).to_cuda(non_blocking=False))
         assert pinned_at_copy == [(False, False)] * 3
         pinned_at_copy.clear()
         already = [t.pin_memory() for t in src]
         ptrs = []
         monkeypatch.setattr(torch.Tensor, "to", lambda self, *a, **k: (ptrs.append(self.data_ptr()), real_to(self, *a, **k))[1])
-        list(IterableWrapper(already).to_cuda(collate=False))
+        list(IterableWrapper(already, deepcopy=False).to_cuda(collate=False))
         assert ptrs == [t.data_ptr() for t in already]  # already pinned: not pinned again
 
     @gpu
