@@ -32,6 +32,18 @@ def simulate_cpus(monkeypatch, n):
     monkeypatch.setattr(os, "cpu_count", lambda: n)
 
 
+
+def _climb_together(first, second, budget, rounds):
+    """Two climbers, each over its model, sharing ``budget``: each observation's limit is the budget
+    minus what the other holds (at least 1); their total never goes over it."""
+    (ma, ta), (mb, tb) = first, second
+    for _ in range(rounds):
+        ma.limit = max(1, budget - tb.value)
+        ta.update(ma.observe(ta.value))
+        mb.limit = max(1, budget - ta.value)
+        tb.update(mb.observe(tb.value))
+        assert ta.value + tb.value <= budget
+
 class Model:
     """One auto stage and its pipe, as a function of the stage's concurrency.
 
@@ -250,12 +262,7 @@ class TestBounds:
         budget = 12
         a, b = Model(latency=0.020, cap=2000), Model(latency=0.050, cap=2000)
         ta, tb = HillClimber(), HillClimber()
-        for _ in range(80):
-            a.limit = max(1, budget - tb.value)
-            ta.update(a.observe(ta.value))
-            b.limit = max(1, budget - ta.value)
-            tb.update(b.observe(tb.value))
-            assert ta.value + tb.value <= budget
+        _climb_together((a, ta), (b, tb), budget, 80)
 
     def test_memory_high_steps_down_at_once_and_caps_later_climbs(self):
         # 40 MB a worker, 1 GB: from 21 workers RSS is above 90% of max_memory; the knee is 40.
@@ -518,9 +525,4 @@ class TestBudgetOnManyCpus:
         ma, mb = Model(latency=0.020, cap=4000), Model(latency=0.050, cap=4000)
         ta = HillClimber(initial=starts[0], maximum=budget.maximum)
         tb = HillClimber(initial=starts[1], maximum=budget.maximum)
-        for _ in range(60):
-            ma.limit = max(1, max_threads - tb.value)
-            ta.update(ma.observe(ta.value))
-            mb.limit = max(1, max_threads - ta.value)
-            tb.update(mb.observe(tb.value))
-            assert ta.value + tb.value <= max_threads
+        _climb_together((ma, ta), (mb, tb), max_threads, 60)
