@@ -527,8 +527,8 @@ def map_converted(obj: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
     tensor, or a dict of tensors, comes back with the same tensors.
 
     Raises:
-        TypeError: a numpy value of a dtype torch has no tensor for (``datetime64``, ``uint16`` on an
-            old torch, ...); the message names the dtype.
+        TypeError: a numpy value of a dtype torch has no tensor for (``datetime64``,
+            ``timedelta64``); the message names the dtype.
 
     >>> import numpy as np
     >>> map_converted({"x": np.arange(3), "n": np.float32(0.5), "id": "a"}, lambda t: t)
@@ -569,8 +569,10 @@ def _array_tensor(a: np.ndarray[Any, Any]) -> torch.Tensor:
 
 
 def _scalar_tensor(x: np.generic) -> torch.Tensor:
+    # Through a 0-d array: torch.as_tensor refuses some numpy scalars that from_numpy takes (a uint64
+    # scalar on every torch, numpy 2's bool on torch 2.5), and is slower.
     try:
-        return torch.as_tensor(x)
+        return torch.from_numpy(np.asarray(x))
     except (TypeError, RuntimeError) as e:
         raise TypeError(f"a numpy scalar of dtype {x.dtype} cannot become a tensor ({e})") from None
 

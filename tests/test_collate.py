@@ -342,9 +342,20 @@ class TestMapConverted:
         map_converted([np.zeros(1), (torch.ones(1), np.float64(2.0))], lambda x: seen.append(x.dtype) or x)
         assert seen == [torch.float64, torch.float32, torch.float64]
 
+    @pytest.mark.parametrize("dtype", ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+                                       "float16", "float32", "float64", "complex64", "complex128"])
+    def test_every_numeric_numpy_scalar_becomes_a_0d_tensor(self, dtype):
+        # torch.as_tensor refuses a uint64 scalar, and numpy 2's bool on torch 2.5
+        x = np.ones((), dtype=dtype)[()]
+        out = map_converted(x, lambda t: t)
+        assert type(out) is torch.Tensor and out.ndim == 0 and out.dtype == torch.from_numpy(np.ones(1, dtype)).dtype
+        assert out.item() == x.item()
+
     def test_unconvertible_numpy_dtypes_raise(self):
         with pytest.raises(TypeError, match="numpy scalar of dtype datetime64"):
             map_converted(np.datetime64("2020-01-01"), lambda x: x)
+        with pytest.raises(TypeError, match="numpy scalar of dtype timedelta64"):
+            map_converted(np.timedelta64(3, "s"), lambda x: x)
 
 
 class TestMapCollated:

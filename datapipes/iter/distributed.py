@@ -182,7 +182,7 @@ class _Producer:
         slots, requests, stop = self.slots, self.requests, self.stop
         agreed = self.run.yielded
         issued = 0
-        box = torch.zeros(1, dtype=torch.int64)
+        box = _round_tensor(self.group)
         while True:
             # Until the consumer asks for the next round, read ahead (within the buffer).
             while not requests.acquire(blocking=False):
@@ -254,6 +254,26 @@ def _new_group(label: str, timeout: float) -> Any:
                       f"timeout={timeout} s (every rank must create its pass, iter(), at the same point)",
                       timeout, e) from e
     return group
+
+
+def _round_tensor(group: Any) -> torch.Tensor:
+    """The tensor the rounds of a pass reduce over ``group``, kept alive until the group itself is
+    freed.
+
+    torch 2.5's ``destroy_process_group`` shuts down NCCL groups only: a gloo group's worker
+    threads are joined when its last reference goes, by the Python thread that drops it, holding
+    the GIL. A worker that has just finished a round then frees that round's work and, with it,
+    the tensor; when Python has let go of the tensor already, freeing it needs the GIL, which the
+    joining thread holds: both wait forever. So the tensor lives until the group is gone (a weakref
+    callback runs after the group's C++ object is freed), and the workers free nothing of Python's.
+    """
+    box = torch.zeros(1, dtype=torch.int64)
+    weakref.finalize(group, _keep, box).atexit = False
+    return box
+
+
+def _keep(box: torch.Tensor) -> None:
+    """The callback that holds a round tensor until its group is freed (it has nothing to do)."""
 
 
 def _destroy(group: Any) -> None:

@@ -11,6 +11,7 @@ Without a process group of two or more ranks, each is a no-op (or a local draw).
 
 from __future__ import annotations
 
+from collections import deque
 from itertools import islice
 from typing import Any, Iterator, Protocol
 
@@ -44,6 +45,23 @@ def _distributed() -> Any:
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return None
     return dist
+
+
+#: the tensors of the last collectives, kept alive a while after them (see _kept)
+_RECENT: deque[Any] = deque(maxlen=8)
+
+
+def _kept(tensor: Any) -> Any:
+    """``tensor``, given to a collective, kept alive for the next few collectives.
+
+    On torch 2.5 a gloo group's worker threads are joined only when the group is freed (its
+    ``destroy_process_group`` shuts down NCCL alone), by the Python thread that frees it, holding
+    the GIL. A worker that has just finished a collective frees its work and, with it, the tensor;
+    when Python has let go of the tensor already, that needs the GIL: a program that destroys its
+    process group right after the loader's last collective would wait forever. Kept here, the
+    tensor is never freed by a worker."""
+    _RECENT.append(tensor)
+    return tensor
 
 
 def _collective_device(dist: Any) -> Any:
@@ -93,7 +111,7 @@ def _agreed_seed(pipe: Any) -> int:
         return seed
     import torch
 
-    box = torch.tensor([seed], dtype=torch.int64, device=_collective_device(dist))
+    box = _kept(torch.tensor([seed], dtype=torch.int64, device=_collective_device(dist)))
     dist.broadcast(box, src=0)
     return int(box.item())
 
@@ -126,7 +144,7 @@ def _even_pass(loader: _Loader, it: Iterator[Any], mode: str, resumed: bool = Fa
             n, known = len(loader), 1
         except TypeError:
             n, known = 0, 0
-        counts = torch.tensor([n, -n, known], dtype=torch.int64, device=device)
+        counts = _kept(torch.tensor([n, -n, known], dtype=torch.int64, device=device))
         dist.all_reduce(counts, op=dist.ReduceOp.MIN)
         least, most, all_known = counts.tolist()
         most = -most
@@ -185,7 +203,8 @@ def _even_stepwise(loader: _Loader, it: Iterator[Any], mode: str, dist: Any, dev
         batch = _END if done else next(it, _END)
         done = batch is _END
         has = 0 if done else 1
-        flags = torch.tensor([has, -has, 0 if done and last is _END else 1], dtype=torch.int64, device=device)
+        flags = _kept(torch.tensor([has, -has, 0 if done and last is _END else 1], dtype=torch.int64,
+                                   device=device))
         dist.all_reduce(flags, op=dist.ReduceOp.MIN)
         all_have, minus_any_has, all_can_pad = flags.tolist()
         if mode == "drop":

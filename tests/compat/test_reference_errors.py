@@ -144,9 +144,22 @@ def test_map_style_stages_too(name):
     assert "MapNoLen" in str(e.value)
 
 
+def _torch_wrapper_says_no_valid_length():
+    """Whether the installed torch's IterableWrapper over an iterable without a length says so in
+    torch's phrase (torch >= 2.9; before, Python's "object of type ... has no len()" came through)."""
+    try:
+        len(torch_iter.IterableWrapper(iter(())))
+    except TypeError as e:
+        return re.search(LEN_PHRASE, str(e)) is not None
+    return False
+
+
 def test_the_same_as_torchs_stage_over_the_same_source():
     torch_source = torch_iter.IterableWrapper(iter(range(3)))
-    with pytest.raises(TypeError, match=LEN_PHRASE):
+    # torch < 2.9 raises the same type, with Python's words for the iterator
+    older = r"^object of type 'range_iterator' has no len\(\)$"
+    torch_phrase = LEN_PHRASE if _torch_wrapper_says_no_valid_length() else older
+    with pytest.raises(TypeError, match=torch_phrase):
         len(torch_source.map(abs))
     with pytest.raises(TypeError, match=LEN_PHRASE):
         len(NoLen().map(abs))
@@ -287,6 +300,10 @@ def test_torch_raises_assertion_error_for_these_too(case):
     with pytest.raises(AssertionError) as theirs:
         torch_build()
     _, _, _, phrase = ASSERTED[case]
+    if case == "groupby group_size > buffer_size" and str(theirs.value) == "":
+        # torch < 2.10 asserts it with no message; ours ends with torch 2.10's phrase on every torch
+        # (test_asserted_arguments_raise_ours_and_assertion_error)
+        return
     assert str(theirs.value) == phrase
 
 
