@@ -40,7 +40,7 @@ from itertools import chain, islice, repeat
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from .. import _held, _pass
-from .._positions import Enumerated
+from .._positions import Counted, Enumerated
 from .._engine import abandon
 from .._engine import close_iterator as _close
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
@@ -298,8 +298,8 @@ class _ReadRun(_FileRun):
 
     Inside a file the position is the records consumed: ``offset`` (lines skipped, or failed to
     decode: written on those rare events) plus a count read when the state is taken from what the
-    loop keeps anyway, the ``Enumerated`` it iterates (lines yielded, archive entries read) or the CSV
-    reader's ``line_num``; nothing is counted per record for it. The state holds the file's path,
+    loop keeps anyway: the ``Counted`` or ``Enumerated`` it iterates (lines yielded, archive
+    entries read) or the CSV reader's ``line_num``; nothing is counted per record for it. The state holds the file's path,
     that count and, for CSV read as dicts, its header: a few hundred bytes. A resumed pass
     opens that file again through its source (an opener: :func:`_reopener`), or, for an in-memory
     stream (``io.BytesIO``, ``io.StringIO``: items of an ``IterableWrapper``, archive members),
@@ -321,7 +321,7 @@ class _ReadRun(_FileRun):
         self.n = -1  # the item (file) being read
         self.path: Any = None
         self.stream: Any = None
-        self.counted: Any = None  # the loop's Enumerated over this file's records, or
+        self.counted: Any = None  # the loop's Counted/Enumerated over this file's records, or
         self.reader: Any = None  # the CSV reader: records consumed = offset + its count
         self.offset = 0
         self.header: list[str] | None = None
@@ -1006,19 +1006,19 @@ def _lines(pipe: LineReader, it: Iterator[Any], run: _ReadRun) -> Iterator[Any]:
             n += 1
             path, stream, skip, _ = _item(item, stage, n, pipe.skip_lines)
             # The lines of this file read so far: ``offset`` (skipped, or failed to decode) plus those
-            # yielded, which the Enumerated counts (its next count, read by the run when a state is taken).
+            # yielded, which the Counted iterator counts (read by the run when a state is taken).
             offset = skip
             try:
                 try:
                     stream = _open_item(item, stream, run, n)
-                    lines = Enumerated(_open_lines(pipe, stream, path, stage, skip))
+                    lines = Counted(_open_lines(pipe, stream, path, stage, skip))
                     run.enter(n, path, stream, lines, None, offset)
                 except Exception as e:
                     on_fail(e, *_line_where(path, offset + 1, offset + 1))
                     continue
                 while True:  # the lines loop is bare; after a skipped failure it resumes here
                     try:
-                        for _, line in lines:
+                        for line in lines:
                             yield line
                         break
                     except Exception as e:
