@@ -704,6 +704,53 @@ class TestWorkers:
             assert child_pids() - before  # the workers persist between passes
         assert not wait_children_gone(before)
 
+    def test_persistent_workers_refuse_a_second_live_iterator(self):
+        # torch's loader resets its one iterator under the first pass: the first drained the second's
+        # batches and the second then failed with "generator raised StopIteration"
+        data = IterableWrapper(range(20)).sharding_filter()
+        with DataLoader(data, batch_size=2, num_workers=2, persistent_workers=True) as loader:
+            a = iter(loader)
+            first = next(a).tolist()
+            with pytest.raises(RuntimeError, match="already being iterated.*persistent_workers=False"):
+                iter(loader)
+            rest = [b.tolist() for b in a]
+            assert sorted(sum([first] + rest, [])) == list(range(20))  # the refusal cost the first pass nothing
+            b = iter(loader)  # the first ended: a new pass is welcome
+            next(b)
+            b.close()
+            c = iter(loader)  # closed: so is the next
+            assert sorted(sum((x.tolist() for x in c), [])) == list(range(20))
+            for _ in loader:
+                break  # a dropped iterator ends its pass
+            assert sorted(sum((x.tolist() for x in loader), [])) == list(range(20))
+
+    def test_persistent_workers_refuse_a_second_pass_from_another_thread(self):
+        data = IterableWrapper(range(20)).sharding_filter()
+        with DataLoader(data, batch_size=2, num_workers=2, persistent_workers=True) as loader:
+            results, errors = [], []
+
+            def consume():
+                try:
+                    results.append(sorted(sum((x.tolist() for x in loader), [])))
+                except RuntimeError as e:
+                    errors.append(str(e))
+
+            threads = [threading.Thread(target=consume) for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            # either the passes did not overlap (both whole) or one was refused: never mixed batches
+            assert all(r == list(range(20)) for r in results)
+            assert len(results) + len(errors) == 2
+            assert all("already being iterated" in e for e in errors)
+
+    def test_without_persistent_workers_two_iterators_are_two_passes(self):
+        data = IterableWrapper(range(12)).sharding_filter()
+        loader = DataLoader(data, batch_size=2, num_workers=2)
+        a, b = iter(loader), iter(loader)
+        assert sorted(sum((x.tolist() for x in a), [])) == sorted(sum((x.tolist() for x in b), [])) == list(range(12))
+
     def test_break_stops_the_workers(self):
         before = child_pids()
         loader = DataLoader(IterableWrapper(range(1000)).sharding_filter(), batch_size=2, num_workers=2)

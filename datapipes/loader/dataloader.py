@@ -10,6 +10,7 @@ processes live in :mod:`.workers`, the timed buffer in :mod:`.buffer`.
 from __future__ import annotations
 
 import inspect
+import threading
 import warnings
 import weakref
 from typing import Any, AsyncIterable, Callable, Generator, Generic, Iterable, Iterator, TypeVar, cast, overload
@@ -204,6 +205,11 @@ class _Tracked:
     def done(self) -> bool:
         return self._done[0]
 
+    @property
+    def finished(self) -> bool:
+        """Whether the pass yields nothing more: exhausted, failed or closed."""
+        return inspect.getgeneratorstate(self._gen) == inspect.GEN_CLOSED
+
     def __iter__(self) -> Iterator[Any]:
         return self
 
@@ -293,7 +299,8 @@ class DataLoader(Generic[T]):
             stages together, and the RSS in bytes that ``concurrency="auto"`` stages keep below.
             With ``num_workers > 0``, each worker process has this budget for its own pass.
         persistent_workers, prefetch_factor, multiprocessing_context, worker_init_fn: passed to
-            torch's DataLoader for ``num_workers > 0``. Persistent workers see ``set_epoch``.
+            torch's DataLoader for ``num_workers > 0``. Persistent workers see ``set_epoch``, and
+            serve one pass at a time: ``iter()`` while a pass is live raises ``RuntimeError``.
         src: the SPDL name of ``pipe``.
         preprocessor: called on each source item, concurrently on ``num_threads`` threads (an
             ``async def`` one as tasks on the event loop). A generator function or async generator
@@ -535,6 +542,7 @@ class DataLoader(Generic[T]):
         #: threads and workers as any dropped iterator does
         self._current: weakref.ref[_Tracked] | None = None
         self._resume: list[dict[str, Any]] | None = None  # the pass states loaded for the next iter()
+        self._iter_lock = threading.Lock()  # one iter() at a time decides whether another pass is live
 
     # -- building ----------------------------------------------------------------------------------
 
@@ -658,6 +666,26 @@ class DataLoader(Generic[T]):
     # -- running -----------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[T]:
+        with self._iter_lock:
+            if self._workers is not None and self._workers.persistent_workers:
+                self._refuse_a_second_pass()
+            return self._start_pass()
+
+    def _refuse_a_second_pass(self) -> None:
+        """With persistent workers, one set of worker processes serves one pass at a time: a second
+        ``iter()`` while a pass is live would take the first pass's batches (torch's loader resets
+        its iterator under the first one's feet). Refused, naming what to do."""
+        current = None if self._current is None else self._current()
+        if current is not None and not current.finished:
+            raise RuntimeError(
+                "DataLoader is already being iterated: with persistent_workers=True its worker processes "
+                "serve one pass at a time, and a second iter() would take the first pass's batches. Finish "
+                "the first iterator, or close it (it.close(), or drop every reference to it), before the "
+                "next iter(); or build the loader with persistent_workers=False, where each pass has "
+                "worker processes of its own."
+            )
+
+    def _start_pass(self) -> Iterator[T]:
         resume, self._resume = self._resume, None
         layout = _layout(self.num_workers)
         if resume is None:
