@@ -751,6 +751,22 @@ class TestWorkers:
         a, b = iter(loader), iter(loader)
         assert sorted(sum((x.tolist() for x in a), [])) == sorted(sum((x.tolist() for x in b), [])) == list(range(12))
 
+    @pytest.mark.parametrize("num_workers", [0, 2])
+    def test_each_iter_is_the_next_epoch_even_before_either_is_read(self, num_workers):
+        # the rule at every num_workers: an epoch is given when iter() is called. Worker processes
+        # used to read the epoch from memory the second iter() had already moved on
+        def make():
+            return DataLoader(IterableWrapper(range(12)).shuffle().sharding_filter(), batch_size=None,
+                              num_workers=num_workers, seed=3)
+
+        ref = make()
+        epochs = [[int(x) for x in ref] for _ in range(2)]
+        assert epochs[0] != epochs[1]
+        loader = make()
+        a, b = iter(loader), iter(loader)
+        assert [int(x) for x in a] == epochs[0]
+        assert [int(x) for x in b] == epochs[1]
+
     def test_break_stops_the_workers(self):
         before = child_pids()
         loader = DataLoader(IterableWrapper(range(1000)).sharding_filter(), batch_size=2, num_workers=2)

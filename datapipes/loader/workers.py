@@ -38,8 +38,9 @@ class _WorkerFeed(IterableDataset):  # type: ignore[type-arg]
     current pass, as ``(worker, is_item, the shard's state after it, item)``, then
     ``(worker, False, final state, None)`` when the shard has run out.
 
-    The seed travels with the object (fixed per loader); the epoch is read from shared memory at the
-    start of every pass, so persistent workers see ``set_epoch`` too. ``resume``: the state of each
+    The seed travels with the object (fixed per loader); the epoch is read at the start of every
+    pass from ``epoch.value``: shared memory that the loader sets as each pass of persistent workers
+    starts (they serve one pass at a time), or the pass's own epoch for workers of one pass. ``resume``: the state of each
     worker's shard for a resumed pass (a loader gives such a pass workers of its own).
     """
 
@@ -68,11 +69,11 @@ def _feed(stream: ShardStream, worker: int) -> Iterator[Any]:
     yield worker, False, stream.state(), None
 
 
-def _run_workers(stage: WorkerProcesses, run: ShardsRun | None) -> Iterator[Any]:
+def _run_workers(stage: WorkerProcesses, run: ShardsRun | None, epoch: int) -> Iterator[Any]:
     """The workers' batches, one worker after the other (torch's order), each recorded in ``run``
-    with its worker's state as it is handed on."""
+    with its worker's state as it is handed on. ``epoch``: the one the pass was given at ``iter()``."""
     with stage._lock:  # workers fork (or pickle the pipe) here: not while len() lends shards
-        loader = stage._torch_loader(None if run is None else run.resume)
+        loader = stage._torch_loader(None if run is None else run.resume, epoch)
         it = iter(loader)
     count = stage.num_workers
     waiting: list[deque[Any]] = [deque() for _ in range(count)]
@@ -104,6 +105,19 @@ def _run_workers(stage: WorkerProcesses, run: ShardsRun | None) -> Iterator[Any]
             it._shutdown_workers()
 
 
+class _Epoch:
+    """The epoch of the one pass a set of (not persistent) workers serves, read as ``epoch.value``
+    as the shared memory of persistent workers is."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __reduce__(self) -> tuple[type[_Epoch], tuple[int]]:
+        return _Epoch, (self.value,)
+
+
 class WorkerProcesses(IterDataPipe[Any]):
     """The source stage of the pipe :class:`DataLoader` builds for ``num_workers > 0``: torch's
     DataLoader runs ``datapipe`` in ``num_workers`` processes, each reading its own shard through
@@ -127,7 +141,8 @@ class WorkerProcesses(IterDataPipe[Any]):
         self.multiprocessing_context = multiprocessing_context
         self.worker_init_fn = worker_init_fn
         self.seed = 0
-        self._epoch: Any = None
+        self._epoch: Any = None  # shared memory the persistent workers read their pass's epoch from
+        self._next_epoch = 0  # the epoch prepare() gave the next pass
         self._loader: Any = None
         self._next_run: ShardsRun | None = None
         self._lock = threading.Lock()
@@ -137,16 +152,22 @@ class WorkerProcesses(IterDataPipe[Any]):
         """Set the seed and epoch the workers of the next pass use, and where it keeps their
         positions (``run``, with the states to resume from, if any)."""
         self._next_run = run
-        if self._epoch is None:
-            from multiprocessing.sharedctypes import RawValue
-
-            self._epoch = RawValue("q", 0)
-        self._epoch.value = epoch
+        self._next_epoch = epoch
         self.seed = seed  # fixed per loader: persistent workers keep the one they started with
 
-    def _torch_loader(self, resume: list[Any] | None) -> Any:
-        """torch's DataLoader over the workers' shards; a pass resuming ``resume`` (the states of the
-        workers' shards) gets workers of its own, persistent or not."""
+    def _torch_loader(self, resume: list[Any] | None, epoch: int) -> Any:
+        """torch's DataLoader over the workers' shards for a pass of epoch ``epoch``; a pass
+        resuming ``resume`` (the states of the workers' shards) gets workers of its own, persistent
+        or not. Persistent workers read the epoch from shared memory, set here as their pass
+        starts; workers of one pass get that pass's epoch with the feed, so two passes started
+        before either is read keep the epochs their ``iter()`` calls were given."""
+        persistent = self.persistent_workers and resume is None
+        if persistent:
+            if self._epoch is None:
+                from multiprocessing.sharedctypes import RawValue
+
+                self._epoch = RawValue("q", 0)
+            self._epoch.value = epoch
         if resume is not None:
             self.close()
         elif self._loader is not None:
@@ -157,12 +178,13 @@ class WorkerProcesses(IterDataPipe[Any]):
         if self.prefetch_factor is not None:
             kwargs["prefetch_factor"] = self.prefetch_factor
         loader = TorchDataLoader(
-            _WorkerFeed(self.datapipe, self.seed, self._epoch, resume, self._inherit), batch_size=None,
+            _WorkerFeed(self.datapipe, self.seed, self._epoch if persistent else _Epoch(epoch), resume,
+                        self._inherit), batch_size=None,
             num_workers=self.num_workers, collate_fn=_identity,
-            persistent_workers=self.persistent_workers and resume is None, worker_init_fn=self.worker_init_fn,
+            persistent_workers=persistent, worker_init_fn=self.worker_init_fn,
             multiprocessing_context=self.multiprocessing_context, **kwargs,
         )
-        if self.persistent_workers and resume is None:
+        if persistent:
             self._loader = loader
         return loader
 
@@ -175,12 +197,13 @@ class WorkerProcesses(IterDataPipe[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         run, self._next_run = self._next_run, None
+        epoch = self._next_epoch
         # The loader's periodic reports and thread budget reach the workers' passes: reporters
         # (plain data) travel with the feed and log from each worker process; other hooks stay here.
         hooks, budget = _pass.inherited(self)
         reporters = None if hooks is None else tuple(h for h in hooks if isinstance(h, StatsReporter)) or None
         self._inherit = (reporters, budget)
-        return _run_workers(self, run)
+        return _run_workers(self, run, epoch)
 
     def __len__(self) -> int:
         with self._lock:
