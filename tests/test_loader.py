@@ -777,6 +777,66 @@ class TestWorkers:
         assert not multiprocessing.active_children()
 
 
+def _fails_on_7(x):
+    if x == 7:
+        raise KeyError("label-7")
+    return x
+
+
+class NeedsTwo(Exception):
+    """An exception whose pickle form cannot be loaded again (its __init__ wants two arguments)."""
+
+    def __init__(self, a, b):
+        super().__init__(f"{a}/{b}")
+
+
+def _fails_unpicklably(x):
+    if x == 5:
+        raise NeedsTwo("bad", x)
+    return x
+
+
+class TestWorkerErrors:
+    """An exception in a worker's pass reaches the loop as in one process: its own type and args,
+    our notes, the worker and its traceback as notes (torch rewraps it: its message in args)."""
+
+    def test_type_args_and_notes_are_kept(self):
+        before = child_pids()
+        loader = DataLoader(IterableWrapper(range(20)).sharding_filter().map(_fails_on_7), batch_size=None,
+                            num_workers=2)
+        got = []
+        with pytest.raises(KeyError) as info:
+            for x in loader:
+                got.append(int(x))
+        e = info.value
+        assert type(e) is KeyError and e.args == ("label-7",)
+        notes = e.__notes__
+        assert notes[0] == "[datapipes] raised in stage Mapper(_fails_on_7) at item 3"
+        assert notes[1].startswith("[datapipes] raised in DataLoader worker process 1 of 2")
+        assert notes[2].startswith("worker process traceback") and "_fails_on_7" in notes[2]
+        assert got == [0, 1, 2, 3, 4, 5, 6]  # raised at its turn, after what came before it
+        assert not wait_children_gone(before)
+
+    def test_an_exception_that_cannot_come_back_is_replaced_by_one_naming_it(self):
+        loader = DataLoader(IterableWrapper(range(10)).sharding_filter().map(_fails_unpicklably), batch_size=None,
+                            num_workers=2)
+        with pytest.raises(RuntimeError, match=r"test_loader\.NeedsTwo raised in DataLoader worker process 1 "
+                                               r"\(it cannot be pickled back.*\): bad/5") as info:
+            list(loader)
+        assert any("Mapper(_fails_unpicklably) at item 2" in n for n in info.value.__notes__)
+
+    def test_persistent_workers_serve_the_next_pass_after_a_failed_one(self):
+        loader = DataLoader(IterableWrapper(range(20)).sharding_filter().map(_fails_on_7), batch_size=None,
+                            num_workers=2, persistent_workers=True)
+        with loader:
+            for _ in range(2):  # each pass fails the same way: neither hangs nor mixes the passes' batches
+                got = []
+                with pytest.raises(KeyError, match="label-7"):
+                    for x in loader:
+                        got.append(int(x))
+                assert got == [0, 1, 2, 3, 4, 5, 6]
+
+
 # -- even batch counts across ranks ------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+import traceback
 from collections import deque
 from typing import Any, Iterator
 
@@ -57,16 +58,49 @@ class _WorkerFeed(IterableDataset):  # type: ignore[type-arg]
         # The loader hands every pass its seed and epoch (a persistent worker's pass count does
         # not move the seeds on, as it does under a plain torch DataLoader, which cannot).
         config = PassConfig(self.seed, int(self.epoch.value), _shard_id(self.captured))
-        worker = placement(self.captured).worker_id
+        where = placement(self.captured)
+        worker = where.worker_id
         stream = ShardStream(self.datapipe, config, None if self.resume is None else self.resume[worker])
         stream.inherit = self.inherit
-        return _feed(stream, worker)
+        return _feed(stream, worker, where.num_workers)
 
 
-def _feed(stream: ShardStream, worker: int) -> Iterator[Any]:
-    for item, state in stream.items_with_states(pickle.dumps):
-        yield worker, True, state, item
+#: the kind of a worker's record that carries the exception its pass raised (items: True; end: False)
+_FAILED = "failed"
+
+
+def _feed(stream: ShardStream, worker: int, workers: int) -> Iterator[Any]:
+    try:
+        for item, state in stream.items_with_states(pickle.dumps):
+            yield worker, True, state, item
+    except Exception as e:  # noqa: BLE001 - every failure of the pass goes back to the main process as it is
+        yield worker, _FAILED, None, _exported(e, worker, workers)
+        return
     yield worker, False, stream.state(), None
+
+
+def _exported(exc: Exception, worker: int, workers: int) -> bytes:
+    """``exc``, raised by the pass of DataLoader worker ``worker``, pickled for the main process with
+    its type, ``args`` and notes (the stage's, then the worker's and its traceback), so that the
+    loader raises it as a single process would, rather than torch's rewrap (its message in
+    ``args``, the notes lost). An exception that does not survive pickling becomes a
+    ``RuntimeError`` that names its type and message, with the same notes."""
+    exc.add_note(f"[datapipes] raised in DataLoader worker process {worker} of {workers} (the positions of the "
+                 f"stages after its sharding_filter count that worker's share)")
+    exc.add_note("worker process traceback (most recent call last):\n"
+                 + "".join(traceback.format_tb(exc.__traceback__)).rstrip())
+    try:
+        data = pickle.dumps(exc)
+        pickle.loads(data)  # a type whose __init__ wants other arguments fails here, not in the loader
+        return data
+    except Exception as e:  # noqa: BLE001 - whatever pickling raised: send the substitute instead
+        why = f"{type(e).__name__}: {e}"
+    kind = type(exc)
+    substitute = RuntimeError(f"{kind.__module__}.{kind.__qualname__} raised in DataLoader worker process {worker} "
+                              f"(it cannot be pickled back to the main process: {why}): {exc}")
+    for note in getattr(exc, "__notes__", ()):
+        substitute.add_note(note)
+    return pickle.dumps(substitute)
 
 
 def _run_workers(stage: WorkerProcesses, run: ShardsRun | None, epoch: int) -> Iterator[Any]:
@@ -84,6 +118,8 @@ def _run_workers(stage: WorkerProcesses, run: ShardsRun | None, epoch: int) -> I
             queue = waiting[turn]
             if queue:
                 is_item, state, item = queue.popleft()
+                if is_item == _FAILED:  # at its turn, as the worker's next batch would have come
+                    raise pickle.loads(item)
                 following = (turn + 1) % count if is_item else turn
                 if run is not None:
                     run.record(turn, state, following, is_item)
@@ -98,7 +134,7 @@ def _run_workers(stage: WorkerProcesses, run: ShardsRun | None, epoch: int) -> I
                 continue
             worker, is_item, state, item = next(it)
             waiting[worker].append((is_item, state, item))
-            if not is_item:
+            if is_item is not True:  # its end, or its failure
                 running[worker] = False
     finally:
         if not stage.persistent_workers or run is not None and run.resume is not None:
