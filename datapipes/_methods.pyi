@@ -55,7 +55,8 @@ class IterMethods(Generic[T_co]):
         output_col: None = ...,
         *,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
         concurrency: int | Literal["auto"] = ...,
         ordered: bool = ...,
         executor: _Executor = ...,
@@ -71,7 +72,8 @@ class IterMethods(Generic[T_co]):
         output_col: None = ...,
         *,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
         concurrency: int | Literal["auto"] = ...,
         ordered: bool = ...,
         executor: _Executor = ...,
@@ -87,7 +89,8 @@ class IterMethods(Generic[T_co]):
         output_col: None = ...,
         *,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
         concurrency: int | Literal["auto"] = ...,
         ordered: bool = ...,
         executor: _Executor = ...,
@@ -103,7 +106,8 @@ class IterMethods(Generic[T_co]):
         output_col: None = ...,
         *,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
         concurrency: int | Literal["auto"] = ...,
         ordered: bool = ...,
         executor: _Executor = ...,
@@ -119,7 +123,8 @@ class IterMethods(Generic[T_co]):
         output_col: _Col | None = ...,
         *,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
         concurrency: int | Literal["auto"] = ...,
         ordered: bool = ...,
         executor: _Executor = ...,
@@ -134,7 +139,8 @@ class IterMethods(Generic[T_co]):
         input_col: None = ...,
         *,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
     ) -> Filter[T_co]: ...
     @overload
     def filter(
@@ -143,7 +149,8 @@ class IterMethods(Generic[T_co]):
         input_col: Hashable | Sequence[Hashable],
         *,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
     ) -> Filter[T_co]: ...
     @overload
     def flatmap(
@@ -152,7 +159,8 @@ class IterMethods(Generic[T_co]):
         input_col: None = ...,
         *,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
         concurrency: int | Literal["auto"] = ...,
         ordered: bool = ...,
         executor: _Executor = ...,
@@ -164,7 +172,8 @@ class IterMethods(Generic[T_co]):
         input_col: None = ...,
         *,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
         concurrency: int | Literal["auto"] = ...,
         ordered: bool = ...,
         executor: _Executor = ...,
@@ -176,7 +185,8 @@ class IterMethods(Generic[T_co]):
         input_col: None = ...,
         *,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
         concurrency: int | Literal["auto"] = ...,
         ordered: bool = ...,
         executor: _Executor = ...,
@@ -188,7 +198,8 @@ class IterMethods(Generic[T_co]):
         input_col: _Col,
         *,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
         concurrency: int | Literal["auto"] = ...,
         ordered: bool = ...,
         executor: _Executor = ...,
@@ -481,7 +492,8 @@ class IterMethods(Generic[T_co]):
         retries: int = ...,
         backoff: float = ...,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
         **storage_options: Any,
     ) -> S3FileLoader: ...
 
@@ -498,7 +510,8 @@ class IterMethods(Generic[T_co]):
         return_path: Literal[False] = ...,
         use_threads: bool = ...,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
     ) -> IterDataPipe[dict[str, Any]]: ...
     @overload
     def parse_parquet(
@@ -510,7 +523,8 @@ class IterMethods(Generic[T_co]):
         return_path: Literal[True],
         use_threads: bool = ...,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
     ) -> IterDataPipe[tuple[str, dict[str, Any]]]: ...
     @overload
     def parse_parquet(
@@ -522,7 +536,8 @@ class IterMethods(Generic[T_co]):
         return_path: bool = ...,
         use_threads: bool = ...,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
     ) -> IterDataPipe[Any]: ...
     def load_parquet_as_df(
         self,
@@ -532,7 +547,8 @@ class IterMethods(Generic[T_co]):
         use_threads: bool = ...,
         *,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
     ) -> ParquetDataFrameLoader: ...
 
     # -- storage.py: on-disk cache, hashes, HTTP, single compressed files, TFRecord ---------------
@@ -621,7 +637,8 @@ class IterMethods(Generic[T_co]):
         length: int = ...,
         *,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
     ) -> FileOpener: ...
     def save_to_disk(self, mode: str = ..., filepath_fn: Callable[[Any], Any] | None = ...) -> IterDataPipe[str]: ...
     def list_files_by_fsspec(
@@ -642,7 +659,8 @@ class IterMethods(Generic[T_co]):
         retries: int = ...,
         backoff: float = ...,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
         **storage_options: Any,
     ) -> FSSpecFileOpener: ...
     def save_by_fsspec(
@@ -666,7 +684,8 @@ class IterMethods(Generic[T_co]):
         return_path: Literal[False] = ...,
         as_tuple: Literal[False] = ...,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
         **fmtparams: Any,
     ) -> IterDataPipe[list[str]]: ...
     @overload
@@ -680,7 +699,8 @@ class IterMethods(Generic[T_co]):
         return_path: Literal[False] = ...,
         as_tuple: Literal[True],
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
         **fmtparams: Any,
     ) -> IterDataPipe[tuple[str, ...]]: ...
     @overload
@@ -694,7 +714,8 @@ class IterMethods(Generic[T_co]):
         return_path: bool = ...,
         as_tuple: bool = ...,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
         **fmtparams: Any,
     ) -> IterDataPipe[Any]: ...
     @overload
@@ -708,7 +729,8 @@ class IterMethods(Generic[T_co]):
         return_path: Literal[True] = ...,
         as_tuple: Literal[False] = ...,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
         **fmtparams: Any,
     ) -> IterDataPipe[tuple[str, list[str]]]: ...
     @overload
@@ -722,7 +744,8 @@ class IterMethods(Generic[T_co]):
         return_path: bool = ...,
         as_tuple: bool = ...,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
         **fmtparams: Any,
     ) -> IterDataPipe[Any]: ...
     @overload
@@ -735,7 +758,8 @@ class IterMethods(Generic[T_co]):
         errors: str = ...,
         return_path: Literal[False] = ...,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
         **fmtparams: Any,
     ) -> IterDataPipe[dict[str, str]]: ...
     @overload
@@ -748,7 +772,8 @@ class IterMethods(Generic[T_co]):
         errors: str = ...,
         return_path: Literal[True],
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
         **fmtparams: Any,
     ) -> IterDataPipe[tuple[str, dict[str, str]]]: ...
     @overload
@@ -761,11 +786,17 @@ class IterMethods(Generic[T_co]):
         errors: str = ...,
         return_path: bool = ...,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
         **fmtparams: Any,
     ) -> IterDataPipe[Any]: ...
     def parse_json_files(
-        self, *, on_error: _OnError = ..., max_failures: int | None = ..., **kwargs: Any
+        self,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+        **kwargs: Any,
     ) -> JsonParser: ...
     # lines are str from text streams (or with decode=True), bytes from binary ones
     @overload
@@ -779,7 +810,8 @@ class IterMethods(Generic[T_co]):
         errors: str = ...,
         return_path: Literal[True] = ...,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
     ) -> IterDataPipe[tuple[str, Any]]: ...
     @overload
     def readlines(
@@ -792,15 +824,27 @@ class IterMethods(Generic[T_co]):
         errors: str = ...,
         return_path: bool = ...,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
     ) -> IterDataPipe[Any]: ...
 
     # -- archive.py: (path, stream) pairs of archives -> (member path, in-memory stream) -----------
     def load_from_tar(
-        self, mode: str = ..., length: int = ..., *, on_error: _OnError = ..., max_failures: int | None = ...
+        self,
+        mode: str = ...,
+        length: int = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
     ) -> TarArchiveLoader: ...
     def load_from_zip(
-        self, length: int = ..., *, on_error: _OnError = ..., max_failures: int | None = ...
+        self,
+        length: int = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
     ) -> ZipArchiveLoader: ...
     def webdataset(self) -> IterDataPipe[dict[str, Any]]: ...
     def decompress(self, file_type: str | None = ...) -> IterDataPipe[tuple[str, IO[bytes]]]: ...
@@ -816,7 +860,8 @@ class IterMethods(Generic[T_co]):
         output: Literal["numpy", "pil"] = ...,
         layout: Literal["hwc", "chw"] = ...,
         on_error: _OnError = ...,
-        max_failures: int | None = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
     ) -> ImageDecoder: ...
 
     # -- callable.py: collate, device.py -----------------------------------------------------------

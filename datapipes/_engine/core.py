@@ -132,12 +132,20 @@ def _restored(run: EngineRun, pending: deque[Any], end: int) -> Iterator[Any]:
 
 
 class _FailureCount:
-    """Failures seen by one pass (for the statistics); the handler increments it."""
+    """Failures seen by one pass (for the statistics); the handler increments it. Under
+    ``on_error="skip"`` it holds the pass's :class:`~datapipes.errors.PassFailures`, which the
+    loop ends when the pass ends (:meth:`end`: the summary of what the pass skipped)."""
 
-    __slots__ = ("n",)
+    __slots__ = ("n", "failures")
 
     def __init__(self) -> None:
         self.n = 0
+        self.failures: Any = None
+
+    def end(self, seen: int) -> None:
+        """The pass ended, having handed out ``seen`` items (yielded or failed)."""
+        if self.failures is not None:
+            self.failures.end(seen)
 
 
 def failure_handler(label: str, policy: ErrorPolicy, log: FailureLog) -> tuple[Callable[[BaseException, int], None], _FailureCount]:
@@ -158,6 +166,7 @@ def failure_handler(label: str, policy: ErrorPolicy, log: FailureLog) -> tuple[C
             failures.skip(exc, position)
 
         on_fail.failures = failures  # type: ignore[attr-defined]  # the budget a run's state keeps (EngineRun.attach_budget)
+        count.failures = failures
 
     else:
 
@@ -256,6 +265,7 @@ def run_ordered(
         backend.close()
         stash.clear()
         stats.finish(n_in, n_out - count.n, count.n, stats.fill_sum, stats.fill_samples, stats.source_s, stats.wait_s)
+        count.end(n_out)
 
 
 def run_unordered(
@@ -338,3 +348,4 @@ def run_unordered(
         backend.close()
         stash.clear()
         stats.finish(n_in, n_out - count.n, count.n, stats.fill_sum, stats.fill_samples, stats.source_s, stats.wait_s)
+        count.end(n_out)

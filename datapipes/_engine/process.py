@@ -583,3 +583,4 @@ def run_process_stage(
         workers.close()
         stash.clear()
         stats.finish(n_in, n_out - count.n, count.n, fill, max(1, done), pulling, waiting)
+        count.end(n_out)

@@ -52,7 +52,7 @@ from .. import _pass
 from .._positions import Enumerated, skip as skip_items
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
 from .._engine import abandon
-from ..errors import add_stage_note, policy_and_log
+from ..errors import WARN_FAILURES, add_stage_note, policy_and_log
 from .parsing import _REWRAP, _close, _item, _on_fail, _open_item, _pair, _read_run, _ReadRun, _reopener, _STARTED, set_origin
 
 __all__ = ["Decompressor", "TarArchiveLoader", "WebDataset", "WebDatasetGrouper", "ZipArchiveLoader"]
@@ -158,6 +158,8 @@ def _tar(pipe: TarArchiveLoader, it: Iterator[Any], run: _ReadRun) -> Iterator[t
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
+    finally:
+        run.end()
 
 
 def _tar_where(path: Any, n: int, tar: Any, name: Any, entry: int) -> tuple[str, int]:
@@ -180,7 +182,10 @@ class TarArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         on_error: ``"raise"`` (default) or ``"skip"``: an archive that fails to open or read is
             counted in ``pipe.failures``, the members it already gave stay, and the loader goes on
             with the next archive.
-        max_failures: with ``on_error="skip"``, failures tolerated per pass (``None``: any).
+        max_failures: with ``on_error="skip"``, failures tolerated per pass: a number, or a float
+            between 0 and 1 for a share of the items (``None``: any).
+        warn_failures: with ``on_error="skip"``, past how many failures (a number, or a share:
+            10% by default) a pass warns once (``None``: never); see :mod:`datapipes.errors`.
 
     Yields:
         ``(os.path.normpath(os.path.join(path, member_name)), io.BytesIO(member_bytes))`` for each
@@ -215,7 +220,8 @@ class TarArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         length: int = -1,
         *,
         on_error: str = "raise",
-        max_failures: int | None = None,
+        max_failures: int | float | None = None,
+        warn_failures: int | float | None = WARN_FAILURES,
     ) -> None:
         stage = "TarArchiveLoader"
         require_pipe(datapipe, stage)
@@ -224,7 +230,7 @@ class TarArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         self.datapipe = datapipe
         self.mode = mode
         self.length = length
-        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures)
 
     def __iter__(self) -> Iterator[tuple[str, io.BytesIO]]:
         # The archive being read and the entries of it read (see parsing._ReadRun).
@@ -287,6 +293,8 @@ def _zip(pipe: ZipArchiveLoader, it: Iterator[Any], run: _ReadRun) -> Iterator[t
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
+    finally:
+        run.end()
 
 
 @functional_datapipe("load_from_zip")
@@ -301,7 +309,10 @@ class ZipArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         on_error: ``"raise"`` (default) or ``"skip"``: an archive that does not open, or a member
             that does not read (bad CRC, corrupt data, encrypted), is counted in ``pipe.failures``
             and skipped; the other members still come through.
-        max_failures: with ``on_error="skip"``, failures tolerated per pass (``None``: any).
+        max_failures: with ``on_error="skip"``, failures tolerated per pass: a number, or a float
+            between 0 and 1 for a share of the items (``None``: any).
+        warn_failures: with ``on_error="skip"``, past how many failures (a number, or a share:
+            10% by default) a pass warns once (``None``: never); see :mod:`datapipes.errors`.
 
     Yields:
         ``(os.path.normpath(os.path.join(path, member_name)), io.BytesIO(member_bytes))`` for each
@@ -330,14 +341,15 @@ class ZipArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         length: int = -1,
         *,
         on_error: str = "raise",
-        max_failures: int | None = None,
+        max_failures: int | float | None = None,
+        warn_failures: int | float | None = WARN_FAILURES,
     ) -> None:
         stage = "ZipArchiveLoader"
         require_pipe(datapipe, stage)
         _check_length(length, stage)
         self.datapipe = datapipe
         self.length = length
-        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures)
 
     def __iter__(self) -> Iterator[tuple[str, io.BytesIO]]:
         # The archive being read and the entries of it read (see parsing._ReadRun).

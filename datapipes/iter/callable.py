@@ -22,7 +22,7 @@ from .._engine import EngineRun, LoopRef, abandon, close_iterator, concurrent_ma
 from .._tuning import process_workers
 from .._engine.rng import check_rng, item_seed, make_rng, seeded_call, with_seeds
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
-from ..errors import PassFailures, add_stage_note, call_lines, policy_and_log, raised_at
+from ..errors import WARN_FAILURES, PassFailures, add_stage_note, call_lines, policy_and_log, raised_at
 from .device import StreamOps, cuda_upstream
 
 __all__ = ["Mapper", "Filter", "FlatMapper", "Collator"]
@@ -234,6 +234,8 @@ def _map_skip(pipe: Mapper, it: Iterator[Any], run: _pass.FrameRun | None = None
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
+    finally:
+        failures.end(n + 1)  # the summary of what this pass skipped (see datapipes.errors)
 
 
 def _seeded_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
@@ -280,6 +282,14 @@ def _item_fail(pipe: Any, run: _pass.FrameRun) -> Callable[[Exception, int], Non
     return fail
 
 
+def _end_pass(fail: Callable[[Exception, int], None], seen: int) -> None:
+    """End the pass of a loop whose failure handler is ``fail`` (:func:`_item_fail`), which took in
+    ``seen`` items: under ``on_error="skip"``, the summary of what it skipped (see datapipes.errors)."""
+    failures = getattr(fail, "__self__", None)
+    if isinstance(failures, PassFailures):
+        failures.end(seen)
+
+
 def _map_seeded(pipe: Mapper, it: Iterator[Any], seed: int, run: _pass.FrameRun) -> Iterator[Any]:
     fn = _column_rng_fn(pipe.fn, pipe.input_col, pipe.output_col) if pipe.input_col is not None else pipe.fn
     kind = cast(str, pipe.rng)  # the seeded loop runs only with rng= set
@@ -298,6 +308,8 @@ def _map_seeded(pipe: Mapper, it: Iterator[Any], seed: int, run: _pass.FrameRun)
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
+    finally:
+        _end_pass(fail, n + 1)
 
 
 def _engine_fn(pipe: Mapper) -> Callable[[Any], Any]:
@@ -478,7 +490,10 @@ class Mapper(IterDataPipe[U]):
             columns collapse into the first), ``-1`` appends, any other index or key is written.
             Input items are never mutated; a changed copy is yielded.
         on_error: ``"raise"`` (default) or ``"skip"``, see :mod:`datapipes.errors`.
-        max_failures: with ``on_error="skip"``, failures tolerated per pass (``None``: any).
+        max_failures: with ``on_error="skip"``, failures tolerated per pass: a number, or a float
+            between 0 and 1 for a share of the items (``None``: any).
+        warn_failures: with ``on_error="skip"``, past how many failures (a number, or a share:
+            10% by default) a pass warns once (``None``: never); see :mod:`datapipes.errors`.
         concurrency: how many items ``fn`` works on at once (threads, tasks or processes). ``1`` with
             a plain ``fn``, no ``timeout``, no ``rng`` and ``executor="thread"`` is the serial loop.
             ``"auto"``: tuned online while the pass runs, within the pass's thread budget (see
@@ -570,7 +585,8 @@ class Mapper(IterDataPipe[U]):
         output_col: _Col = None,
         *,
         on_error: str = "raise",
-        max_failures: int | None = None,
+        max_failures: int | float | None = None,
+        warn_failures: int | float | None = WARN_FAILURES,
         concurrency: int = 1,
         ordered: bool = True,
         executor: str | Executor = "thread",
@@ -600,7 +616,7 @@ class Mapper(IterDataPipe[U]):
         if self._flattens and (input_col is not None or rng is not None or timeout is not None):
             raise ValueError("Mapper: a generator function run concurrently yields its items, as flatmap does; "
                              "input_col, rng and timeout are not supported with it (use flatmap with input_col)")
-        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures)
         if rng is not None:
             self._is_random = True
         serial = concurrency == 1 and timeout is None and not self._async and executor == "thread"
@@ -700,6 +716,8 @@ def _filter_skip(pipe: Filter, it: Iterator[Any], run: _pass.FrameRun | None = N
     except BaseException:
         abandon(it)
         raise
+    finally:
+        failures.end(n + 1)  # the summary of what this pass skipped (see datapipes.errors)
 
 
 _FILTER_FN_LINES = call_lines(_filter_raise)
@@ -719,7 +737,10 @@ class Filter(IterDataPipe[T]):
             to the whole item. The item itself is yielded, unchanged.
         on_error: ``"raise"`` (default) or ``"skip"`` (an item whose predicate raises is dropped
             and counted).
-        max_failures: with ``on_error="skip"``, failures tolerated per pass (``None``: any).
+        max_failures: with ``on_error="skip"``, failures tolerated per pass: a number, or a float
+            between 0 and 1 for a share of the items (``None``: any).
+        warn_failures: with ``on_error="skip"``, past how many failures (a number, or a share:
+            10% by default) a pass warns once (``None``: never); see :mod:`datapipes.errors`.
 
     Yields:
         The kept items, in source order.
@@ -749,7 +770,8 @@ class Filter(IterDataPipe[T]):
         input_col: _Col = None,
         *,
         on_error: str = "raise",
-        max_failures: int | None = None,
+        max_failures: int | float | None = None,
+        warn_failures: int | float | None = WARN_FAILURES,
     ) -> None:
         require_pipe(datapipe, "Filter")
         require_callable(filter_fn, "Filter", "filter_fn")
@@ -758,7 +780,7 @@ class Filter(IterDataPipe[T]):
         self.datapipe = datapipe
         self.filter_fn = filter_fn
         self.input_col = input_col
-        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures)
         self._run = _filter_skip if self._policy.skips else _filter_raise
 
     def __iter__(self) -> Iterator[T]:
@@ -853,6 +875,8 @@ def _flatmap(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> Iterat
     except BaseException:
         abandon(it)
         raise
+    finally:
+        _end_pass(fail, n + 1)
 
 
 def _async_outputs(fn: Callable[[Any], Any]) -> Callable[[Any], Iterator[Any]]:
@@ -898,6 +922,8 @@ def _flatmap_async(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> 
     except BaseException:
         abandon(it)
         raise
+    finally:
+        _end_pass(fail, n + 1)
 
 
 class _Listed:
@@ -1003,7 +1029,10 @@ class FlatMapper(IterDataPipe[U]):
             :class:`Mapper`; ``fn`` then returns the iterable.
         on_error: ``"raise"`` (default) or ``"skip"``. When skipping, a failure while iterating
             ``fn``'s result drops the rest of that item's outputs; what it already yielded stays.
-        max_failures: with ``on_error="skip"``, failures tolerated per pass (``None``: any).
+        max_failures: with ``on_error="skip"``, failures tolerated per pass: a number, or a float
+            between 0 and 1 for a share of the items (``None``: any).
+        warn_failures: with ``on_error="skip"``, past how many failures (a number, or a share:
+            10% by default) a pass warns once (``None``: never); see :mod:`datapipes.errors`.
         concurrency: how many items ``fn`` works on at once: above 1 (or ``"auto"``, tuned online as in
             :class:`Mapper`) the calls run on ``executor``'s workers, each item's outputs collected
             into a list on its worker (a sync or async generator is driven to its end there), then
@@ -1042,7 +1071,8 @@ class FlatMapper(IterDataPipe[U]):
         input_col: _Col = None,
         *,
         on_error: str = "raise",
-        max_failures: int | None = None,
+        max_failures: int | float | None = None,
+        warn_failures: int | float | None = WARN_FAILURES,
         concurrency: int | str = 1,
         ordered: bool = True,
         executor: str | Executor = "thread",
@@ -1060,7 +1090,7 @@ class FlatMapper(IterDataPipe[U]):
         self.concurrency = concurrency
         self.ordered = ordered
         self.executor = executor
-        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures)
         self._concurrent = concurrency != 1 or executor != "thread"
         if self._concurrent:
             if fn is None:

@@ -53,7 +53,7 @@ from .. import _pass
 from .._positions import skip as skip_items
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
-from ..errors import add_stage_note, policy_and_log
+from ..errors import WARN_FAILURES, add_stage_note, policy_and_log
 from .util import IterableWrapper, _Unresumable
 
 __all__ = [
@@ -211,6 +211,7 @@ class _OpenPass:
                 self._ended = True
                 self._source = iter(())
                 self._streams = weakref.WeakSet()
+                self._end()
                 raise
             except BaseException:
                 self._abandon()
@@ -252,6 +253,12 @@ class _OpenPass:
                 stream.close()
             except Exception:  # noqa: BLE001 - closing a read stream; the pass is failing already
                 pass
+        self._end()
+
+    def _end(self) -> None:
+        """Under ``on_error="skip"``: the summary of what this pass skipped (see datapipes.errors)."""
+        if self._failures is not None:
+            self._failures.end(self._n)
 
     def close(self) -> None:
         """Stop this pass: close the source's iterator and every stream of this pass still open
@@ -614,7 +621,10 @@ class FileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         length: the nominal ``len()`` (``-1``: the source's length, when known).
         on_error: ``"raise"`` (default) or ``"skip"``: a path that cannot be opened (missing,
             permission denied, a directory) is skipped and counted in ``pipe.failures``.
-        max_failures: with ``on_error="skip"``, failures tolerated per pass (``None``: any).
+        max_failures: with ``on_error="skip"``, failures tolerated per pass: a number, or a float
+            between 0 and 1 for a share of the items (``None``: any).
+        warn_failures: with ``on_error="skip"``, past how many failures (a number, or a share:
+            10% by default) a pass warns once (``None``: never); see :mod:`datapipes.errors`.
 
     Yields:
         ``(path, stream)``: the path as given and a :class:`StreamWrapper` over the open file.
@@ -652,7 +662,8 @@ class FileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         length: int = -1,
         *,
         on_error: str = "raise",
-        max_failures: int | None = None,
+        max_failures: int | float | None = None,
+        warn_failures: int | float | None = WARN_FAILURES,
     ) -> None:
         stage = "FileOpener"
         datapipe = _paths_pipe(datapipe, stage, "datapipe")
@@ -662,7 +673,7 @@ class FileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         self.mode = mode
         self.encoding = encoding
         self.length = length
-        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures)
         self._stateless = _opener_stateless(self)  # one file per path: its position is its source's
 
     def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:

@@ -15,7 +15,7 @@ from PIL import Image, ImageMode
 
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, require_pipe, source_len, stage_label
-from ..errors import policy_and_log
+from ..errors import WARN_FAILURES, policy_and_log
 from .parsing import _budget_stateless, _close, _count_run, _CountRun, _on_fail, _require_bool
 
 __all__ = ["ImageDecoder"]
@@ -116,6 +116,8 @@ def _images(pipe: ImageDecoder, it: Iterator[Any], run: _CountRun) -> Iterator[A
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
+    finally:
+        run.end()
 
 
 def _check_size(size: Any, stage: str) -> tuple[int, int] | None:
@@ -153,7 +155,10 @@ class ImageDecoder(IterDataPipe[Any]):
             for 8-bit modes (``"L"``, ``"RGB"``, ``"RGBA"``).
         on_error: ``"raise"`` (default) or ``"skip"``: an image that fails to decode is skipped and
             counted in ``pipe.failures``.
-        max_failures: with ``on_error="skip"``, failures tolerated per pass (``None``: any).
+        max_failures: with ``on_error="skip"``, failures tolerated per pass: a number, or a float
+            between 0 and 1 for a share of the items (``None``: any).
+        warn_failures: with ``on_error="skip"``, past how many failures (a number, or a share:
+            10% by default) a pass warns once (``None``: never); see :mod:`datapipes.errors`.
 
     Yields:
         The decoded image for each item, or ``(path, image)`` for ``(path, stream)`` pairs, in
@@ -191,7 +196,8 @@ class ImageDecoder(IterDataPipe[Any]):
         output: str = "numpy",
         layout: str = "hwc",
         on_error: str = "raise",
-        max_failures: int | None = None,
+        max_failures: int | float | None = None,
+        warn_failures: int | float | None = WARN_FAILURES,
     ) -> None:
         stage = "ImageDecoder"
         require_pipe(datapipe, stage)
@@ -221,7 +227,7 @@ class ImageDecoder(IterDataPipe[Any]):
         self.draft = draft
         self.output = output
         self.layout = layout
-        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures)
         # one image per item (or none, skipped): its position is its source's (but a failure budget's count)
         self._stateless = _budget_stateless(self)
 

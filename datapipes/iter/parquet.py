@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterator, Sequence
 from .. import _pass
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
-from ..errors import call_lines, policy_and_log, raised_at
+from ..errors import WARN_FAILURES, call_lines, policy_and_log, raised_at
 from .parsing import _FileRun, _close, _file_where, _from_memory, _inner, _memory_copy, _on_fail, _pair, _reopener, _require_bool
 
 __all__ = ["ParquetDataFrameLoader", "ParquetParser"]
@@ -333,6 +333,8 @@ def _parquet(pipe: Any, it: Iterator[Any], run: _ParquetRun) -> Iterator[Any]:
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
+    finally:
+        run.end()
 
 
 _READ = call_lines(_parquet, "chunks")
@@ -380,7 +382,11 @@ class ParquetParser(_ParquetBase):
         on_error: ``"raise"`` (default) or ``"skip"``: a file that does not open is skipped, and a
             row group that fails to read is skipped from where it failed; each counts one failure
             in ``pipe.failures``.
-        max_failures: with ``on_error="skip"``, failures tolerated per pass (``None``: any).
+        max_failures: with ``on_error="skip"``, failures tolerated per pass (``None``: any). A
+            failure here is a file or a row group, not a row: a share (a float) is refused.
+        warn_failures: with ``on_error="skip"``, past how many failures a pass warns once (a
+            number; ``None``: never); a share, the default included, is not judged here, since
+            the reader does not count the rows its failures are part of.
 
     Yields:
         ``{column: value}`` for each row of each file in order, values as ``pyarrow``'s
@@ -420,7 +426,8 @@ class ParquetParser(_ParquetBase):
         return_path: bool = False,
         use_threads: bool = True,
         on_error: str = "raise",
-        max_failures: int | None = None,
+        max_failures: int | float | None = None,
+        warn_failures: int | float | None = WARN_FAILURES,
     ) -> None:
         stage = "ParquetParser"
         require_pipe(source_datapipe, stage, "source_datapipe")
@@ -429,7 +436,7 @@ class ParquetParser(_ParquetBase):
         _require_bool(as_batches, stage, "as_batches")
         _require_bool(return_path, stage, "return_path")
         _require_bool(use_threads, stage, "use_threads")
-        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures, counts=False)
         _pyarrow(stage)
         self.source_datapipe = source_datapipe
         self.batch_size = batch_size
@@ -470,7 +477,7 @@ class ParquetDataFrameLoader(_ParquetBase):
         device: ``""`` or ``"cpu"``, accepted for torchdata's signature: tables live in host
             memory; any other device raises ``ValueError``.
         use_threads: let pyarrow read the columns on its thread pool.
-        on_error, max_failures: as :class:`ParquetParser`.
+        on_error, max_failures, warn_failures: as :class:`ParquetParser`.
 
     Yields:
         One ``pyarrow.Table`` per row group of each file, in order.
@@ -509,14 +516,15 @@ class ParquetDataFrameLoader(_ParquetBase):
         use_threads: bool = False,
         *,
         on_error: str = "raise",
-        max_failures: int | None = None,
+        max_failures: int | float | None = None,
+        warn_failures: int | float | None = WARN_FAILURES,
     ) -> None:
         stage = "ParquetDataFrameLoader"
         require_pipe(source_dp, stage, "source_dp")
         self.columns = _check_columns(columns, stage)
         _check_device(device, stage)
         _require_bool(use_threads, stage, "use_threads")
-        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures, counts=False)
         _pyarrow(stage)
         import pyarrow
 

@@ -44,7 +44,7 @@ from .._positions import Counted, Enumerated
 from .._engine import abandon
 from .._engine import close_iterator as _close
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
-from ..errors import add_stage_note, call_lines, policy_and_log, raised_at
+from ..errors import WARN_FAILURES, add_stage_note, call_lines, policy_and_log, raised_at
 from .fileio import StreamWrapper
 
 __all__ = ["CSVDictParser", "CSVFilesParser", "CSVParser", "JsonParser", "LineReader"]
@@ -256,6 +256,10 @@ class _FileRunSlots(Protocol):
 
     def resumed(self, file: dict[str, Any]) -> Any: ...
 
+    def seen(self) -> int | None: ...
+
+    def begun(self, state: dict[str, Any]) -> None: ...
+
 
 class _FileRun:
     """What the runs of the file readers (:class:`_ReadRun`, and the Parquet reader's) share: a
@@ -271,6 +275,20 @@ class _FileRun:
     def resumed(self, file: dict[str, Any]) -> Any:
         raise NotImplementedError  # pragma: no cover - every subclass has its own
 
+    def seen(self) -> int | None:
+        """The records this pass has read so far (the items a share of failures is judged
+        against), or None where the reader does not count them."""
+        return None
+
+    def begun(self, state: dict[str, Any]) -> None:
+        """Called as a resumed pass starts, with the state it resumes from."""
+
+    def end(self: _FileRunSlots) -> None:
+        """Called as the pass ends (ran out, failed or closed): under ``on_error="skip"``, the
+        summary of what it skipped (see datapipes.errors)."""
+        if self.failures is not None:
+            self.failures.end(self.seen())
+
     def restore(self: _FileRunSlots, state: dict[str, Any]) -> None:
         if self.started:
             raise RuntimeError(_STARTED)
@@ -281,11 +299,14 @@ class _FileRun:
         before the source's (the file a resumed pass was inside)."""
         self.started = True
         self.failures = getattr(on_fail, "failures", None)
+        if self.failures is not None:
+            self.failures.items = self.seen
         state, self.resume = self.resume, None
         if state is None:
             return -1, []
         if self.failures is not None:
             self.failures.count = int(state["failures"])
+        self.begun(state)
         file = state["file"]
         if file is None:
             return int(state["n"]), []
@@ -308,11 +329,13 @@ class _ReadRun(_FileRun):
     zip entries are jumped to), then goes on with its source, which its own run has restored to the
     item after that file. A stream that can be neither opened again nor copied has no state:
     ``state()`` raises ``TypeError`` naming the stage, rather than save a position that would not
-    resume. Under ``on_error="skip"`` the failures counted so far are saved too (the budget).
+    resume. Under ``on_error="skip"`` the failures counted so far are saved too (the budget), and
+    the records of the files done (``seen``, added up once per file: what a share of failures is
+    judged against).
     """
 
     __slots__ = ("stage", "reopen", "failures", "n", "path", "stream", "counted", "reader", "offset", "header",
-                 "resume", "started")
+                 "resume", "started", "done")
 
     def __init__(self, stage: str, reopen: Callable[[Any, int], Any] | None) -> None:
         self.stage = stage
@@ -327,12 +350,26 @@ class _ReadRun(_FileRun):
         self.header: list[str] | None = None
         self.resume: dict[str, Any] | None = None
         self.started = False
+        self.done = 0  # records of the files done
+
+    def _at(self) -> int:
+        """The records of the current file consumed (0 between files)."""
+        if self.counted is None and self.reader is None:
+            return 0
+        return self.offset + (self.reader.line_num if self.reader is not None else self.counted.count())
+
+    def seen(self) -> int:
+        return self.done + self._at()
+
+    def begun(self, state: dict[str, Any]) -> None:
+        self.done = int(state.get("seen", 0))
 
     def state(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"n": self.n, "failures": 0 if self.failures is None else self.failures.count, "file": None}
+        state: dict[str, Any] = {"n": self.n, "failures": 0 if self.failures is None else self.failures.count, "file": None,
+                                 "seen": self.done}
         if self.counted is None and self.reader is None:
             return state  # not inside a file yet
-        at = self.offset + (self.reader.line_num if self.reader is not None else self.counted.count())
+        at = self._at()
         file: dict[str, Any] = {"path": self.path, "at": at, "header": self.header, "memory": None}
         if self.reopen is None:
             file["memory"] = _memory_copy(self.stream, self.stage, self.path)
@@ -350,6 +387,7 @@ class _ReadRun(_FileRun):
     def leave(self) -> None:
         """Record that the loop is done with the current file (once per file): a state taken before
         the next one (a stage downstream that pulled ahead, the source at its end) is between files."""
+        self.done += self._at()
         self.path = self.stream = self.counted = self.reader = self.header = None
 
 
@@ -428,8 +466,16 @@ class _CountRun:
             start = int(state["n"])
             if self.failures is not None:
                 self.failures.count = int(state["failures"])
-        self.counted = Enumerated(it, start)
-        return self.counted
+        self.counted = counted = Enumerated(it, start)
+        if self.failures is not None:
+            self.failures.items = counted.count  # the items pulled: a share's denominator
+        return counted
+
+    def end(self) -> None:
+        """Called as the pass ends (ran out, failed or closed): under ``on_error="skip"``, the
+        summary of what it skipped (see datapipes.errors)."""
+        if self.failures is not None:
+            self.failures.end(None if self.counted is None else self.counted.count())
 
 
 def _count_run(pipe: Any) -> _CountRun:
@@ -621,6 +667,8 @@ def _csv(pipe: CSVParser, it: Iterator[Any], run: _ReadRun) -> Iterator[Any]:
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
+    finally:
+        run.end()
 
 
 _CSV_READ = call_lines(_csv, "rows")
@@ -655,7 +703,10 @@ class CSVParser(IterDataPipe[Any]):
         on_error: ``"raise"`` (default) or ``"skip"``: a bad row is skipped and counted (the
             ``recent`` failures of ``pipe.failures`` hold its line number); the rest of the file
             still comes through.
-        max_failures: with ``on_error="skip"``, failures tolerated per pass (``None``: any).
+        max_failures: with ``on_error="skip"``, failures tolerated per pass: a number, or a float
+            between 0 and 1 for a share of the items (``None``: any).
+        warn_failures: with ``on_error="skip"``, past how many failures (a number, or a share:
+            10% by default) a pass warns once (``None``: never); see :mod:`datapipes.errors`.
         fmtparams: passed to ``csv.reader`` (``delimiter``, ``quotechar``, ``strict``, ...).
 
     Yields:
@@ -696,7 +747,8 @@ class CSVParser(IterDataPipe[Any]):
         return_path: bool = False,
         as_tuple: bool = False,
         on_error: str = "raise",
-        max_failures: int | None = None,
+        max_failures: int | float | None = None,
+        warn_failures: int | float | None = WARN_FAILURES,
         **fmtparams: Any,
     ) -> None:
         stage = type(self).__name__
@@ -714,7 +766,7 @@ class CSVParser(IterDataPipe[Any]):
         self.as_tuple = as_tuple
         self.fmtparams = fmtparams
         self._text = _TextOptions(skip_lines, decode, encoding, errors, newline="")
-        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures)
 
     def __iter__(self) -> Iterator[Any]:
         # The file being read and the lines of it consumed (see _ReadRun).
@@ -733,7 +785,7 @@ class CSVFilesParser(CSVParser):
 
     Args:
         source_datapipe: a pipe of ``(path, stream)`` pairs (binary or text streams).
-        skip_lines, decode, encoding, errors, as_tuple, on_error, max_failures: as
+        skip_lines, decode, encoding, errors, as_tuple, on_error, max_failures, warn_failures: as
             :class:`CSVParser`.
         return_path: yield ``(path, row)`` (the default); ``False``: ``row`` alone.
         fmtparams: passed to ``csv.reader``, as :class:`CSVParser`.
@@ -758,13 +810,14 @@ class CSVFilesParser(CSVParser):
         return_path: bool = True,
         as_tuple: bool = False,
         on_error: str = "raise",
-        max_failures: int | None = None,
+        max_failures: int | float | None = None,
+        warn_failures: int | float | None = WARN_FAILURES,
         **fmtparams: Any,
     ) -> None:
         super().__init__(
             source_datapipe, skip_lines=skip_lines, decode=decode, encoding=encoding, errors=errors,
             return_path=return_path, as_tuple=as_tuple, on_error=on_error, max_failures=max_failures,
-            **fmtparams,
+            warn_failures=warn_failures, **fmtparams,
         )
 
 
@@ -829,7 +882,7 @@ class CSVDictParser(CSVParser):
 
     Args:
         source_datapipe: a pipe of ``(path, stream)`` pairs.
-        skip_lines, decode, encoding, errors, return_path, on_error, max_failures: as
+        skip_lines, decode, encoding, errors, return_path, on_error, max_failures, warn_failures: as
             :class:`CSVParser`; with ``on_error="skip"`` a bad row is skipped and counted.
         fmtparams: ``csv.reader`` parameters, and ``fieldnames`` (the keys, for files without a
             header), ``restkey`` and ``restval``. A row whose field count differs from the header
@@ -865,7 +918,8 @@ class CSVDictParser(CSVParser):
         errors: str = "ignore",
         return_path: bool = False,
         on_error: str = "raise",
-        max_failures: int | None = None,
+        max_failures: int | float | None = None,
+        warn_failures: int | float | None = WARN_FAILURES,
         **fmtparams: Any,
     ) -> None:
         stage = "CSVDictParser"
@@ -884,7 +938,8 @@ class CSVDictParser(CSVParser):
         self.fieldnames = fieldnames
         super().__init__(
             source_datapipe, skip_lines=skip_lines, decode=decode, encoding=encoding, errors=errors,
-            return_path=return_path, on_error=on_error, max_failures=max_failures, **fmtparams,
+            return_path=return_path, on_error=on_error, max_failures=max_failures, warn_failures=warn_failures,
+            **fmtparams,
         )
 
 
@@ -926,6 +981,8 @@ def _json(pipe: JsonParser, it: Iterator[Any], run: _CountRun) -> Iterator[tuple
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
+    finally:
+        run.end()
 
 
 @functional_datapipe("parse_json_files")
@@ -937,7 +994,10 @@ class JsonParser(IterDataPipe[tuple[str, Any]]):
         source_datapipe: a pipe of ``(path, stream)`` pairs (binary streams in UTF-8/16/32, or text).
         on_error: ``"raise"`` (default) or ``"skip"``: a file that is not valid JSON is skipped and
             counted in ``pipe.failures``.
-        max_failures: with ``on_error="skip"``, failures tolerated per pass (``None``: any).
+        max_failures: with ``on_error="skip"``, failures tolerated per pass: a number, or a float
+            between 0 and 1 for a share of the items (``None``: any).
+        warn_failures: with ``on_error="skip"``, past how many failures (a number, or a share:
+            10% by default) a pass warns once (``None``: never); see :mod:`datapipes.errors`.
         kwargs: passed to ``json.loads`` (``object_hook``, ``parse_float``, ``cls``, ...).
 
     Yields:
@@ -965,7 +1025,8 @@ class JsonParser(IterDataPipe[tuple[str, Any]]):
         source_datapipe: IterDataPipe[tuple[str, Any]],
         *,
         on_error: str = "raise",
-        max_failures: int | None = None,
+        max_failures: int | float | None = None,
+        warn_failures: int | float | None = WARN_FAILURES,
         **kwargs: Any,
     ) -> None:
         require_pipe(source_datapipe, "JsonParser", "source_datapipe")
@@ -976,7 +1037,7 @@ class JsonParser(IterDataPipe[tuple[str, Any]]):
             raise TypeError(f"JsonParser: invalid json.loads arguments {sorted(kwargs)}: {e}") from None
         self.source_datapipe = source_datapipe
         self.kwargs = kwargs
-        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures)
         # one object per file, each read whole: its position is its source's (but a failure budget's count)
         self._stateless = _budget_stateless(self)
 
@@ -1036,6 +1097,8 @@ def _lines(pipe: LineReader, it: Iterator[Any], run: _ReadRun) -> Iterator[Any]:
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
+    finally:
+        run.end()
 
 
 _LINES_READ = call_lines(_lines, "lines")
@@ -1055,7 +1118,10 @@ class LineReader(IterDataPipe[Any]):
         return_path: yield ``(path, line)`` (the default) instead of ``line``.
         on_error: ``"raise"`` (default) or ``"skip"``: a line that fails to decode is skipped and
             counted; an error of the stream skips the rest of that file.
-        max_failures: with ``on_error="skip"``, failures tolerated per pass (``None``: any).
+        max_failures: with ``on_error="skip"``, failures tolerated per pass: a number, or a float
+            between 0 and 1 for a share of the items (``None``: any).
+        warn_failures: with ``on_error="skip"``, past how many failures (a number, or a share:
+            10% by default) a pass warns once (``None``: never); see :mod:`datapipes.errors`.
 
     Yields:
         ``(path, line)`` or ``line`` for each line of each file, in order, read lazily.
@@ -1089,7 +1155,8 @@ class LineReader(IterDataPipe[Any]):
         errors: str = "ignore",
         return_path: bool = True,
         on_error: str = "raise",
-        max_failures: int | None = None,
+        max_failures: int | float | None = None,
+        warn_failures: int | float | None = WARN_FAILURES,
     ) -> None:
         stage = "LineReader"
         require_pipe(source_datapipe, stage, "source_datapipe")
@@ -1104,7 +1171,7 @@ class LineReader(IterDataPipe[Any]):
         self.errors = errors
         self.return_path = return_path
         self._text = _TextOptions(skip_lines, decode, encoding, errors, newline="\n")
-        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures)
 
     def __iter__(self) -> Iterator[Any]:
         # The file being read and the lines of it consumed (see _ReadRun).

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Sequence
 from .. import _pass
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
-from ..errors import add_stage_note, policy_and_log
+from ..errors import WARN_FAILURES, add_stage_note, policy_and_log
 from .fileio import StreamWrapper, _TEXT_KWARGS, _check_bool, _check_masks, _check_read_mode, _check_write_mode, _listed, _ListRun, _mask_matcher, _open_pass, _opened_len, _opener_stateless, _pair, _paths_pipe, _roots_pipe
 
 __all__ = ["FSSpecFileLister", "FSSpecFileOpener", "FSSpecSaver"]
@@ -415,7 +415,10 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
             by default).
         on_error: ``"raise"`` (default) or ``"skip"``: a URL that cannot be opened (after its
             retries) is skipped and counted in ``pipe.failures``.
-        max_failures: with ``on_error="skip"``, failures tolerated per pass (``None``: any).
+        max_failures: with ``on_error="skip"``, failures tolerated per pass: a number, or a float
+            between 0 and 1 for a share of the items (``None``: any).
+        warn_failures: with ``on_error="skip"``, past how many failures (a number, or a share:
+            10% by default) a pass warns once (``None``: never); see :mod:`datapipes.errors`.
         **storage_options: passed to the file system (``anon=True``, ``client_kwargs=...``).
 
     Yields:
@@ -454,7 +457,8 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         retries: int = 3,
         backoff: float = 0.5,
         on_error: str = "raise",
-        max_failures: int | None = None,
+        max_failures: int | float | None = None,
+        warn_failures: int | float | None = WARN_FAILURES,
         **storage_options: Any,
     ) -> None:
         stage = "FSSpecFileOpener"
@@ -468,7 +472,7 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         self.retries = retries
         self.backoff = backoff
         self.storage_options = storage_options
-        self._policy, self.failures = policy_and_log(self, on_error, max_failures)
+        self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures)
         self._stateless = _opener_stateless(self)  # one file per URL: its position is its source's
 
     def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator, Sequence
 
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, stage_label
+from ..errors import WARN_FAILURES
 from .fileio import StreamWrapper, _check_bool, _check_masks, _ListRun, _open_pass, _paths_pipe, _roots_pipe
 from .remote import FSSpecFileLister, FSSpecFileOpener, _check_kwargs_for_open, _check_retries, _fsspec_list, _fsspec_opener
 
@@ -250,8 +251,8 @@ class S3FileLoader(FSSpecFileOpener):
             ``version_id``, ...).
         retries, backoff: how often and after how long a transient error is retried, at open and
             at every read (a read retried mid-file resumes at the same byte).
-        on_error, max_failures: ``"skip"`` skips (and counts in ``pipe.failures``) a URL that cannot
-            be opened, as :class:`FSSpecFileOpener`.
+        on_error, max_failures, warn_failures: ``"skip"`` skips (and counts in ``pipe.failures``) a
+            URL that cannot be opened, as :class:`FSSpecFileOpener`.
         **storage_options: passed to s3fs (``anon=True``, ``endpoint_url=...``, ``profile=...``);
             ``region`` and ``request_timeout_ms`` are merged into its ``client_kwargs`` and
             ``config_kwargs``.
@@ -292,7 +293,8 @@ class S3FileLoader(FSSpecFileOpener):
         retries: int = 3,
         backoff: float = 0.5,
         on_error: str = "raise",
-        max_failures: int | None = None,
+        max_failures: int | float | None = None,
+        warn_failures: int | float | None = WARN_FAILURES,
         **storage_options: Any,
     ) -> None:
         stage = "S3FileLoader"
@@ -311,7 +313,7 @@ class S3FileLoader(FSSpecFileOpener):
         options = _s3_storage_options(stage, request_timeout_ms, region, storage_options)
         super().__init__(
             source, "rb", kwargs_for_open=open_kwargs, retries=retries, backoff=backoff,
-            on_error=on_error, max_failures=max_failures, **options,
+            on_error=on_error, max_failures=max_failures, warn_failures=warn_failures, **options,
         )
         self.request_timeout_ms = request_timeout_ms
         self.region = region

@@ -4,6 +4,7 @@ exactly where the uninterrupted pass does, for every stage that skips items. (In
 which items come out before the pass gives up depends on timing, resumed or not.)"""
 
 import asyncio
+import io
 import math
 import pickle
 
@@ -78,3 +79,63 @@ def test_a_resumed_pass_gives_up_where_the_uninterrupted_one_does(name):
         rest = until_error(again)
         assert head + rest[:-1] == full[:-1], k
         assert rest[-1][0] == "gave up", k  # after the same number of failures in all
+
+
+# A share as the budget (max_failures=0.2): judged against the items taken in, which a resumed pass
+# must count from where the saved one stood (positions for item-wise stages; for a reader of rows,
+# the records of the files it had read, which its state saves).
+
+M = 300
+
+
+def third_fails(x):
+    if x % 3 == 0:
+        raise ValueError(f"third {x}")
+    return x
+
+
+def csv_files():
+    # 150 good rows, then a file of which every other row has a missing field (a csv.Error): the
+    # pass gives up inside the second file, so a state taken there must know the rows before it
+    good = "k,v\n" + "".join(f"{i},{i}\n" for i in range(150))
+    bad = "k,v\n" + "".join(f"{i}\n" if i % 2 else f"{i},{i}\n" for i in range(150))
+    return IterableWrapper([("good.csv", io.StringIO(good)), ("bad.csv", io.StringIO(bad))])
+
+
+SHARED = {
+    "map": lambda: IterableWrapper(range(M)).map(third_fails, on_error="skip", max_failures=0.2, warn_failures=None),
+    "map threads": lambda: IterableWrapper(range(M)).map(third_fails, concurrency=3, on_error="skip",
+                                                         max_failures=0.2, warn_failures=None),
+    "filter": lambda: IterableWrapper(range(M)).filter(third_fails, on_error="skip", max_failures=0.2,
+                                                       warn_failures=None),
+    "csv rows": lambda: csv_files().parse_csv_as_dict(on_error="skip", max_failures=0.2, warn_failures=None),
+}
+
+
+def until_given_up(it):
+    """The items before the pass gave up, then the message of its group up to what the group holds
+    (a resumed pass holds only the failures since the resume)."""
+    out = []
+    try:
+        for x in it:
+            out.append(x)
+    except ExceptionGroup as e:
+        out.append(("gave up", e.message.split(";")[0]))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(SHARED))
+def test_a_share_resumes_where_the_uninterrupted_pass_gives_up(name):
+    build = SHARED[name]
+    full = until_given_up(iter(build()))
+    assert full[-1][0] == "gave up"
+    for k in list(range(0, len(full) - 1, 17)) + [len(full) - 2]:
+        it = iter(build())
+        head = [next(it) for _ in range(k)]
+        state = pickle.loads(pickle.dumps(it.state_dict()))
+        it.close()
+        again = iter(build())
+        again.load_state_dict(state)
+        rest = until_given_up(again)
+        assert head + rest[:-1] == full[:-1], k
+        assert rest[-1] == full[-1], k  # after the same failures, in the same number of items
