@@ -751,6 +751,15 @@ class TestWorkers:
         a, b = iter(loader), iter(loader)
         assert sorted(sum((x.tolist() for x in a), [])) == sorted(sum((x.tolist() for x in b), [])) == list(range(12))
 
+    def test_profile_of_the_worker_stage_before_the_loader_ran(self):
+        # docs/howto/profile.rst recommends profile(loader.pipe): it failed on an epoch never set
+        # ('NoneType' object has no attribute 'value') until the loader had been iterated once
+        from datapipes import profile
+
+        loader = DataLoader(IterableWrapper(range(100)).sharding_filter(), batch_size=10, num_workers=2)
+        report = profile(loader.pipe, show=False)
+        assert report.items == 10
+
     @pytest.mark.parametrize("num_workers", [0, 2])
     def test_each_iter_is_the_next_epoch_even_before_either_is_read(self, num_workers):
         # the rule at every num_workers: an epoch is given when iter() is called. Worker processes
