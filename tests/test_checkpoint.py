@@ -1,6 +1,6 @@
 """Checkpoint and resume of a pass: ``it.state_dict()`` and ``iter(pipe).load_state_dict(state)``.
 
-The law (DESIGN section 6): a pass stopped after k items and resumed from its state yields exactly
+The law (docs/howto/checkpoint.rst): a pass stopped after k items and resumed from its state yields exactly
 what the uninterrupted pass yields after its first k items (completion-order stages: exactly the
 items not yet yielded, nothing twice).
 """

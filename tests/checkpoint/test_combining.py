@@ -1,6 +1,6 @@
 """Checkpoint and resume of the joining and splitting stages: concat, zip, mux, fork, demux.
 
-The law (DESIGN section 6): a pass stopped after k items and resumed from its state yields exactly
+The law (docs/howto/checkpoint.rst): a pass stopped after k items and resumed from its state yields exactly
 what the uninterrupted pass yields after its first k items.
 """
 

@@ -1,6 +1,6 @@
 """Checkpoint and resume of the file stages: listers, openers, savers, parsers, archives, images.
 
-The law (DESIGN section 6): a pass stopped after k items and resumed from its state yields exactly
+The law (docs/howto/checkpoint.rst): a pass stopped after k items and resumed from its state yields exactly
 what the uninterrupted pass yields after its first k items. A reader stopped inside a file goes on
 inside that file: it opens it again through its source (an opener) or from the in-memory copy the
 state holds, and skips what it had read.

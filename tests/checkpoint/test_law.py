@@ -1,6 +1,6 @@
 """The checkpoint law over random pipelines that mix every family of stages.
 
-The law (DESIGN section 6, docs/howto/checkpoint.rst): a pass stopped after k items, saved with
+The law (docs/howto/checkpoint.rst): a pass stopped after k items, saved with
 ``it.state_dict()`` and resumed by a new pass's ``load_state_dict``, yields exactly what the
 uninterrupted pass yields after its first k items; with a completion-order stage
 (``map(..., ordered=False)``), the items before and after the stop make up the uninterrupted pass as

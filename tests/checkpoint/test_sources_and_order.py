@@ -1,7 +1,7 @@
 """Checkpoint and resume of the sources and the order stages: IterableWrapper, header, cycle,
 enumerate, in_memory_cache, shuffle, Sampler, random_split and sharding_filter.
 
-The law (DESIGN section 6): a pass stopped after k items and resumed from its state yields exactly
+The law (docs/howto/checkpoint.rst): a pass stopped after k items and resumed from its state yields exactly
 what the uninterrupted pass yields after its first k items.
 """
 
