@@ -9,6 +9,7 @@ import gc
 import glob
 import io
 import os
+import pickle
 import struct
 import tarfile
 import zipfile
@@ -249,3 +250,18 @@ def tfrecord(*records):
         length = struct.pack("<Q", len(data))
         out += length + struct.pack("<I", masked(length)) + data + struct.pack("<I", masked(data))
     return out
+
+
+def saved_after(it, k):
+    """The first ``k`` items of pass ``it`` and its state then (through pickle); ``it`` is closed."""
+    head = [next(it) for _ in range(k)]
+    state = pickle.loads(pickle.dumps(it.state_dict()))
+    it.close()
+    return head, state
+
+
+def resumed(pipe, state):
+    """A new pass of ``pipe`` resumed from ``state``."""
+    it = iter(pipe)
+    it.load_state_dict(state)
+    return it

@@ -6,11 +6,12 @@ which items come out before the pass gives up depends on timing, resumed or not.
 import asyncio
 import io
 import math
-import pickle
 
 import pytest
 
 from datapipes.iter import IterableWrapper
+
+from helpers import resumed, saved_after
 
 N = 24
 
@@ -54,18 +55,6 @@ BUDGETED = {
 }
 
 
-def stopped_and_resumed(build, k, read):
-    """The first ``k`` items of a pass of ``build()``, and what ``read`` makes of a new pass resumed
-    from the state the first one saved there (through pickle)."""
-    it = iter(build())
-    head = [next(it) for _ in range(k)]
-    state = pickle.loads(pickle.dumps(it.state_dict()))
-    it.close()
-    again = iter(build())
-    again.load_state_dict(state)
-    return head, read(again)
-
-
 def until_error(it):
     out = []
     try:
@@ -82,7 +71,8 @@ def test_a_resumed_pass_gives_up_where_the_uninterrupted_one_does(name):
     full = until_error(iter(build()))
     assert full[-1][0] == "gave up"
     for k in range(len(full)):
-        head, rest = stopped_and_resumed(build, k, until_error)
+        head, state = saved_after(iter(build()), k)
+        rest = until_error(resumed(build(), state))
         assert head + rest[:-1] == full[:-1], k
         assert rest[-1][0] == "gave up", k  # after the same number of failures in all
 
@@ -136,6 +126,7 @@ def test_a_share_resumes_where_the_uninterrupted_pass_gives_up(name):
     full = until_given_up(iter(build()))
     assert full[-1][0] == "gave up"
     for k in list(range(0, len(full) - 1, 17)) + [len(full) - 2]:
-        head, rest = stopped_and_resumed(build, k, until_given_up)
+        head, state = saved_after(iter(build()), k)
+        rest = until_given_up(resumed(build(), state))
         assert head + rest[:-1] == full[:-1], k
         assert rest[-1] == full[-1], k  # after the same failures, in the same number of items

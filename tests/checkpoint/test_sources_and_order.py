@@ -21,7 +21,7 @@ from torch.utils.data import RandomSampler
 from datapipes.iter import IterableWrapper, Sampler
 from datapipes.testing import check_resume
 
-from helpers import StatefulCursor, StatefulSource
+from helpers import StatefulCursor, StatefulSource, resumed, saved_after
 
 # -- sources ---------------------------------------------------------------------------------------
 
@@ -544,18 +544,9 @@ def test_a_resumed_pass_resumed_again(name):
     full = list(build())
     n = len(full)
     for k1, k2 in sorted({(0, 0), (n // 3, n // 3), (min(1, n), max(n - 1, 0)), (n // 2, 0), (n, 0)}):
-        it = iter(build())
-        head = [next(it) for _ in range(k1)]
-        state = pickle.loads(pickle.dumps(it.state_dict()))
-        it.close()
-        again = iter(build())
-        again.load_state_dict(state)
-        head += [next(again) for _ in range(k2)]
-        state = pickle.loads(pickle.dumps(again.state_dict()))
-        again.close()
-        third = iter(build())
-        third.load_state_dict(state)
-        assert head + list(third) == full, (k1, k2)
+        head, state = saved_after(iter(build()), k1)
+        more, state = saved_after(resumed(build(), state), k2)
+        assert head + more + list(resumed(build(), state)) == full, (k1, k2)
 
 
 # -- with the concurrent stages ------------------------------------------------------------------------
