@@ -11,6 +11,9 @@
 # the checkout (DATAPIPES_WHEELHOUSE, default ~/.cache/datapipes-wheels) and installed from there,
 # so building an environment again, in a fresh clone too, downloads torch only once. (pip's own
 # HTTP cache cannot be relied on for this: a registry that answers "no-store" leaves it empty.)
+# Under CI=true the wheelhouse is read but never filled: a CI machine starts empty and is thrown
+# away, so wheels kept there would only take 2-3 GB of its disk per torch build; torch is then
+# installed straight from the registry with --no-cache-dir.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -26,9 +29,15 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   pip=("$VENV/bin/python" -m pip)
   "${pip[@]}" install --quiet --upgrade pip
   torch=$(grep -E '^torch[=<>!~ ]' "$REQUIREMENTS" | head -n 1)
-  mkdir -p "$WHEELHOUSE"
-  if ! "${pip[@]}" install --quiet --no-index --find-links "$WHEELHOUSE" "$torch" 2>/dev/null; then
+  if [ -d "$WHEELHOUSE" ] &&
+    "${pip[@]}" install --quiet --no-index --find-links "$WHEELHOUSE" "$torch" 2>/dev/null; then
+    :
+  elif [ "${CI:-}" = true ]; then
+    echo "setup: installing $torch for $("$VENV/bin/python" -V) from the registry (not kept)"
+    "${pip[@]}" install --quiet --no-cache-dir "$torch"
+  else
     echo "setup: downloading $torch for $("$VENV/bin/python" -V) into $WHEELHOUSE (once)"
+    mkdir -p "$WHEELHOUSE"
     "${pip[@]}" download --quiet -d "$WHEELHOUSE" "$torch"
     "${pip[@]}" install --quiet --no-index --find-links "$WHEELHOUSE" "$torch"
   fi
