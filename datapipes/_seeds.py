@@ -19,6 +19,7 @@ def derive_seed(seed: int, *salt: object) -> int:
     return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
 
 
-def draw_seed() -> int:
-    """A fresh seed from torch's global generator (so ``torch.manual_seed`` reproduces a run)."""
-    return int(torch.empty((), dtype=torch.int64).random_().item())
+def draw_seed(generator: torch.Generator | None = None) -> int:
+    """A fresh seed from ``generator``, by default torch's global one (so ``torch.manual_seed``
+    reproduces a run)."""
+    return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())

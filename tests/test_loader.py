@@ -567,7 +567,7 @@ class TestArguments:
             ({"seed": True}, TypeError, "seed must be an int or None"),
             ({"even_batches": "trim"}, ValueError, "even_batches must be None, 'drop' or 'pad', got 'trim'"),
             ({"even_batches": True}, ValueError, "even_batches must be"),
-            ({"timeout": 0}, ValueError, "timeout must be > 0, got 0"),
+            ({"timeout": -1}, ValueError, "timeout must be > 0 \\(or 0 or None: no timeout\\), got -1"),
             ({"timeout": "1"}, TypeError, "timeout must be a number"),
             ({"preprocessor": 3}, TypeError, "preprocessor must be callable"),
             ({"aggregator": "x"}, TypeError, "aggregator must be callable"),

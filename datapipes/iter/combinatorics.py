@@ -17,16 +17,17 @@ import random
 from bisect import bisect
 from itertools import accumulate, islice
 from operator import length_hint
-from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence, TypeVar, cast
+from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar, cast
 
 import torch
+from torch.utils.data import Sampler as TorchSampler
 from torch.utils.data import SequentialSampler
 
 from .. import _pass
 from .._engine import abandon
 from .._checks import ArgumentTypeError
 from .._observe import Observed
-from ..datapipe import IterDataPipe, functional_datapipe, lacks_len, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
+from ..datapipe import IterDataPipe, functional_datapipe, lacks_len, len_root, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from .util import _STARTED, _deferred, _SourceRun
 
 __all__ = ["Shuffler", "Sampler", "RandomSplitter"]
@@ -334,6 +335,14 @@ def _sample_seeded(pipe: Sampler) -> Iterator[Any]:
     return _deferred(open_, run.source)
 
 
+def _is_sampler_instance(sampler: Any) -> bool:
+    """Whether ``sampler`` is a sampler already built (a ``torch.utils.data.Sampler``, or any
+    iterable that is not a class or factory), rather than what builds one."""
+    if isinstance(sampler, type):
+        return False
+    return isinstance(sampler, TorchSampler) or not callable(sampler) and hasattr(type(sampler), "__iter__")
+
+
 class Sampler(IterDataPipe[Any]):
     """Yield what a ``torch.utils.data.Sampler`` built over the source yields (no functional name,
     as in torch).
@@ -346,9 +355,13 @@ class Sampler(IterDataPipe[Any]):
     dataset with them (``.map(dataset.__getitem__)``) or write a sampler that yields items.
 
     Args:
-        datapipe: the source pipe; it must have a ``len()``, which the sampler reads.
+        datapipe: the source pipe; it must have a ``len()``, which the sampler reads (unless the
+            sampler is given built).
         sampler: the sampler class (or any callable returning an iterable), default
-            ``torch.utils.data.SequentialSampler``.
+            ``torch.utils.data.SequentialSampler``; or a sampler already built (a
+            ``torch.utils.data.Sampler`` instance, such as ``WeightedRandomSampler(weights, 100)``,
+            or any iterable that is not callable), used as it is, ``sampler_args`` and
+            ``sampler_kwargs`` left out.
         sampler_args: positional arguments for ``sampler``. ``data_source`` goes by keyword, so
             these must not fill a leading ``data_source`` parameter (torch's samplers have one:
             give their options in ``sampler_kwargs``).
@@ -395,12 +408,17 @@ class Sampler(IterDataPipe[Any]):
     def __init__(
         self,
         datapipe: IterDataPipe[Any],
-        sampler: Callable[..., Any] = SequentialSampler,
+        sampler: Callable[..., Any] | Iterable[Any] = SequentialSampler,
         sampler_args: Sequence[Any] | None = None,
         sampler_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         require_pipe(datapipe, "Sampler")
-        require_callable(sampler, "Sampler", "sampler")
+        given = _is_sampler_instance(sampler)
+        if not given:
+            require_callable(sampler, "Sampler", "sampler")
+        elif sampler_args or sampler_kwargs:
+            raise TypeError(f"Sampler: sampler_args and sampler_kwargs build a sampler from a class; sampler is "
+                            f"already built (a {type(sampler).__name__}): give its options to its constructor")
         if sampler_args is not None and not isinstance(sampler_args, (tuple, list)):
             raise TypeError(f"Sampler: sampler_args must be a tuple or None, got {type(sampler_args).__name__}")
         if sampler_kwargs is not None and not isinstance(sampler_kwargs, Mapping):
@@ -408,22 +426,28 @@ class Sampler(IterDataPipe[Any]):
         if sampler_kwargs is not None and "data_source" in sampler_kwargs:
             raise ValueError("Sampler: sampler_kwargs must not hold data_source: the sampler samples from datapipe")
         try:
-            len(datapipe)  # type: ignore[arg-type]
+            if not given:  # a sampler built elsewhere read its data's length itself
+                len(datapipe)  # type: ignore[arg-type]
         except TypeError as e:
             if not lacks_len(datapipe, e):
                 raise
             # torch asserts here: the TypeError is also an AssertionError, ending with torch's words
-            raise ArgumentTypeError(f"Sampler: datapipe must have a len(), which the sampler reads: {e}; "
-                                    "Sampler class requires input datapipe implemented `__len__`") from None
+            raise ArgumentTypeError(f"Sampler: datapipe has no len() ({len_root(e)}): Sampler class requires input "
+                                    "datapipe implemented `__len__`") from None
         self.datapipe = datapipe
         self.sampler_args = tuple(sampler_args or ())
         self.sampler_kwargs = dict(sampler_kwargs or {})
         name = getattr(sampler, "__qualname__", None) or type(sampler).__name__
-        try:
-            self.sampler = sampler(*self.sampler_args, data_source=datapipe, **self.sampler_kwargs)
-        except (TypeError, ValueError) as e:
-            what = f"Sampler: cannot build sampler {name}(*sampler_args, data_source=datapipe, **sampler_kwargs): {e}"
-            raise (TypeError(what) if isinstance(e, TypeError) else ValueError(what)) from e
+        self.sampler: Any
+        if given:
+            self.sampler = sampler
+        else:
+            assert callable(sampler)
+            try:
+                self.sampler = sampler(*self.sampler_args, data_source=datapipe, **self.sampler_kwargs)
+            except (TypeError, ValueError) as e:
+                what = f"Sampler: cannot build sampler {name}(*sampler_args, data_source=datapipe, **sampler_kwargs): {e}"
+                raise (TypeError(what) if isinstance(e, TypeError) else ValueError(what)) from e
         if not hasattr(type(self.sampler), "__iter__"):
             raise TypeError(f"Sampler: sampler {name} built a {type(self.sampler).__name__}, which is not iterable")
         # A sampler drawing from its own unset generator takes one seeded from the pipe at each pass.
@@ -627,15 +651,15 @@ class RandomSplitter(IterDataPipe[T]):
         keys, values = _check_weights(weights)
         require_int(seed, "RandomSplitter", "seed")
         require_int(total_length, "RandomSplitter", "total_length", minimum=0, optional=True)
-        if target is not None and target not in weights:
-            raise ValueError(f"RandomSplitter: target={target!r} is not a key of weights {keys!r}")
         if total_length is None:
             try:
                 len(source_datapipe)  # type: ignore[arg-type]
             except TypeError as e:
-                raise TypeError(
-                    f"RandomSplitter: total_length is needed: it cannot be taken from the source: {e}"
-                ) from None
+                raise TypeError("RandomSplitter needs `total_length`, but it is unable to infer it from the "
+                                f"`source_datapipe` ({len_root(e)})") from None
+        if target is not None and target not in weights:
+            # torchdata's type and words (weights' keys are looked up), after the length as there
+            raise KeyError(f"RandomSplitter: `target={target}` does not match any key in `weights` {keys!r}")
         split = _Split(keys, values, seed, total_length)
         if target is not None:
             return SplitterIterator(source_datapipe, split, target)
@@ -682,9 +706,11 @@ class SplitterIterator(IterDataPipe[T]):
         total = self._total()
         sizes = _exact_sizes(self._split.weights, total)
         if sizes is None:
+            weights = dict(zip(self._split.keys, self._split.weights))
             raise len_unknown(
                 self,
-                f"the weights {dict(zip(self._split.keys, self._split.weights))!r} do not split "
-                f"total_length={total} into whole numbers",
+                f"Lengths of the split cannot be known in advance, since the weights {weights!r} do not split "
+                f"total_length={total} into whole numbers (give weights that do, or set the length with set_length)",
+                "cannot be known in advance",
             )
         return sizes[self._index]

@@ -17,12 +17,13 @@ from typing import Any, AsyncIterable, Callable, Generator, Generic, Iterable, I
 
 import numpy
 import torch
-from torch.utils.data import IterableDataset
+from torch.utils.data import IterableDataset, RandomSampler
 from torch.utils.data import IterDataPipe as TorchIterDataPipe
 
 from .._engine import is_async_callable, is_async_gen_callable
 from ..datapipe import IterDataPipe, MapDataPipe, index_ordered, require_callable, require_int
 from ..graph import traverse
+from ..graph_settings import apply_shuffle_settings
 from ..hooks import StatsReporter
 from ..iter import IterableWrapper
 from ..iter.sharding import SHARDING_PRIORITIES, is_sharding_stage
@@ -31,6 +32,7 @@ from .._pass import PassConfig
 from .._worker import placement
 from .distributed import _WHERE, _agreed_seed, _distributed, _even_pass, _shard_id
 from .shards import InProcess, ShardsRun, plan
+from .sampling import DrawnSampler, check_drawn_alike, own_generator, random_samplers_wrapped, shards_itself
 from .workers import WorkerProcesses
 
 __all__ = ["DataLoader"]
@@ -39,8 +41,8 @@ T = TypeVar("T")  # what a loader yields
 U = TypeVar("U")  # the items of its pipe, where they differ from what it yields
 
 #: Arguments only the torch spelling takes, and only the SPDL spelling takes (in signature order).
-_TORCH_ONLY = ("collate_fn", "pin_memory", "device", "num_workers", "persistent_workers", "prefetch_factor",
-               "multiprocessing_context", "worker_init_fn")
+_TORCH_ONLY = ("shuffle", "sampler", "batch_sampler", "generator", "collate_fn", "pin_memory", "device",
+               "num_workers", "persistent_workers", "prefetch_factor", "multiprocessing_context", "worker_init_fn")
 _SPDL_ONLY = ("src", "preprocessor", "aggregator", "transfer_fn", "buffer_size", "num_threads", "output_order")
 
 #: SPDL's defaults where our signature says None (so a call can tell what was given).
@@ -113,8 +115,10 @@ def _check_timeout(timeout: Any) -> float | None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"{_WHERE}: timeout must be a number of seconds or None, got {type(timeout).__name__}")
+    if timeout == 0:
+        return None  # torch's default: no timeout
     if not timeout > 0:
-        raise ValueError(f"{_WHERE}: timeout must be > 0, got {timeout!r}")
+        raise ValueError(f"{_WHERE}: timeout must be > 0 (or 0 or None: no timeout), got {timeout!r}")
     return float(timeout)
 
 
@@ -228,10 +232,13 @@ class DataLoader(Generic[T]):
 
     Two spellings, one implementation (see the how-to, ``docs/howto/dataloader.rst``):
 
-    torch's: ``DataLoader(pipe, batch_size=None, *, drop_last=False, collate_fn=None,
-    pin_memory=False, device=None, num_workers=0, seed=None, ...)`` builds::
+    torch's: ``DataLoader(pipe, batch_size=None, shuffle=None, *, sampler=None,
+    batch_sampler=None, generator=None, drop_last=False, collate_fn=None, pin_memory=False,
+    device=None, num_workers=0, seed=None, ...)`` builds::
 
         pipe -> [batch(batch_size, drop_last) -> collate(collate_fn)] -> [pin_memory] -> [to_device]
+
+    (over a map-style dataset: its indices, from the sampler, batched, sharded, then fetched).
 
     SPDL's: ``DataLoader(src, *, preprocessor=None, batch_size=None, drop_last=False,
     aggregator=None, transfer_fn=None, buffer_size=3, num_threads=8, timeout=None,
@@ -243,8 +250,9 @@ class DataLoader(Generic[T]):
 
     Any SPDL-only argument (``src=``, ``preprocessor``, ``aggregator``, ``transfer_fn``,
     ``buffer_size``, ``num_threads``, ``output_order``) selects the SPDL spelling; it cannot be mixed
-    with a torch-only one (``collate_fn``, ``pin_memory``, ``device``, ``num_workers``,
-    ``persistent_workers``, ``prefetch_factor``, ``multiprocessing_context``, ``worker_init_fn``).
+    with a torch-only one (``shuffle``, ``sampler``, ``batch_sampler``, ``generator``,
+    ``collate_fn``, ``pin_memory``, ``device``, ``num_workers``, ``persistent_workers``,
+    ``prefetch_factor``, ``multiprocessing_context``, ``worker_init_fn``).
     ``batch_size``, ``drop_last``, ``seed``, ``timeout`` and ``even_batches`` belong to both.
 
     Args:
@@ -259,6 +267,25 @@ class DataLoader(Generic[T]):
             itself). Torch spelling: batches are collated (``collate_fn`` or the default
             :func:`datapipes.collate`, which makes tensors). SPDL spelling: batches are lists,
             handed to ``aggregator``.
+        shuffle: as torch's. Over a map-style dataset, ``True`` reads the indices in a new random
+            permutation every epoch (a ``RandomSampler``); over a DataPipe, ``True`` / ``False``
+            turn its ``shuffle()`` stages on / off (with ``True`` and none in the pipe, one is added
+            at the end, with a warning); ``None`` (default) changes nothing. ``ValueError`` over
+            another iterable, as in torch.
+        sampler: a sampler of a map-style dataset's indices (any ``torch.utils.data.Sampler``
+            instance, or an iterable of indices), as torch's; exclusive with ``shuffle``. Each
+            worker process and rank draws the same indices (see ``docs/from_dataloader.rst``): at
+            every pass the loader seeds the generators the sampler reads (torch's, Python's and
+            NumPy's global ones, and its own ``torch.Generator``) from the pass's seed and calls its
+            ``set_epoch`` with the epoch. A ``DistributedSampler`` keeps its rank's share itself;
+            the loader then splits it across workers only. With ``num_workers > 0`` a sampler that
+            draws differently from the same seed is refused (``ValueError``).
+        batch_sampler: a sampler of lists of indices, each list one batch (fetched whole by one
+            worker), as torch's; exclusive with ``batch_size``, ``shuffle``, ``sampler`` and
+            ``drop_last``.
+        generator: a ``torch.Generator`` the loader draws its seed from (instead of torch's global
+            one; where neither ``seed`` nor ``generator`` is given, a sampler's own generator is
+            used), so ``torch.Generator().manual_seed(s)`` reproduces a run. Exclusive with ``seed``.
         drop_last: drop a last batch shorter than ``batch_size``.
         collate_fn: turns a list of items into a batch; default: the default collate. With
             ``batch_size=None`` it is applied to every item (as in torch).
@@ -286,7 +313,8 @@ class DataLoader(Generic[T]):
             ``None`` (default): each rank yields what it has. When every rank knows its ``len()``
             this costs one all_reduce per pass; otherwise one tiny all_reduce (three integers) per
             batch. No-op without a process group of two or more ranks.
-        timeout: seconds to wait for each batch; past it, ``TimeoutError`` naming the loader. The
+        timeout: seconds to wait for each batch (``0`` or ``None``: no timeout, torch's default);
+            past it, ``TimeoutError`` naming the loader. The
             wait happens on a buffer: SPDL spelling, the final ``buffer_size`` buffer; torch
             spelling, a buffer of 2 batches on a background thread before ``pin_memory``.
         report_stats_interval: seconds between two logs of every stage's statistics (a table on the
@@ -353,7 +381,11 @@ class DataLoader(Generic[T]):
         self: DataLoader[T],
         pipe: IterDataPipe[T] | MapDataPipe[T] | Iterable[T] | AsyncIterable[T],
         batch_size: None = None,
+        shuffle: bool | None = None,
         *,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        generator: torch.Generator | None = None,
         num_workers: int = 0,
         seed: int | None = None,
         even_batches: str | None = None,
@@ -372,7 +404,11 @@ class DataLoader(Generic[T]):
         self: DataLoader[T],
         pipe: IterDataPipe[U] | MapDataPipe[U] | Iterable[U] | AsyncIterable[U],
         batch_size: int,
+        shuffle: bool | None = None,
         *,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        generator: torch.Generator | None = None,
         drop_last: bool = False,
         collate_fn: Callable[[list[U]], T],
         num_workers: int = 0,
@@ -436,7 +472,11 @@ class DataLoader(Generic[T]):
         self: DataLoader[Any],
         pipe: Any = None,
         batch_size: int | None = None,
+        shuffle: bool | None = None,
         *,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        generator: torch.Generator | None = None,
         drop_last: bool = False,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         pin_memory: bool = False,
@@ -465,7 +505,11 @@ class DataLoader(Generic[T]):
         self,
         pipe: Any = None,
         batch_size: int | None = None,
+        shuffle: bool | None = None,
         *,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        generator: torch.Generator | None = None,
         drop_last: bool = False,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         pin_memory: bool = False,
@@ -515,8 +559,18 @@ class DataLoader(Generic[T]):
             raise ValueError(f"{_WHERE}: even_batches must be None, 'drop' or 'pad', got {even_batches!r}")
         self.even_batches = even_batches
         self.timeout = _check_timeout(timeout)
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"{_WHERE}: generator must be a torch.Generator or None, got {type(generator).__name__}")
+        if generator is not None and seed is not None:
+            raise ValueError(f"{_WHERE}: give seed= or generator=, not both (both seed the loader's passes)")
         self.datapipe = _as_pipe(data, "src" if src is not None else "pipe")
         self._indexed = data if _map_style(data) else None  # a map-style dataset, read by index
+        self.shuffle = None if shuffle is None else _check_flag(shuffle, "shuffle")
+        self.sampler, self.batch_sampler = sampler, batch_sampler
+        self._drawn = self._sampling(data, sampler, batch_sampler)  # the sampler the loader draws indices from
+        #: draws the loader's seed (when seed= is not given): generator=, else the sampler's own
+        #: generator (so that seeding it reproduces a run, as in torch), else torch's global one
+        self.generator = generator if generator is not None else own_generator(self._drawn)
         #: a torch IterableDataset (not a DataPipe) runs whole in each worker, as with torch's
         #: DataLoader: it shards itself (get_worker_info()), so the loader adds no sharding_filter()
         self._shards_itself = isinstance(data, IterableDataset) and not isinstance(data, TorchIterDataPipe)
@@ -546,6 +600,41 @@ class DataLoader(Generic[T]):
 
     # -- building ----------------------------------------------------------------------------------
 
+    def _sampling(self, data: Any, sampler: Any, batch_sampler: Any) -> Any:
+        """Check torch's ``shuffle``/``sampler``/``batch_sampler`` (its rules and phrases) and return
+        the sampler of a map-style dataset's indices (``RandomSampler`` for ``shuffle=True``), or
+        None; an iterable pipe's shuffles are turned on or off instead."""
+        shuffle = self.shuffle
+        if sampler is not None and shuffle:
+            raise ValueError(f"{_WHERE}: sampler option is mutually exclusive with shuffle")
+        if batch_sampler is not None and (self.batch_size is not None or shuffle or sampler is not None
+                                          or self.drop_last):
+            raise ValueError(f"{_WHERE}: batch_sampler option is mutually exclusive with batch_size, shuffle, "
+                             f"sampler, and drop_last")
+        for name, given in (("sampler", sampler), ("batch_sampler", batch_sampler)):
+            if given is not None and not hasattr(type(given), "__iter__"):
+                raise TypeError(f"{_WHERE}: {name} must be an iterable of indices (a torch.utils.data.Sampler), got "
+                                f"{type(given).__name__}")
+        if self._indexed is None:
+            for name, given in (("shuffle", shuffle or None), ("sampler", sampler), ("batch_sampler", batch_sampler)):
+                if given is not None and (name != "shuffle" or not isinstance(data, (IterDataPipe,
+                                                                                     TorchIterDataPipe))):
+                    raise ValueError(
+                        f"DataLoader with IterableDataset: expected unspecified {name} option, but got "
+                        f"{name}={given!r}. An iterable has no indices to sample: give a map-style dataset "
+                        f"(__getitem__ and __len__), or shuffle an IterDataPipe with .shuffle()")
+            if shuffle is not None:
+                self.datapipe = _shuffled(self.datapipe, data, shuffle)
+            return None
+        chosen = batch_sampler if batch_sampler is not None else sampler
+        if chosen is None and shuffle:
+            chosen = RandomSampler(self._indexed)  # one permutation per epoch, as torch's shuffle=True
+        if chosen is not None and self.batch_size is None and batch_sampler is None:
+            group = SHARDING_PRIORITIES.MULTIPROCESSING if shards_itself(chosen) else None
+            self.datapipe = (DrawnSampler(IterableWrapper(_Indices(self._indexed), deepcopy=False), chosen)
+                             .sharding_filter(group).map(self._indexed.__getitem__))
+        return chosen
+
     def _build_torch(self, collate_fn: Any, pin_memory: Any, device: Any, num_workers: Any, persistent_workers: Any,
                      prefetch_factor: Any, multiprocessing_context: Any, worker_init_fn: Any) -> IterDataPipe[Any]:
         require_callable(collate_fn, _WHERE, "collate_fn", optional=True)
@@ -566,12 +655,22 @@ class DataLoader(Generic[T]):
         self.pin_memory = pin
         pipe = self.datapipe
         batch_size = self.batch_size
-        if batch_size and self._indexed is not None:
-            # A map-style dataset, as torch's DataLoader reads it: batches of consecutive indices,
-            # each worker fetching whole batches (the loader takes them from the workers in turn, so
-            # they come in index order whatever the number of workers)
-            pipe = (IterableWrapper(_Indices(self._indexed), deepcopy=False).batch(batch_size, drop_last=self.drop_last)
-                    .sharding_filter().map(_Fetch(self._indexed)))
+        drawn = self._drawn
+        if num_workers > 0:
+            if drawn is not None:
+                check_drawn_alike(drawn, "batch_sampler" if self.batch_sampler is not None else "sampler", _WHERE)
+            _refuse_wrapped_samplers(pipe, num_workers)
+        if self._indexed is not None and (batch_size or self.batch_sampler is not None):
+            # A map-style dataset, as torch's DataLoader reads it: batches of indices (consecutive,
+            # or the sampler's), each worker fetching whole batches (the loader takes them from the
+            # workers in turn, so they come in the sampler's order whatever the number of workers)
+            indices: IterDataPipe[Any] = IterableWrapper(_Indices(self._indexed), deepcopy=False)
+            if drawn is not None:
+                indices = DrawnSampler(indices, drawn)
+            if self.batch_sampler is None:
+                indices = indices.batch(cast(int, batch_size), drop_last=self.drop_last)
+            group = SHARDING_PRIORITIES.MULTIPROCESSING if shards_itself(drawn) else None
+            pipe = indices.sharding_filter(group).map(_Fetch(self._indexed))
             batch_size = None
             pipe = pipe.collate() if collate_fn is None else pipe.collate(collate_fn=collate_fn)
         if num_workers > 0 and not self._shards_itself and not any(is_sharding_stage(s) for s in traverse(pipe)):
@@ -660,7 +759,7 @@ class DataLoader(Generic[T]):
         self._epoch_set = False
         self._passes += 1
         if self._base_seed is None:
-            self._base_seed = _agreed_seed(self.datapipe)
+            self._base_seed = _agreed_seed(self.datapipe, self.generator)
         return self._base_seed, self._epoch
 
     # -- running -----------------------------------------------------------------------------------
@@ -795,6 +894,29 @@ class DataLoader(Generic[T]):
     def __repr__(self) -> str:
         extra = f", num_workers={self.num_workers}" if self.num_workers else ""
         return f"DataLoader({self.pipe!r}{extra})"
+
+
+def _shuffled(pipe: IterDataPipe[Any], data: Any, shuffle: bool) -> IterDataPipe[Any]:
+    """An iterable pipe's shuffles turned on or off, as torch's DataLoader does to a DataPipe's
+    (with ``shuffle=True`` and no shuffle in the graph, one is added at the end, with a warning)."""
+    if isinstance(data, TorchIterDataPipe) and not isinstance(data, IterDataPipe):  # one of torch's own
+        from torch.utils.data.graph_settings import apply_shuffle_settings as torch_apply
+
+        torch_apply(data, shuffle=shuffle)
+        return pipe
+    return cast("IterDataPipe[Any]", apply_shuffle_settings(pipe, shuffle=shuffle))
+
+
+def _refuse_wrapped_samplers(pipe: IterDataPipe[Any], num_workers: int) -> None:
+    """``IterableWrapper(RandomSampler(...))`` under worker processes: each worker iterates a copy
+    and draws a permutation of its own, so its share repeats some indices and misses others."""
+    for stage, sampler in random_samplers_wrapped(pipe):
+        raise ValueError(
+            f"{_WHERE}: {stage!r} wraps a {type(sampler).__name__}: each of the {num_workers} worker processes would "
+            f"iterate its own copy and draw another order, repeating some indices and missing others. Give the "
+            f"sampler to the loader over the dataset instead, DataLoader(dataset, sampler=...) (or batch_sampler=), "
+            f"which draws the same indices in every worker and shards them; or use num_workers=0"
+        )
 
 
 def _layout(num_workers: int) -> tuple[int, int, int]:

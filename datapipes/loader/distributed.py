@@ -87,14 +87,15 @@ def _rank_sharded_random(pipe: Any) -> list[Any]:
     return list(found.values())
 
 
-def _agreed_seed(pipe: Any) -> int:
-    """A fresh seed from torch's global generator; under torch.distributed, rank 0's (broadcast).
+def _agreed_seed(pipe: Any, generator: Any = None) -> int:
+    """A fresh seed from ``generator`` (default: torch's global one); under torch.distributed, rank
+    0's (broadcast).
 
     Raises:
         RuntimeError: ``RANK``/``WORLD_SIZE`` name several ranks but no process group is initialised
             to agree on a seed, and ``pipe`` shuffles upstream of a ``sharding_filter``.
     """
-    seed = draw_seed()
+    seed = draw_seed(generator)
     dist = _distributed()
     if dist is None:
         world_size = placement().world_size
