@@ -42,6 +42,7 @@ interval (``datapipes.DataLoader(report_stats_interval=...)`` attaches one).
 
 from __future__ import annotations
 
+import copy
 import logging
 from typing import Any
 
@@ -82,6 +83,22 @@ def overrides(hook: Any, name: str) -> bool:
     """Whether ``hook`` has its own ``name`` method (not :class:`Hook`'s, which does nothing)."""
     method = getattr(type(hook), name, None)
     return method is not None and method is not getattr(Hook, name)
+
+
+def with_worker_stats(stats: list[tuple[Any, StageStats]]) -> list[tuple[Any, StageStats]]:
+    """``stats`` with, after each stage that runs its sources in DataLoader worker processes, the
+    stages inside them, one row per worker and stage, labelled ``[worker k] stage`` (see
+    ``WorkerProcesses.worker_stats``)."""
+    out: list[tuple[Any, StageStats]] = []
+    for stage, s in stats:
+        out.append((stage, s))
+        inside = getattr(stage, "worker_stats", None)
+        if inside is not None:
+            for worker, label, ws in reversed(inside()):  # stats are listed root first
+                ws = copy.copy(ws)
+                ws.label = f"[worker {worker}] {label}"
+                out.append((None, ws))
+    return out
 
 
 def format_stats(stats: list[tuple[Any, StageStats]]) -> str:
@@ -136,7 +153,7 @@ class StatsReporter(Hook):
         log = self.logger if self.logger is not None else logger
         # Stages a loader adds without changing any item (the stage that runs the pipe as a pass of
         # its own, whose stages this hook reports from that pass) are left out.
-        stats = [(stage, s) for stage, s in stats if not getattr(stage, "_unseen", False)]
+        stats = with_worker_stats([(stage, s) for stage, s in stats if not getattr(stage, "_unseen", False)])
         if stats and log.isEnabledFor(self.level):
             log.log(self.level, "datapipes stage statistics:\n%s", format_stats(stats))
 

@@ -119,11 +119,14 @@ class ProfileReport:
             first). Keys: those of :meth:`StageStats.as_dict <datapipes._engine.StageStats.as_dict>`
             (``stage``, ``kind``, ``workers``, ``concurrency``, ``auto``, ``items_in``, ``items_out``,
             ``failures``, ``seconds``, ``items_per_s``, ``busy_s``, ``busy_fraction``, ``self_s``,
-            ``queue_fill``, ``source_s``, ``wait_s``, ``tuning``), plus ``self_share``, ``wait_share``
-            and ``source``. ``self_share``: the stage's own time on the thread reading it over the
+            ``queue_fill``, ``source_s``, ``wait_s``, ``tuning``), plus ``self_share``, ``wait_share``,
+            ``source`` and ``worker``. ``self_share``: the stage's own time on the thread reading it over the
             run's ``seconds`` (``self_s``; for a concurrent stage ``self_s`` less ``wait_s``, the time
             that thread waited for its workers' results, which is ``wait_share``); ``source``: the
-            stage reads no other stage.
+            stage reads no other stage. ``worker``: ``None`` for a stage of this process; for a
+            stage inside DataLoader worker processes, ``"all"`` on its row totalled across them
+            (``stage [N workers]``: counts and seconds summed, shares and fractions their mean) and
+            the worker's id on its per-worker rows (``profile(..., per_worker=True)``).
         bottleneck: the label of the limiting stage, or ``"consumer"`` or ``"serial stages"``.
         reason: one sentence saying why.
         cpu_cores: CPU seconds this process used per wall second (all its threads; worker
@@ -693,8 +696,58 @@ def _unique_labels(stats: list[StageStats]) -> dict[int, str]:
         names[id(s)] = s.label if n == 1 else f"{s.label} #{n}"
     return names
 
+#: the share of a run the main process must spend waiting for DataLoader worker processes for the
+#: bottleneck to be looked for inside them
+_WAITING_ON_WORKERS = 0.5
+
+
+def _inside_workers(inside: list[tuple[int, str, Any]], seconds: float,
+                    per_worker: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """Rows for the stages inside DataLoader worker processes (``WorkerProcesses.worker_stats``):
+    ``(shown, analysed)``. ``shown``: one row per stage totalled across the workers (counts and
+    seconds summed, shares and fractions the workers' mean; labelled ``stage [N workers]``), then,
+    with ``per_worker``, one row per worker and stage (``[worker k] stage``). ``analysed``: the
+    workers' mean row per stage, what the bottleneck rules read (each worker runs the whole
+    pipe on its own share)."""
+    by_worker: dict[int, list[tuple[str, dict[str, Any]]]] = {}
+    for worker, label, stats in inside:
+        by_worker.setdefault(worker, []).append((label, stats.as_dict()))
+    if not by_worker:
+        return None
+    n = len(by_worker)
+    depth = min(len(rows) for rows in by_worker.values())
+    for rows in by_worker.values():
+        for k, (_, d) in enumerate(rows):
+            waited = 0.0 if d["kind"] in ("serial", "inline") else d["wait_s"]
+            d["self_share"] = max(d["self_s"] - waited, 0.0) / seconds
+            d["wait_share"] = waited / seconds
+            d["source"] = k == 0
+    shown: list[dict[str, Any]] = []
+    analysed: list[dict[str, Any]] = []
+    summed = ("items_in", "items_out", "failures", "busy_s", "self_s", "source_s", "wait_s")
+    averaged = ("seconds", "busy_fraction", "queue_fill", "self_share", "wait_share")
+    for k in range(depth):
+        ds = [rows[k][1] for rows in by_worker.values()]
+        label = by_worker[min(by_worker)][k][0]
+        mean = dict(ds[0], worker=None)
+        for key in summed + averaged:
+            mean[key] = sum(d[key] for d in ds) / n
+        mean["items_per_s"] = mean["items_out"] / mean["seconds"] if mean["seconds"] else 0.0
+        analysed.append(mean)
+        total = dict(mean, stage=f"{label} [{n} workers]", worker="all")
+        for key in summed:
+            total[key] = sum(d[key] for d in ds)
+        total["items_per_s"] = total["items_out"] / seconds
+        shown.append(total)
+    if per_worker:
+        for worker, rows in sorted(by_worker.items()):
+            shown.extend(dict(d, stage=f"[worker {worker}] {label}", worker=worker) for label, d in rows[:depth])
+    return shown, analysed
+
+
 def profile(pipe: Any, num_items: int | None = 1000, *, show: bool = True, file: IO[str] | None = None,
-            trace: bool | str | os.PathLike[str] = False, max_trace_events: int = 100_000) -> ProfileReport:
+            trace: bool | str | os.PathLike[str] = False, max_trace_events: int = 100_000,
+            per_worker: bool = False) -> ProfileReport:
     """Run ``pipe`` for ``num_items`` items (``None``: to the end), measure every stage and name the
     bottleneck (the rules are in :mod:`datapipes.profiling`).
 
@@ -710,6 +763,9 @@ def profile(pipe: Any, num_items: int | None = 1000, *, show: bool = True, file:
         trace: record a Chrome trace of the run (a :class:`TraceRecorder`): a path writes it there
             as JSON, ``True`` keeps it in the report (:meth:`ProfileReport.save_trace` writes it).
         max_trace_events: the most task spans and counter samples the trace keeps.
+        per_worker: with DataLoader worker processes (``profile(loader.pipe)``), also list every
+            stage inside them once per worker (``[worker k] stage``), after the rows totalled
+            across the workers (``stage [N workers]``), which are always there.
 
     Returns:
         A :class:`ProfileReport` with the same figures as data.
@@ -765,10 +821,31 @@ def profile(pipe: Any, num_items: int | None = 1000, *, show: bool = True, file:
         row["self_share"] = max(row["self_s"] - waited, 0.0) / seconds
         row["wait_share"] = waited / seconds
         row["source"] = not sources_of(stage)
+        row["worker"] = None
         rows.append(row)
     index, bottleneck, reason = _bottleneck(rows, cpu_cores, cpus, machine_cores)
+    objects = [stage for stage, _ in measured]
+    for at in range(len(objects) - 1, -1, -1):  # the stages inside DataLoader worker processes
+        inside = getattr(objects[at], "worker_stats", None)
+        entries = [] if inside is None else inside()
+        found = _inside_workers(entries, seconds, per_worker)
+        if not found:
+            continue
+        shown, analysed = found
+        host = rows[at]
+        host["wait_share"], host["self_share"] = host["self_share"], 0.0  # its time is waiting for the workers
+        rows[at:at] = shown
+        objects[at:at] = [None] * len(shown)
+        if index is not None and index >= at:
+            index += len(shown)
+        if host["wait_share"] >= _WAITING_ON_WORKERS:
+            k, label, why = _bottleneck(analysed)
+            workers = len({w for w, _, _ in entries})
+            index, bottleneck = (None if k is None else at + k), label
+            reason = (f"inside the {workers} DataLoader worker processes (the main process spent "
+                      f"{host['wait_share']:.0%} of the time waiting for their batches): {why}")
     report = ProfileReport(n, seconds, n / seconds, rows, bottleneck, reason, cpu_cores, cpus, machine_cores,
-                           index, pipe=pipe, stage_objects=[stage for stage, _ in measured])
+                           index, pipe=pipe, stage_objects=objects)
     if recorder is not None:
         report.trace = recorder.trace([stats for _, stats in measured], title=f"datapipes.profile: {chain_repr(pipe)}")
         if not isinstance(trace, bool):

@@ -4,6 +4,7 @@ even batch counts across ranks, and the lifecycle of its threads and processes."
 import asyncio
 import gc
 import json
+import logging
 import pickle
 import multiprocessing
 import os
@@ -760,6 +761,41 @@ class TestWorkers:
         report = profile(loader.pipe, show=False)
         assert report.items == 10
 
+    def test_profile_shows_the_stages_inside_the_workers_and_names_the_slow_one(self):
+        # it showed one row, WorkerProcesses(2), and blamed it (issue 20, finding 1)
+        from datapipes import profile
+
+        pipe = IterableWrapper(range(40)).sharding_filter().map(_nap).map(abs)
+        loader = DataLoader(pipe, batch_size=4, num_workers=2)
+        report = profile(loader.pipe, num_items=None, show=False)
+        labels = [row["stage"] for row in report.stages]
+        assert labels == ["IterableWrapper [2 workers]", "ShardingFilter [2 workers]", "Mapper(_nap) [2 workers]",
+                          "Mapper(abs) [2 workers]", "Batcher(4) [2 workers]", "Collator(collate) [2 workers]",
+                          "WorkerProcesses(2)"]
+        totals = {row["stage"]: row for row in report.stages}
+        assert totals["Mapper(_nap) [2 workers]"]["items_out"] == 40  # both workers' shares, totalled
+        assert report.bottleneck == "Mapper(_nap)" and "inside the 2 DataLoader worker processes" in report.reason
+        assert report.stages[report.bottleneck_index]["stage"] == "Mapper(_nap) [2 workers]"
+        assert "Mapper(_nap) [2 workers]" in report.table()
+
+    def test_profile_per_worker_lists_each_workers_stages(self):
+        from datapipes import profile
+
+        loader = DataLoader(IterableWrapper(range(40)).sharding_filter().map(_nap), batch_size=4, num_workers=2)
+        report = profile(loader.pipe, num_items=None, show=False, per_worker=True)
+        per = {row["stage"]: row for row in report.stages if isinstance(row["worker"], int)}
+        assert per["[worker 0] Mapper(_nap)"]["items_out"] == per["[worker 1] Mapper(_nap)"]["items_out"] == 20
+
+    def test_reports_are_one_table_naming_each_worker(self, caplog):
+        loader = DataLoader(IterableWrapper(range(20)).sharding_filter().map(abs), batch_size=5, num_workers=2,
+                            report_stats_interval=60)
+        with caplog.at_level(logging.INFO, logger="datapipes"):
+            assert len(list(loader)) == 4
+        tables = [r.getMessage() for r in caplog.records if "stage statistics" in r.getMessage()]
+        assert len(tables) == 1  # the end of the pass, from the main process only
+        assert "[worker 0] Mapper(abs)" in tables[0] and "[worker 1] Mapper(abs)" in tables[0]
+        assert "WorkerProcesses(2)" in tables[0]
+
     @pytest.mark.parametrize("num_workers", [0, 2])
     def test_each_iter_is_the_next_epoch_even_before_either_is_read(self, num_workers):
         # the rule at every num_workers: an epoch is given when iter() is called. Worker processes
@@ -952,3 +988,9 @@ def _rank_main(rank, world_size, folder):
             json.dump(out, f)
     finally:
         dist.destroy_process_group()
+
+
+def _nap(x):
+    """A stage much slower than the others (10 ms an item), for the profile to name."""
+    time.sleep(0.01)
+    return x

@@ -319,9 +319,9 @@ class DataLoader(Generic[T]):
             spelling, a buffer of 2 batches on a background thread before ``pin_memory``.
         report_stats_interval: seconds between two logs of every stage's statistics (a table on the
             ``datapipes`` logger, at INFO; see :class:`datapipes.hooks.StatsReporter`), and one at the
-            end of each pass. ``None``: no reports. With ``num_workers > 0`` each worker process
-            also logs its own stages (through its ``logging`` configuration: a forked worker
-            inherits the main process's).
+            end of each pass. ``None``: no reports. With ``num_workers > 0`` the table also has
+            the stages inside the worker processes, one row per worker and stage, labelled
+            ``[worker k] stage`` (the workers send their figures back with their batches).
         max_threads, max_memory: the budget of the loader's passes (see
             :meth:`~datapipes.iter.IterDataPipe.set_budget`): the most worker threads of all thread
             stages together, and the RSS in bytes that ``concurrency="auto"`` stages keep below.

@@ -75,6 +75,7 @@ class ShardStream:
         self.error: str | None = None  # why this shard cannot save its position
         #: the hooks and budget its passes take from the loader's pass (see ``_pass.inherited``)
         self.inherit: tuple[Any, Any] = (None, None)
+        self._ended_stats: list[tuple[Any, Any]] = []  # the statistics of its last pass, once it ended
 
     def state(self) -> dict[str, Any]:
         """The shard's position (``{"error": why}`` when a stage cannot save one)."""
@@ -91,6 +92,12 @@ class ShardStream:
         if self.in_tail:
             return {"tails": [current, *self.tails], "main": self.main, "done": False}
         return {"tails": [], "main": current, "done": False}
+
+    def stats(self) -> list[tuple[Any, Any]]:
+        """``(stage, StageStats)`` of the pass being iterated (or of the last one, once it ended);
+        empty unless the passes are observed (``inherit`` names hooks)."""
+        it = self.it
+        return it.stats() if it is not None else self._ended_stats
 
     def _start(self, state: Any) -> Any:
         hooks, budget = self.inherit
@@ -134,6 +141,7 @@ class ShardStream:
             self.main = final.get("main") if "error" not in final else None
             self.done = True
         finally:
+            self._ended_stats = self.it.stats()
             self.it.close()
             self.it = None
 

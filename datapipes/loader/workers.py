@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+import time
 import traceback
 from collections import deque
 from typing import Any, Iterator
@@ -17,12 +18,11 @@ from typing import Any, Iterator
 from torch.utils.data import IterableDataset
 
 from .._worker import capture_rank, placement
-from ..datapipe import IterDataPipe
+from ..datapipe import IterDataPipe, stage_label
 from ..graph import traverse
 from ..iter.sharding import SHARDING_PRIORITIES, ShardingFilter
 from .. import _pass
 from .._pass import PassConfig, configured
-from ..hooks import StatsReporter
 from .distributed import _shard_id
 from .shards import ShardsRun, ShardStream
 
@@ -46,13 +46,15 @@ class _WorkerFeed(IterableDataset):  # type: ignore[type-arg]
     """
 
     def __init__(self, datapipe: IterDataPipe[Any], seed: int, epoch: Any, resume: list[Any] | None,
-                 inherit: tuple[Any, Any] = (None, None)) -> None:
+                 inherit: tuple[bool, Any] = (False, None)) -> None:
         self.datapipe = datapipe
         self.seed = seed
         self.epoch = epoch
         self.resume = resume
         self.captured = capture_rank()  # a spawned worker is not in the process group
-        self.inherit = inherit  # the loader's stats reporters and budget, for each worker's passes
+        #: (whether the loader's pass is observed, its budget), for each worker's passes: an
+        #: observed worker pass keeps statistics and sends them back with its batches
+        self.inherit = inherit
 
     def __iter__(self) -> Iterator[Any]:
         # The loader hands every pass its seed and epoch (a persistent worker's pass count does
@@ -61,22 +63,40 @@ class _WorkerFeed(IterableDataset):  # type: ignore[type-arg]
         where = placement(self.captured)
         worker = where.worker_id
         stream = ShardStream(self.datapipe, config, None if self.resume is None else self.resume[worker])
-        stream.inherit = self.inherit
-        return _feed(stream, worker, where.num_workers)
+        watched, budget = self.inherit
+        stream.inherit = (() if watched else None, budget)
+        return _feed(stream, worker, where.num_workers, watched)
 
 
 #: the kind of a worker's record that carries the exception its pass raised (items: True; end: False)
 _FAILED = "failed"
 
+#: seconds between two statistics snapshots a watched worker sends with its batches
+STATS_INTERVAL = 0.25
 
-def _feed(stream: ShardStream, worker: int, workers: int) -> Iterator[Any]:
+
+def _snapshot(stream: ShardStream) -> list[tuple[str, Any]]:
+    """``(label, StageStats)`` of the worker's stages (plain data, pickled to the main process), in
+    data-flow order, leaving out those the loader adds without changing any item."""
+    return [(stage_label(stage), stats) for stage, stats in reversed(stream.stats())
+            if not getattr(stage, "_unseen", False)]
+
+
+def _feed(stream: ShardStream, worker: int, workers: int, watched: bool = False) -> Iterator[Any]:
+    """The worker's records: ``(worker, kind, state, item, statistics)``, the statistics (see
+    :func:`_snapshot`) sent every :data:`STATS_INTERVAL` seconds and with the last record when the
+    pass is watched (profiled, or reported on), else None."""
+    last = -STATS_INTERVAL
     try:
         for item, state in stream.items_with_states(pickle.dumps):
-            yield worker, True, state, item
+            stats = None
+            if watched and time.monotonic() - last >= STATS_INTERVAL:
+                stats, last = _snapshot(stream), time.monotonic()
+            yield worker, True, state, item, stats
     except Exception as e:  # noqa: BLE001 - every failure of the pass goes back to the main process as it is
-        yield worker, _FAILED, None, _exported(e, worker, workers)
+        yield worker, _FAILED, None, _exported(e, worker, workers), _snapshot(stream) if watched else None
         return
-    yield worker, False, stream.state(), None
+    yield worker, False, stream.state(), None, _snapshot(stream) if watched else None
 
 
 def _exported(exc: Exception, worker: int, workers: int) -> bytes:
@@ -132,7 +152,9 @@ def _run_workers(stage: WorkerProcesses, run: ShardsRun | None, epoch: int) -> I
                     return
                 turn = (turn + 1) % count
                 continue
-            worker, is_item, state, item = next(it)
+            worker, is_item, state, item, stats = next(it)
+            if stats is not None:
+                stage._received(worker, stats)
             waiting[worker].append((is_item, state, item))
             if is_item is not True:  # its end, or its failure
                 running[worker] = False
@@ -182,7 +204,9 @@ class WorkerProcesses(IterDataPipe[Any]):
         self._loader: Any = None
         self._next_run: ShardsRun | None = None
         self._lock = threading.Lock()
-        self._inherit: tuple[Any, Any] = (None, None)
+        self._inherit: tuple[bool, Any] = (False, None)
+        #: worker id -> the latest statistics of its pass's stages, [(label, StageStats)]
+        self._worker_stats: dict[int, list[tuple[str, Any]]] = {}
 
     def prepare(self, seed: int, epoch: int, run: ShardsRun | None = None) -> None:
         """Set the seed and epoch the workers of the next pass use, and where it keeps their
@@ -234,12 +258,22 @@ class WorkerProcesses(IterDataPipe[Any]):
     def __iter__(self) -> Iterator[Any]:
         run, self._next_run = self._next_run, None
         epoch = self._next_epoch
-        # The loader's periodic reports and thread budget reach the workers' passes: reporters
-        # (plain data) travel with the feed and log from each worker process; other hooks stay here.
+        # The loader's thread budget reaches the workers' passes; an observed pass (profile, the
+        # loader's reports) has its workers keep statistics and send them back (worker_stats).
         hooks, budget = _pass.inherited(self)
-        reporters = None if hooks is None else tuple(h for h in hooks if isinstance(h, StatsReporter)) or None
-        self._inherit = (reporters, budget)
+        self._inherit = (hooks is not None, budget)
+        self._worker_stats = {}
         return _run_workers(self, run, epoch)
+
+    def _received(self, worker: int, stats: list[tuple[str, Any]]) -> None:
+        self._worker_stats[worker] = stats
+
+    def worker_stats(self) -> list[tuple[int, str, Any]]:
+        """``(worker id, stage label, StageStats)`` of every stage inside the worker processes, as
+        each worker last sent them (every 0.25 s and at its end) during an observed pass: one
+        :func:`datapipes.profile` ran, or a loader with ``report_stats_interval``. Empty otherwise."""
+        return [(worker, label, stats) for worker, rows in sorted(self._worker_stats.items())
+                for label, stats in rows]
 
     def __len__(self) -> int:
         with self._lock:
@@ -251,6 +285,7 @@ class WorkerProcesses(IterDataPipe[Any]):
         state["_epoch"] = None
         state["_lock"] = None
         state["_next_run"] = None
+        state["_worker_stats"] = {}
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
