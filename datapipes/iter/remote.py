@@ -12,7 +12,6 @@ import errno
 import io
 import os
 import posixpath
-import sys
 import time
 from typing import Any, Callable, Iterator, Sequence
 
@@ -29,24 +28,97 @@ __all__ = ["FSSpecFileLister", "FSSpecFileOpener", "FSSpecSaver"]
 # OSErrors that retrying cannot fix.
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError, io.UnsupportedOperation)
 
+# The optional client libraries under fsspec's backends (s3fs: botocore over aiohttp; HTTP: aiohttp;
+# some others: requests) are recognised by the (module, class name) of an exception's classes, so
+# that judging an error imports none of them. A subclass counts: botocore's EndpointConnectionError
+# is a botocore ConnectionError (and not an OSError). What is retried: docs/howto/remote.rst.
+
+# The connection or the transfer failed: a retry makes a new one.
+_TRANSIENT_CLASSES = frozenset({
+    ("botocore.exceptions", "ConnectionError"),  # EndpointConnectionError, ConnectTimeoutError, ...
+    ("botocore.exceptions", "HTTPClientError"),  # ConnectionClosedError, ReadTimeoutError, ...
+    ("botocore.exceptions", "IncompleteReadError"),  # a body shorter than announced
+    ("botocore.parsers", "ResponseParserError"),  # a reply cut short
+    ("aiohttp.client_exceptions", "ClientConnectionError"),  # ServerDisconnectedError, timeouts, ...
+    ("aiohttp.client_exceptions", "ClientPayloadError"),  # a body cut short
+    ("requests.exceptions", "ConnectionError"),
+    ("requests.exceptions", "Timeout"),
+    ("requests.exceptions", "ChunkedEncodingError"),
+})
+
+# Their base classes: any other error of theirs is permanent (a bad URL or parameter, missing
+# credentials), although requests' errors are OSErrors.
+_CLIENT_ERRORS = frozenset({
+    ("botocore.exceptions", "BotoCoreError"),
+    ("aiohttp.client_exceptions", "ClientError"),
+    ("requests.exceptions", "RequestException"),
+})
+
+# The error codes of an AWS reply that ask for a retry: those botocore's own standard retry mode
+# retries (transient and throttling) and S3's InternalError and ServiceUnavailable.
+_RETRY_CODES = frozenset({
+    "InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "RequestTimeoutException",
+    "PriorRequestNotComplete", "Throttling", "ThrottlingException", "ThrottledException",
+    "RequestThrottledException", "TooManyRequestsException", "ProvisionedThroughputExceededException",
+    "TransactionInProgressException", "RequestLimitExceeded", "BandwidthLimitExceeded",
+    "LimitExceededException", "RequestThrottled", "EC2ThrottledException",
+})
+
+
+def _class_names(exc: BaseException) -> set[tuple[str, str]]:
+    return {(c.__module__, c.__qualname__) for c in type(exc).__mro__}
+
+
+def _retry_status(status: Any) -> bool:
+    """Whether an HTTP status asks for a retry: 5xx, 408 (timeout), 425 (too early), 429 (too many)."""
+    return isinstance(status, int) and (status >= 500 or status in (408, 425, 429))
+
+
+def _reply_verdict(exc: BaseException) -> bool | None:
+    """For an error that carries the server's reply (botocore's ClientError, aiohttp's
+    ClientResponseError, requests' HTTPError), whether that reply asks for a retry; ``None`` for
+    any other error."""
+    names = _class_names(exc)
+    if ("botocore.exceptions", "ClientError") in names:
+        response = getattr(exc, "response", None) or {}
+        code = str(response.get("Error", {}).get("Code", ""))
+        if code in _RETRY_CODES:
+            return True
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        if status is None and code.isdigit():  # a reply without a body (HEAD): the code is the status
+            status = int(code)
+        return _retry_status(status)
+    if ("aiohttp.client_exceptions", "ClientResponseError") in names:
+        return _retry_status(getattr(exc, "status", None))
+    if ("requests.exceptions", "HTTPError") in names:
+        return _retry_status(getattr(getattr(exc, "response", None), "status_code", None))
+    return None
+
 
 def _is_transient(exc: BaseException, depth: int = 0) -> bool:
     """Whether a remote file system error may go away on a retry.
 
-    Transient: connection and timeout errors, other ``OSError``s, aiohttp client errors, and HTTP
-    5xx/408/425/429 responses. Not: missing paths, permission errors, other HTTP 4xx, anything
-    else. fsspec's HTTP file system reports any failure to stat a URL as ``FileNotFoundError``
-    raised *from* the real error, so such an error is judged by its cause.
+    Transient: the connection and timeout errors of the client libraries and of Python (other
+    ``OSError``s too), and replies with HTTP 5xx/408/425/429 or an AWS throttling or server error
+    code. Not: missing paths, permission errors, other HTTP 4xx replies, the client libraries'
+    other errors, anything else. fsspec's HTTP file system reports any failure to stat a URL as
+    ``FileNotFoundError`` raised *from* the real error, and s3fs turns botocore's ClientError into
+    an ``OSError`` raised from it, so such an error is judged by its cause.
     """
+    cause = exc.__cause__
     if isinstance(exc, _PERMANENT):
-        cause = exc.__cause__
         return cause is not None and depth < 3 and not isinstance(cause, _PERMANENT) and _is_transient(cause, depth + 1)
-    aiohttp = sys.modules.get("aiohttp")
-    if aiohttp is not None and isinstance(exc, aiohttp.ClientResponseError):
-        return exc.status >= 500 or exc.status in (408, 425, 429)
-    if isinstance(exc, (OSError, TimeoutError)):
+    verdict = _reply_verdict(exc)
+    if verdict is not None:
+        return verdict
+    names = _class_names(exc)
+    if names & _TRANSIENT_CLASSES:
         return True
-    return aiohttp is not None and isinstance(exc, aiohttp.ClientError)
+    if names & _CLIENT_ERRORS:
+        return False
+    if isinstance(exc, OSError) and cause is not None and depth < 3 and _reply_verdict(cause) is not None:
+        return _is_transient(cause, depth + 1)
+    return isinstance(exc, (OSError, TimeoutError))
 
 
 def _note_once(exc: BaseException, note: str) -> None:
@@ -406,11 +478,12 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         mode: ``"r"``/``"rt"``/``"t"`` for text or ``"rb"``/``"b"`` for binary.
         kwargs_for_open: keyword arguments for ``fs.open`` (``block_size``, ``compression``, ...).
         encoding: the text encoding (text mode only).
-        retries: on a remote file system, how many times a transient error (connection reset,
-            timeout, HTTP 5xx/408/429, other ``OSError``) is retried, at open and at every read.
-            A read retried mid-file reopens the URL and resumes at the same byte. Missing files
-            and permission errors are never retried; nor is anything on local or ``memory://``
-            file systems.
+        retries: on a remote file system, how many times a transient error (a connection lost,
+            refused or reset, a timeout, HTTP 5xx/408/429, S3 throttling, other ``OSError``: the
+            list is in docs/howto/remote.rst) is retried, at open and at every read. A read
+            retried mid-file reopens the URL and resumes at the same byte. Missing files and
+            permission errors are never retried; nor is anything on local or ``memory://`` file
+            systems.
         backoff: the first retry's delay in seconds, doubled at each further retry (0.5, 1, 2 s
             by default).
         on_error: ``"raise"`` (default) or ``"skip"``: a URL that cannot be opened (after its
