@@ -857,10 +857,22 @@ class TestWorkerErrors:
         assert type(e) is KeyError and e.args == ("label-7",)
         notes = e.__notes__
         assert notes[0] == "[datapipes] raised in stage Mapper(_fails_on_7) at item 3"
-        assert notes[1].startswith("[datapipes] raised in DataLoader worker process 1 of 2")
-        assert notes[2].startswith("worker process traceback") and "_fails_on_7" in notes[2]
+        # item 3 of worker 1's share is item 7 of the pipe, what one process would have named
+        assert notes[1] == ("[datapipes] that is item 7 of the pipe before its sharding_filter (this worker reads "
+                            "items 1, 3, 5, ...)")
+        assert notes[2].startswith("[datapipes] raised in DataLoader worker process 1 of 2")
+        assert notes[3].startswith("worker process traceback") and "_fails_on_7" in notes[3]
         assert got == [0, 1, 2, 3, 4, 5, 6]  # raised at its turn, after what came before it
         assert not wait_children_gone(before)
+
+    def test_the_position_before_sharding_is_left_out_where_it_cannot_be_told(self):
+        # a filter between the sharding_filter and the failing stage: its k-th item is not the
+        # sharding filter's k-th, so no position before sharding is claimed
+        pipe = IterableWrapper(range(20)).sharding_filter().filter(lambda x: x % 3).map(_fails_on_7)
+        with pytest.raises(KeyError) as info:
+            list(DataLoader(pipe, batch_size=None, num_workers=2))
+        assert not any("before its sharding_filter" in n for n in info.value.__notes__)
+        assert "[datapipes] raised in stage Mapper(_fails_on_7) at item 2" in info.value.__notes__
 
     def test_an_exception_that_cannot_come_back_is_replaced_by_one_naming_it(self):
         loader = DataLoader(IterableWrapper(range(10)).sharding_filter().map(_fails_unpicklably), batch_size=None,

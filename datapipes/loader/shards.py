@@ -76,6 +76,7 @@ class ShardStream:
         #: the hooks and budget its passes take from the loader's pass (see ``_pass.inherited``)
         self.inherit: tuple[Any, Any] = (None, None)
         self._ended_stats: list[tuple[Any, Any]] = []  # the statistics of its last pass, once it ended
+        self.last_pass: Any = None  # the pass it iterated last (its shards, for an error's notes)
 
     def state(self) -> dict[str, Any]:
         """The shard's position (``{"error": why}`` when a stage cannot save one)."""
@@ -142,6 +143,7 @@ class ShardStream:
             self.done = True
         finally:
             self._ended_stats = self.it.stats()
+            self.last_pass = self.it.pass_
             self.it.close()
             self.it = None
 

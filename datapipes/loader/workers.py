@@ -9,6 +9,7 @@ pass with the loader's seed, the epoch (read from shared memory, so persistent w
 from __future__ import annotations
 
 import pickle
+import re
 import threading
 import time
 import traceback
@@ -19,7 +20,7 @@ from torch.utils.data import IterableDataset
 
 from .._worker import capture_rank, placement
 from ..datapipe import IterDataPipe, stage_label
-from ..graph import traverse
+from ..graph import sources_of, traverse
 from ..iter.sharding import SHARDING_PRIORITIES, ShardingFilter
 from .. import _pass
 from .._pass import PassConfig, configured
@@ -94,9 +95,46 @@ def _feed(stream: ShardStream, worker: int, workers: int, watched: bool = False)
                 stats, last = _snapshot(stream), time.monotonic()
             yield worker, True, state, item, stats
     except Exception as e:  # noqa: BLE001 - every failure of the pass goes back to the main process as it is
+        before = _position_before_sharding(stream, e)
+        if before is not None:
+            e.add_note(before)
         yield worker, _FAILED, None, _exported(e, worker, workers), _snapshot(stream) if watched else None
         return
     yield worker, False, stream.state(), None, _snapshot(stream) if watched else None
+
+
+_STAGE_NOTE = re.compile(r"\[datapipes\] raised in stage (.+) at item (\d+)$")
+
+
+def _position_before_sharding(stream: ShardStream, exc: BaseException) -> str | None:
+    """A note giving the failing item's position in the pipe *before* its ``sharding_filter``
+    (what a single process would have named), where it can be told exactly: the stage that noted
+    the item reads the sharding filter's items one for one (through maps that neither flatten nor
+    skip), so the filter's ``k``-th item is the input's ``k * n + i`` for this worker's shard
+    ``(n, i)``. None otherwise."""
+    pass_ = stream.last_pass
+    found = next((m for m in map(_STAGE_NOTE.match, getattr(exc, "__notes__", None) or ()) if m), None)
+    if pass_ is None or found is None:
+        return None
+    label, position = found.group(1), int(found.group(2))
+    named = [s for s in traverse(stream.pipe) if stage_label(s) == label]
+    if len(named) != 1:
+        return None
+    stage = named[0]
+    from ..iter.callable import Mapper
+
+    while True:
+        upstream = sources_of(stage)
+        if len(upstream) != 1:
+            return None
+        stage = upstream[0]
+        if isinstance(stage, ShardingFilter):
+            break
+        if not isinstance(stage, Mapper) or stage._flattens or stage._policy.skips:
+            return None
+    n, i = pass_.shard_for(stage)
+    return (f"[datapipes] that is item {position * n + i} of the pipe before its sharding_filter (this worker reads "
+            f"items {i}, {i + n}, {i + 2 * n}, ...)")
 
 
 def _exported(exc: Exception, worker: int, workers: int) -> bytes:
