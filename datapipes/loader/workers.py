@@ -21,6 +21,7 @@ from torch.utils.data import IterableDataset
 from .._worker import capture_rank, placement
 from ..datapipe import IterDataPipe, stage_label
 from ..graph import sources_of, traverse
+from ..iter.callable import Mapper
 from ..iter.sharding import SHARDING_PRIORITIES, ShardingFilter
 from .. import _pass
 from .._pass import PassConfig, configured
@@ -121,8 +122,6 @@ def _position_before_sharding(stream: ShardStream, exc: BaseException) -> str | 
     if len(named) != 1:
         return None
     stage = named[0]
-    from ..iter.callable import Mapper
-
     while True:
         upstream = sources_of(stage)
         if len(upstream) != 1:
