@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ArgumentError", "ArgumentTypeError", "require_callable", "require_int"]
+__all__ = ["ArgumentError", "ArgumentTypeError", "phrased", "require_callable", "require_int"]
 
 
 class ArgumentError(ValueError, AssertionError):
@@ -23,6 +23,17 @@ class ArgumentTypeError(TypeError, AssertionError):
     __module__ = "datapipes.errors"
 
 
+def phrased(stage: str, phrase: str, **values: Any) -> str:
+    """One sentence for an argument error whose words torch DataPipes or torchdata already have:
+    the stage and the values at fault, then their phrase, said once.
+
+    >>> phrased("Batcher", "Batch size is required to be larger than 0!", batch_size=0)
+    'Batcher(batch_size=0): Batch size is required to be larger than 0!'
+    """
+    args = ", ".join(f"{name}={value!r}" for name, value in values.items())
+    return f"{stage}({args}): {phrase}" if args else f"{stage}: {phrase}"
+
+
 def require_callable(value: Any, stage: str, name: str, optional: bool = False) -> None:
     """Raise ``TypeError`` naming ``stage`` and ``name`` unless ``value`` is callable (or None when
     ``optional``)."""
@@ -38,8 +49,9 @@ def require_int(
     """Raise ``TypeError``/``ValueError`` naming ``stage`` and ``name`` unless ``value`` is an int
     (not a bool) of at least ``minimum`` (or None when ``optional``).
 
-    ``torch_assert``: where torch DataPipes ``assert`` the minimum, their message; a value below
-    it then raises :class:`ArgumentError` (also an ``AssertionError``), ending with that message.
+    ``torch_assert``: where torch DataPipes or torchdata ``assert`` the minimum, their message; a
+    value below it then raises :class:`ArgumentError` (also an ``AssertionError``) saying that
+    message after the stage and the value (:func:`phrased`).
 
     >>> require_int(3, "Batcher", "batch_size", minimum=1)
     >>> require_int(0, "Batcher", "batch_size", minimum=1)
@@ -49,14 +61,13 @@ def require_int(
     >>> require_int(0, "Batcher", "batch_size", minimum=1, torch_assert="Batch size is required to be larger than 0!")
     Traceback (most recent call last):
     ...
-    datapipes.errors.ArgumentError: Batcher: batch_size must be >= 1, got 0; Batch size is required to be larger than 0!
+    datapipes.errors.ArgumentError: Batcher(batch_size=0): Batch size is required to be larger than 0!
     """
     if value is None and optional:
         return
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{stage}: {name} must be an int, got {type(value).__name__}")
     if minimum is not None and value < minimum:
-        message = f"{stage}: {name} must be >= {minimum}, got {value}"
         if torch_assert is None:
-            raise ValueError(message)
-        raise ArgumentError(f"{message}; {torch_assert}")
+            raise ValueError(f"{stage}: {name} must be >= {minimum}, got {value}")
+        raise ArgumentError(phrased(stage, torch_assert, **{name: value}))

@@ -20,6 +20,7 @@ import copy
 import functools
 import inspect
 import pickle
+import re
 import sys
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeAlias, TypeVar
@@ -384,17 +385,40 @@ _torch_datapipe.MapDataPipe.register(MapDataPipe)
 _TORCH_APPLY_RANDOM_SEED = _torch_graph_settings.apply_random_seed.__code__
 
 
-def len_unknown(pipe: Any, why: str) -> TypeError:
-    """The ``TypeError`` a stage's ``__len__`` raises when its length cannot be known: why, then
-    torch's phrase ("<Class> instance doesn't have valid length"), which code ported from torch
-    DataPipes may match."""
-    return TypeError(f"{stage_label(pipe)} has no len(): {why}; {type(pipe).__name__} instance doesn't have valid length")
+#: ``len_unknown(..., phrase=NO_LEN)``: the stage's torch or torchdata counterpart defines no
+#: ``__len__``, so Python's "has no len()" is what code ported from it matches.
+NO_LEN = "has no len()"
+
+
+def len_unknown(pipe: Any, why: str, phrase: str | None = None) -> TypeError:
+    """The ``TypeError`` a stage's ``__len__`` raises when its length cannot be known, in one
+    sentence: the stage, why, and the phrase code ported from torch DataPipes or torchdata matches.
+
+    ``phrase``: ``None`` (default) ends the message with torch's "<Class> instance doesn't have
+    valid length" (the stages whose torch counterpart raises it); :data:`NO_LEN` says
+    "<label> has no len(): why" (those whose counterpart defines no ``__len__``, where Python's
+    words are what ported code matches); any other string is the counterpart's own phrase, which
+    ``why`` then ends with (``phrase`` itself is not repeated).
+    """
+    label = stage_label(pipe)
+    if phrase is None:
+        message = f"{label}: {why}, so {type(pipe).__name__}{_TORCH_LEN_TAIL}"
+    elif phrase == NO_LEN:
+        message = f"{label} {NO_LEN}: {why}"
+    else:
+        message = f"{label}: {why}"
+    err = TypeError(message)
+    err._len_root = f"{label}: {why}"  # type: ignore[attr-defined]
+    return err
 
 
 #: What a ``TypeError`` from ``len()`` says when the object has no length: Python's own words, torch
-#: DataPipes' and ours (:func:`len_unknown`), the map-style base's, torchdata's "length relies on ...".
-_NO_LEN_PHRASES = ("has no len()", "doesn't have valid length", "defines no __len__", "length relies on")
+#: DataPipes' and ours (:func:`len_unknown`), the map-style base's, torchdata's ("length relies on
+#: ...", "cannot be known in advance", "cannot be determined").
+_NO_LEN_PHRASES = ("has no len()", "doesn't have valid length", "defines no __len__", "length relies on",
+                   "cannot be known in advance", "cannot be determined")
 _TORCH_LEN_TAIL = " instance doesn't have valid length"
+_PYTHON_NO_LEN = re.compile(r"object of type '([^']*)' has no len\(\)")
 
 
 def lacks_len(source: Any, error: TypeError) -> bool:
@@ -406,33 +430,47 @@ def lacks_len(source: Any, error: TypeError) -> bool:
     return any(phrase in text for phrase in _NO_LEN_PHRASES)
 
 
-def source_len(stage: Any, source: Any, name: str = "datapipe") -> int:
+def len_root(error: TypeError) -> str:
+    """Why a source has no length, once: the deepest reason down the chain (``"Filter(bool): how
+    many items pass ..."``), without the phrase its message ends with; Python's "object of type 'X'
+    has no len()" becomes "X defines no __len__"."""
+    root = getattr(error, "_len_root", None)
+    if root is not None:
+        return str(root)
+    text = str(error)
+    head, sep, tail = text.rpartition(", so ")
+    if sep and tail.endswith(_TORCH_LEN_TAIL):
+        return head  # ours, pickled (the attribute does not travel): the reason alone
+    m = _PYTHON_NO_LEN.fullmatch(text)
+    if m is not None:
+        return f"{m.group(1)} defines no __len__"
+    return text
+
+
+def source_len(stage: Any, source: Any, name: str = "datapipe", phrase: str | None = None) -> int:
     """``len(source)``, for a ``stage.__len__`` that delegates to its source ``name``.
 
-    When ``source`` has no length, raises :func:`len_unknown` for ``stage``, naming ``name`` and the
-    first reason down the chain (the stages between that only delegate are not repeated), so the
-    message ends with torch's phrase "<Class> instance doesn't have valid length". Any other error
-    of ``len(source)`` (a ``ValueError``, or a ``TypeError`` that is not about a missing length)
-    propagates as the same object. With a length, the cost is one call and a ``try`` (free).
+    When ``source`` has no length, raises a ``TypeError`` for ``stage`` in one sentence: ``name``,
+    the first reason down the chain (the stages between that only delegate are not repeated), and
+    torch's phrase "<Class> instance doesn't have valid length" (or ``phrase``, torchdata's words for
+    the stage) at the end. Any other error of ``len(source)`` (a ``ValueError``, or a ``TypeError``
+    that is not about a missing length) propagates as the same object. With a length, the cost is one call and a ``try`` (free).
 
     >>> from datapipes.iter import IterableWrapper
     >>> len(IterableWrapper(iter([1])).map(abs))
     Traceback (most recent call last):
     ...
-    TypeError: Mapper(abs) has no len(): datapipe has no len() (IterableWrapper has no len(): its source, a list_iterator, has no len()); Mapper instance doesn't have valid length
+    TypeError: Mapper(abs): datapipe has no len() (IterableWrapper: its source, a list_iterator, has no length), so Mapper instance doesn't have valid length
     """
     try:
         return len(source)
     except TypeError as e:
         if not lacks_len(source, e):
             raise
-        root = getattr(e, "_len_root", None)  # set below: the reason found deepest down the chain
-        if root is None:
-            root = str(e)
-            head, sep, tail = root.rpartition("; ")
-            if sep and tail.endswith(_TORCH_LEN_TAIL):
-                root = head  # the reason alone: torch's phrase comes once, at the end
-        err = len_unknown(stage, f"{name} has no len() ({root})")
+        root = len_root(e)
+        if phrase is None:
+            phrase = f"{type(stage).__name__}{_TORCH_LEN_TAIL}"
+        err = TypeError(f"{stage_label(stage)}: {name} has no len() ({root}), so {phrase}")
         err._len_root = root  # type: ignore[attr-defined]
         raise err from None
 

@@ -80,7 +80,7 @@ class TestBaseClasses:
 
     def test_len_unknown_names_the_stage(self):
         pipe = IterableWrapper(x for x in range(3)).map(str, on_error="skip")
-        with pytest.raises(TypeError, match=r"IterableWrapper has no len\(\): its source, a generator"):
+        with pytest.raises(TypeError, match=r"\(IterableWrapper: its source, a generator, has no length\), so Mapper "):
             len(pipe)
         # list() still works: TypeError from __len__ is the protocol for "unknown"
         assert list(IterableWrapper([1, 2]).filter(bool)) == [1, 2]
@@ -319,7 +319,7 @@ class TestGraphAndRepr:
     def test_stage_label_and_helpers(self):
         assert stage_label(IterableWrapper([])) == "IterableWrapper"
         err = len_unknown(IterableWrapper([]), "because")
-        assert isinstance(err, TypeError) and str(err) == "IterableWrapper has no len(): because; IterableWrapper instance doesn't have valid length"
+        assert isinstance(err, TypeError) and str(err) == "IterableWrapper: because, so IterableWrapper instance doesn't have valid length"
         with pytest.raises(ValueError, match="X: n must be >= 1, got 0"):
             require_int(0, "X", "n", minimum=1)
         with pytest.raises(TypeError, match="X: n must be an int, got bool"):

@@ -50,7 +50,7 @@ from typing import Any, Callable, Iterator
 
 from .. import _pass
 from .._positions import Enumerated, skip as skip_items
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
+from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
 from .._engine import abandon
 from ..errors import WARN_FAILURES, add_stage_note, policy_and_log
 from .parsing import _REWRAP, _close, _item, _on_fail, _open_item, _pair, _read_run, _ReadRun, _reopener, _STARTED, set_origin
@@ -79,7 +79,7 @@ def _check_length(length: Any, stage: str) -> None:
 
 def _nominal_len(pipe: Any) -> int:
     if pipe.length == -1:
-        raise len_unknown(pipe, "the number of members is known only after reading; pass length=... to set it")
+        raise len_unknown(pipe, "the number of members is known only after reading (pass length=... to set it)")
     return pipe.length
 
 
@@ -499,7 +499,7 @@ class WebDatasetGrouper(IterDataPipe[dict[str, Any]]):
         return _webdataset(self, iter(self.source_datapipe), run)
 
     def __len__(self) -> int:
-        raise len_unknown(self, "the number of samples is known only after grouping")
+        raise len_unknown(self, "the number of samples is known only after grouping", NO_LEN)
 
 
 #: torchdata's name for :class:`WebDatasetGrouper` (``webdataset``).

@@ -18,10 +18,11 @@ from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVa
 
 from .. import _pass
 from .._collate import collate as default_collate
+from .._checks import phrased
 from .._engine import EngineRun, LoopRef, abandon, close_iterator, concurrent_map, is_async_callable, is_async_gen_callable, iterate_async, new_stats
 from .._tuning import process_workers
 from .._engine.rng import check_rng, item_seed, make_rng, seeded_call, with_seeds
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
+from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import WARN_FAILURES, PassFailures, add_stage_note, call_lines, policy_and_log, raised_at
 from .device import StreamOps, cuda_upstream
 
@@ -34,11 +35,15 @@ _Col = Hashable | Sequence[Hashable] | None
 
 
 def _check_cols(input_col: _Col, output_col: _Col, stage: str) -> None:
+    # torch's (and torchdata's) words where they check the same
     if input_col is None and output_col is not None:
-        raise ValueError(f"{stage}: output_col must be None when input_col is None, got output_col={output_col!r}")
+        raise ValueError(phrased(stage, "`output_col` must be None when `input_col` is None.", output_col=output_col))
     if isinstance(output_col, (list, tuple)):
-        if len(output_col) != 1:
-            raise ValueError(f"{stage}: output_col must be a single column, got {output_col!r}")
+        if len(output_col) > 1:
+            raise ValueError(phrased(stage, "`output_col` must be a single-element list or tuple",
+                                     output_col=output_col))
+        if not output_col:
+            raise ValueError(f"{stage}: output_col must name one column, got {output_col!r}")
     if isinstance(input_col, (list, tuple)) and len(input_col) == 0:
         raise ValueError(f"{stage}: input_col must name at least one column, got {input_col!r}")
 
@@ -166,6 +171,11 @@ def _check_concurrency(stage: str, fn: Any, concurrency: Any, ordered: Any, exec
     if is_async_callable(fn) and executor != "thread":
         raise ValueError(f"{stage}: an async fn runs on the engine's event loop; executor must be 'thread' "
                          f"(the default), got {executor!r}")
+
+
+def _no_op(*args: Any) -> Any:
+    """torchdata's identity for ``fn=None``: one column as it is, several as a tuple."""
+    return args[0] if len(args) == 1 else args
 
 
 def _selected_fn(fn: Callable[..., Any], input_col: _Col) -> Callable[[Any], Any]:
@@ -791,7 +801,7 @@ class Filter(IterDataPipe[T]):
         return self._run(self, it)
 
     def __len__(self) -> int:
-        raise len_unknown(self, "how many items pass the filter is known only after iterating")
+        raise len_unknown(self, "how many items pass the filter is known only after iterating", NO_LEN)
 
 
 # -- FlatMapper ------------------------------------------------------------------------------------
@@ -844,7 +854,10 @@ def _flatmap_resumed(resume: dict[str, Any], call: Callable[[Any], Iterable[Any]
 
 
 def _flatmap(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
-    fn = _selected_fn(pipe.fn, pipe.input_col) if pipe.fn is not None else iter
+    if pipe.fn is not None:
+        fn = _selected_fn(pipe.fn, pipe.input_col)
+    else:  # the item, or its column(s), is the iterable (torchdata's no-op fn)
+        fn = iter if pipe.input_col is None else _selected_fn(_no_op, pipe.input_col)
     fail = _item_fail(pipe, run)
     run.started = True
     resume = run.resume
@@ -1021,7 +1034,8 @@ class FlatMapper(IterDataPipe[U]):
     Args:
         datapipe: the source pipe.
         fn: a function returning an iterable (a list, a generator, ...). ``None``: each item is
-            itself an iterable and is flattened one level. An async generator function (``async def``
+            itself an iterable and is flattened one level; with ``input_col``, its column is (or
+            its columns are, in order), as in torchdata. An async generator function (``async def``
             with ``yield``) works too: each item's async generator is driven on the engine's
             event-loop thread, a few elements ahead of the consumer, and closed (``aclose``) when
             the pass stops early.
@@ -1079,8 +1093,7 @@ class FlatMapper(IterDataPipe[U]):
     ) -> None:
         require_pipe(datapipe, "FlatMapper")
         require_callable(fn, "FlatMapper", "fn", optional=True)
-        if fn is None and input_col is not None:
-            raise ValueError("FlatMapper: input_col needs a fn")
+        _check_cols(input_col, None, "FlatMapper")
         if fn is not None:
             check_arity(fn, input_col, "FlatMapper")
         _check_concurrency("FlatMapper", fn, concurrency, ordered, executor, None, None, None)
@@ -1117,7 +1130,8 @@ class FlatMapper(IterDataPipe[U]):
         return _pass.track_generator(self, self._run(self, iter(self.datapipe), run), run)
 
     def __len__(self) -> int:
-        raise len_unknown(self, "the number of outputs per item is known only after iterating")
+        raise len_unknown(self, "FlatMapper's length relies on the output of its function (the number of outputs per "
+                                "item is known only after iterating).", "length relies on the output of its function")
 
 
 # -- Collator --------------------------------------------------------------------------------------

@@ -459,7 +459,7 @@ class Sampler(IterDataPipe[Any]):
 
     def __len__(self) -> int:
         if not hasattr(type(self.sampler), "__len__"):
-            raise len_unknown(self, f"its sampler, a {type(self.sampler).__name__}, has no len()")
+            raise len_unknown(self, f"its sampler, a {type(self.sampler).__name__}, has no length")
         return len(self.sampler)
 
 

@@ -25,7 +25,7 @@ their source. How a shared pass lives and ends:
   new pass. If another child is still in the middle of the old pass, this is the torch DataPipes
   behaviour: a ``UserWarning`` says the pass was reset, and the old iterators are invalidated
   (advancing one raises ``RuntimeError`` saying why) instead of silently missing items.
-- The buffer is bounded by ``buffer_size`` (``-1``: unbounded, with a warning). Running past it
+- The buffer is bounded by ``buffer_size`` (negative: unbounded, with a warning). Running past it
   raises ``BufferError`` naming the stage, the buffer size and the children involved; the item read
   last stays buffered, so the other children can still be drained.
 - An exception from the source (or from ``classifier_fn``) reaches the child that was reading as
@@ -71,6 +71,7 @@ from .._positions import remaining
 from .._engine import abandon
 from .._engine import close_iterator as _close_iterator
 from ..datapipe import (
+    NO_LEN,
     IterDataPipe,
     _ByValue,
     _by_reference,
@@ -101,7 +102,7 @@ _MISS = object()  # private sentinel: not in the routing table
 def _check_inputs(stage: str, datapipes: tuple[Any, ...]) -> None:
     # torch's phrases end the messages (code ported from torch DataPipes may match them)
     if not datapipes:
-        raise ValueError(f"{stage}: no datapipes given: Expected at least one DataPipe, but got nothing")
+        raise ValueError(f"{stage}: Expected at least one DataPipe, but got nothing")
     for k, dp in enumerate(datapipes):
         if not isinstance(dp, IterDataPipe):
             expected = ("All inputs are required to be `IterDataPipe` for `ZipIterDataPipe`." if stage == "Zipper"
@@ -406,15 +407,13 @@ def _warn(message: str) -> None:
 
 
 def _check_buffer_size(stage: str, buffer_size: Any) -> None:
+    """As torch's fork and demux (and torchdata's pipes built on them): any int; ``0`` holds no item
+    for a sibling, a negative one (``-1``) does not bound the buffer, with torch's warning."""
     require_int(buffer_size, stage, "buffer_size")
-    if buffer_size < 1 and buffer_size != -1:
-        raise ValueError(f"{stage}: buffer_size must be >= 1, or -1 for an unbounded buffer, got {buffer_size}")
-    if buffer_size == -1:
+    if buffer_size < 0:
         name = {"Forker": "fork", "Demultiplexer": "demux"}.get(stage, stage)
-        _warn(
-            f"{stage}: Unlimited buffer size is set for `{name}`, please be aware of OOM at random places "
-            "(buffer_size=-1: a child that runs far ahead of the others makes memory grow without limit)"
-        )
+        _warn(f"{stage}(buffer_size={buffer_size}): Unlimited buffer size is set for `{name}`, please be aware of "
+              "OOM at random places")
 
 
 def _weak(pass_: _pass.Pass | None) -> Any:
@@ -542,17 +541,15 @@ class _Hub(ABC):
                 busy = [j for j in range(self.num_instances) if j != i and self._busy(p, j) and not _closed(p, j)]
                 if busy:
                     _warn(
-                        f"{self.label}: child {i} started a new pass while child(ren) {busy} are in the middle "
-                        "of the current one, so their current iterators are invalidated; finish or close every "
-                        "child's iterator before iterating a child again. " + _TORCH_RESET
+                        f"{self.label}: child {i} started a new pass while child(ren) {busy} were mid-pass (finish "
+                        "or close every child's iterator before iterating a child again): " + _TORCH_RESET
                     )
                 self._pass = None
                 self._retire(
                     p,
                     RuntimeError(
-                        f"{self.label}: this child iterator was invalidated because child {i} started a new "
-                        "pass while it was in the middle of the old one; iterate the child again to read "
-                        f"the new pass. {_TORCH_INVALIDATED}{self.label}."
+                        f"{self.label}: child {i} started a new pass while this one was mid-pass (iterate this "
+                        f"child again to read the new pass): {_TORCH_INVALIDATED}{self.label}."
                     ),
                 )
             p = self._pass = self._new_pass(it) if plan is None else self._resumed_pass(it, plan)
@@ -793,7 +790,7 @@ class _ForkHub(_Hub):
         self.buffer_size = buffer_size
         self.copy = copy
         self.copy_fn = _COPIES[copy]
-        self._limit = _FAR if buffer_size == -1 else buffer_size
+        self._limit = _FAR if buffer_size < 0 else buffer_size
         self._slack = min(self._limit, _TRIM_EVERY)
         self.label = f"Forker(num_instances={num_instances}, buffer_size={buffer_size})"
         self._runtime()
@@ -867,10 +864,13 @@ class _ForkHub(_Hub):
         """Child ``i`` read item ``k``, more than ``buffer_size`` items ahead of the slowest: stop
         holding items for slots that can never read, or raise ``BufferError``."""
         self._release_gone(p)
-        if k - p.low < self._limit:
+        # how far child i (now past item k) leads the slowest of the others (torch's measure, so a
+        # lone child reads freely even with buffer_size=0)
+        low = min((p.pos[j] for j in range(self.num_instances) if j != i), default=_FAR)
+        if k - low < self._limit:
             return
-        slow = next((j for j in range(self.num_instances) if j != i and p.pos[j] == p.low), 0)
-        where = f"is at item {p.low}" if p.joined[slow] else "has not started reading"
+        slow = next((j for j in range(self.num_instances) if j != i and p.pos[j] == low), 0)
+        where = f"is at item {low}" if p.joined[slow] else "has not started reading"
         raise BufferError(
             f"{self.label}: child {i} ran more than buffer_size={self.buffer_size} items ahead of child {slow}, "
             f"which {where}. Consume the children together (zip or mux them), or raise buffer_size "
@@ -946,7 +946,7 @@ class Forker(IterDataPipe[T]):
             source itself there).
         buffer_size: how many items the leading child may read ahead of the slowest (a child that
             has not started counts as the slowest, at item 0, while its pipe object exists).
-            ``-1``: unbounded, with a warning.
+            ``0``: none (one child reads alone); negative (``-1``): unbounded, with a warning.
         copy: what each child yields: ``None`` the very object the source yielded (shared by all
             children: mutating it in one child shows in the others), ``"shallow"`` a
             :func:`copy.copy` of it, ``"deep"`` a :func:`copy.deepcopy` of it, made per child.
@@ -983,7 +983,10 @@ class Forker(IterDataPipe[T]):
         copy: Literal["shallow", "deep"] | None = None,
     ) -> list[ForkerChild[T]]:
         require_pipe(datapipe, "Forker")
-        require_int(num_instances, "Forker", "num_instances", minimum=1)
+        require_int(num_instances, "Forker", "num_instances")
+        if num_instances < 1:  # torch's words
+            raise ValueError(f"Forker: Expected `num_instances` larger than 0, "
+                             f"but {num_instances} is found")
         if copy not in _COPIES:
             raise ValueError(f"Forker: copy must be None, 'shallow' or 'deep', got {copy!r}")
         _check_buffer_size("Forker", buffer_size)
@@ -1030,7 +1033,7 @@ class _DemuxHub(_Hub):
         self.classifier_fn = classifier_fn
         self.drop_none = drop_none
         self.buffer_size = buffer_size
-        self._limit = _FAR if buffer_size == -1 else buffer_size
+        self._limit = _FAR if buffer_size < 0 else buffer_size
         self.label = f"Demultiplexer({_fn_name(classifier_fn)})"
         self._runtime()
 
@@ -1184,7 +1187,8 @@ class DemultiplexerChild(_HubChild[T]):
         return _demux_child
 
     def __len__(self) -> int:
-        raise len_unknown(self, "how many items classifier_fn sends to each child is known only after iterating")
+        raise len_unknown(self, "how many items classifier_fn sends to each child is known only after iterating",
+                          NO_LEN)
 
 
 @functional_datapipe("demux")
@@ -1205,7 +1209,7 @@ class Demultiplexer(IterDataPipe[T]):
             ints), or ``None``.
         drop_none: drop the items classified ``None`` (otherwise ``None`` is an error).
         buffer_size: how many items may wait in the children's buffers, all children together.
-            ``-1``: unbounded, with a warning.
+            ``0``: none; negative (``-1``): unbounded, with a warning.
 
     Returns:
         A list of ``num_instances`` :class:`DemultiplexerChild` pipes.
@@ -1245,7 +1249,10 @@ class Demultiplexer(IterDataPipe[T]):
         buffer_size: int = 1000,
     ) -> list[DemultiplexerChild[T]]:
         require_pipe(datapipe, "Demultiplexer")
-        require_int(num_instances, "Demultiplexer", "num_instances", minimum=1)
+        require_int(num_instances, "Demultiplexer", "num_instances")
+        if num_instances < 1:  # torch's words
+            raise ValueError(f"Demultiplexer: Expected `num_instances` larger than 0, "
+                             f"but {num_instances} is found")
         require_callable(classifier_fn, "Demultiplexer", "classifier_fn")
         if not isinstance(drop_none, bool):
             raise TypeError(f"Demultiplexer: drop_none must be a bool, got {type(drop_none).__name__}")

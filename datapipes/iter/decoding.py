@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Iterator
 from .. import _pass
 from .._engine import abandon
 from .._engine import close_iterator as _close
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
+from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note
 from ..utils.decoder import Decoder, basichandlers, extension_extract_fn, imagehandler
 from .parsing import _from_memory, _inner, _memory_copy, _pair, _reopener
@@ -285,4 +285,4 @@ class StreamReader(IterDataPipe[tuple[str, Any]]):
         return _pass.track_generator(self, _read_streams(self, iter(self.datapipe), run), run)
 
     def __len__(self) -> int:
-        raise len_unknown(self, "the number of chunks is known only after reading the streams")
+        raise len_unknown(self, "the number of chunks is known only after reading the streams", NO_LEN)

@@ -36,6 +36,7 @@ from torch.utils.data import get_worker_info
 
 from .. import _pass
 from .._collate import map_collated, map_converted, map_tensors
+from .._checks import phrased
 from .._engine import BackgroundRun, StageStats, abandon, background_iter
 from ..datapipe import IterDataPipe, functional_datapipe, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note
@@ -368,7 +369,10 @@ class PinMemory(IterDataPipe[T]):
     ) -> None:
         require_pipe(source_datapipe, "PinMemory", "source_datapipe")
         require_callable(pin_memory_fn, "PinMemory", "pin_memory_fn", optional=True)
-        require_int(buffer_size, "PinMemory", "buffer_size", minimum=1)
+        require_int(buffer_size, "PinMemory", "buffer_size")
+        if buffer_size <= 0:  # torchdata's words (its pin_memory is a prefetcher)
+            raise ValueError(phrased("PinMemory", "'buffer_size' is required to be a positive integer.",
+                                     buffer_size=buffer_size))
         self.source_datapipe = source_datapipe
         self.pin_memory_fn = pin_memory_fn
         self.buffer_size = buffer_size

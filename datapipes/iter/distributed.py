@@ -33,7 +33,7 @@ from .. import _pass
 from .._engine import close_iterator
 from .._engine.lifecycle import STARTED, Closeable
 from .._worker import rank_placement
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
+from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
 from ..graph import traverse
 from .sharding import SHARDING_PRIORITIES, ShardingFilter, _group, _group_name
 
@@ -488,7 +488,7 @@ class FullSync(IterDataPipe[T]):
     def __len__(self) -> int:
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             raise len_unknown(self, "across distributed ranks it is the least number of items over the ranks, "
-                                    "known only when a pass ends")
+                                    "known only when a pass ends", NO_LEN)
         return source_len(self, self.datapipe)
 
 

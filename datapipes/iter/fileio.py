@@ -578,7 +578,7 @@ class FileLister(IterDataPipe[str]):
 
     def __len__(self) -> int:
         if self.length == -1:
-            raise len_unknown(self, "the number of files is known only after listing; pass length= to set it")
+            raise len_unknown(self, "the number of files is known only after listing (pass length= to set it)")
         return self.length
 
 

@@ -26,8 +26,8 @@ from typing import Any, Callable, Hashable, Iterable, Iterator, TypeVar, cast
 from .. import _pass
 from .._chunk import DataChunk
 from .._engine import abandon
-from .._checks import ArgumentError
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
+from .._checks import ArgumentError, phrased
+from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
 
 __all__ = ["Batcher", "Unbatcher", "UnBatcher", "BucketBatcher", "Grouper"]
@@ -206,8 +206,8 @@ def _not_a_batch(pipe: Unbatcher, value: Any, path: tuple[int, ...]) -> UnbatchL
     kind = type(value).__name__
     article = "an" if kind[:1].lower() in "aeiou" else "a"
     return UnbatchLevelError(
-        f"{stage_label(pipe)}: {where} is {article} {kind}, not a list or tuple, so the data is not nested "
-        f"that deep; unbatch_level {pipe.unbatch_level} exceeds the depth of the DataPipe"
+        f"{stage_label(pipe)}: {where} is {article} {kind}, not a list or tuple: unbatch_level {pipe.unbatch_level} "
+        "exceeds the depth of the DataPipe"
     )
 
 
@@ -401,7 +401,7 @@ class Unbatcher(IterDataPipe[Any]):
     def __len__(self) -> int:
         if self.unbatch_level == 0:
             return source_len(self, self.datapipe)
-        raise len_unknown(self, "the sizes of the batches are known only after iterating")
+        raise len_unknown(self, "the sizes of the batches are known only after iterating", NO_LEN)
 
 
 # -- BucketBatcher ---------------------------------------------------------------------------------
@@ -495,7 +495,7 @@ class _BucketRun:
       most ``batch_size * batch_num * bucket_num`` items) and the number of buckets sorted;
     - streaming: the item shuffle's buffer (at most ``batch_size * batch_num * bucket_num`` items),
       the rest of the current sorted bucket (``rest``, at most ``batch_size * batch_num`` items), the
-      number of buckets sorted and the batch shuffle's buffer (at most ``batch_num * bucket_num``
+      number of buckets sorted and the batch shuffle's buffer (at most ``batch_size * batch_num``
       batches).
 
     Written once per pool, bucket or buffer; the buffers are the lists the loops mutate.
@@ -548,6 +548,7 @@ def _bucket_pools(pipe: BucketBatcher, source: Iterator[Any], run: _BucketRun) -
     pool_size = bucket_size * pipe.bucket_num
     sorter = pipe._sorter
     shuffle_items = sorter is None or pipe.bucket_num > 1
+    groups = pipe.bucket_num
     drop_last = pipe.drop_last
     try:
         if run.rest is not None:
@@ -566,8 +567,11 @@ def _bucket_pools(pipe: BucketBatcher, source: Iterator[Any], run: _BucketRun) -
             batches = [pool[i:i + size] for i in range(0, len(pool), size)]
             if drop_last and len(batches[-1]) < size:
                 batches.pop()
-            if sorter is not None:
-                rng.shuffle(batches)
+            if sorter is not None and groups > 1:  # torchdata's order: groups of bucket_num batches
+                for i in range(0, len(batches), groups):
+                    group = batches[i:i + groups]
+                    rng.shuffle(group)
+                    batches[i:i + groups] = group
             run.rest = rest = iter(batches)
             yield from rest
     except BaseException:
@@ -588,7 +592,7 @@ def _bucket_stream(pipe: BucketBatcher, source: Iterator[Any], run: _BucketRun) 
         items = _sorted_buckets(pipe, sorter, items, bucket_size, run)
     batches = (_full_batches if pipe.drop_last else _batches)(items, pipe.batch_size)
     if sorter is not None:
-        batches = _buffer_shuffle(batches, pipe.batch_num * pipe.bucket_num, rng, run.batches)
+        batches = _buffer_shuffle(batches, bucket_size, rng, run.batches)  # torchdata's buffer: bucket_size batches
     try:
         yield from batches
     except BaseException:
@@ -618,12 +622,13 @@ class BucketBatcher(IterDataPipe[list[T]]):
        ``key``);
     3. the items are cut into batches of ``batch_size`` (only the one cut from the end of the data
        can be short, and ``drop_last`` drops it);
-    4. with a sort: the ``batch_num * bucket_num`` batches of each pool are shuffled, so batches of
-       short and long items alternate.
+    4. with a sort: the batches are shuffled in groups of ``bucket_num`` consecutive batches, so
+       with ``bucket_num=1`` they keep the sorted order of their bucket.
 
-    With ``use_in_batch_shuffle=False`` steps 1 and 4 use a streaming buffer shuffle of the same
-    size (an item can then move across pools), as torchdata's ``use_in_batch_shuffle=False`` does.
-    Unlike torchdata, step 4 mixes the batches of a whole pool in both modes.
+    With ``use_in_batch_shuffle=False`` steps 1 and 4 use streaming buffer shuffles (an item can
+    then move across pools): of ``pool_size`` items in step 1 and of ``batch_size * batch_num``
+    batches in step 4. These are torchdata's steps and sizes, so the same batches can come in the
+    same places (the random draws are not torchdata's).
 
     This is a random stage: the order comes from :meth:`set_seed` / :meth:`set_epoch`, or from
     torch's global generator when unseeded. A pass's state holds its RNG state and what it holds
@@ -649,15 +654,19 @@ class BucketBatcher(IterDataPipe[list[T]]):
         Whatever ``sort_key`` or ``key`` raises, as the same object, with a note naming the stage
         and the bucket's position; ``TypeError`` when ``sort_key`` returns ``None``.
 
-    ``len()`` is ``ceil(len(datapipe) / batch_size)`` (``floor`` with ``drop_last``).
+    ``len()`` is ``ceil(len(datapipe) / batch_size)`` (``floor`` with ``drop_last``); with
+    ``sort_key``, which may return a bucket of another size, it is unknown (``TypeError``, as in
+    torchdata).
 
     Example:
         >>> from datapipes.iter import IterableWrapper
         >>> words = IterableWrapper(["bbb", "a", "cccc", "dd", "eeeee", "f"])
-        >>> pipe = words.bucketbatch(batch_size=2, key=len).set_seed(0)
-        >>> sorted(pipe)  # the batches come in a random order, the same for the same seed
-        [['a', 'f'], ['cccc', 'eeeee'], ['dd', 'bbb']]
-        >>> list(pipe) == list(pipe)
+        >>> list(words.bucketbatch(batch_size=2, key=len))  # one bucket: its batches stay sorted
+        [['a', 'f'], ['dd', 'bbb'], ['cccc', 'eeeee']]
+        >>> pipe = words.bucketbatch(batch_size=1, batch_num=2, bucket_num=3, key=len).set_seed(0)
+        >>> sorted(len(b[0]) for b in pipe)  # pooled, sorted by bucket, shuffled in groups of 3
+        [1, 1, 2, 3, 4, 5]
+        >>> list(pipe) == list(pipe)  # the same order for the same seed
         True
 
     See also: :class:`Batcher`, :class:`~datapipes.iter.Shuffler`.
@@ -680,9 +689,12 @@ class BucketBatcher(IterDataPipe[list[T]]):
     ) -> None:
         stage = "BucketBatcher"
         require_pipe(datapipe, stage)
-        require_int(batch_size, stage, "batch_size", minimum=1)
-        require_int(batch_num, stage, "batch_num", minimum=1)
-        require_int(bucket_num, stage, "bucket_num", minimum=1)
+        # torchdata asserts these three: ValueError and AssertionError, with its words
+        require_int(batch_size, stage, "batch_size", minimum=1, torch_assert=_BATCH_SIZE_ASSERT)
+        require_int(batch_num, stage, "batch_num", minimum=1,
+                    torch_assert="Number of batches is required to be larger than 0!")
+        require_int(bucket_num, stage, "bucket_num", minimum=1,
+                    torch_assert="Number of buckets is required to be larger than 0!")
         require_callable(sort_key, stage, "sort_key", optional=True)
         require_callable(key, stage, "key", optional=True)
         if sort_key is not None and key is not None:
@@ -705,6 +717,8 @@ class BucketBatcher(IterDataPipe[list[T]]):
         return (_bucket_pools if self.use_in_batch_shuffle else _bucket_stream)(self, source, run)
 
     def __len__(self) -> int:
+        if self.sort_key is not None:  # as torchdata's: it may return a bucket of another size
+            raise len_unknown(self, "sort_key may return a bucket of another size (key= keeps the length)", NO_LEN)
         return _count_batches(source_len(self, self.datapipe), self.batch_size, self.drop_last)
 
 
@@ -871,17 +885,10 @@ class Grouper(IterDataPipe[Any]):
         require_int(guaranteed_group_size, stage, "guaranteed_group_size", minimum=1, optional=True,
                     torch_assert=_GUARANTEED_ASSERT)
         if group_size is not None and buffer_size is not None and group_size > buffer_size:
-            raise ArgumentError(f"{stage}: group_size must be <= buffer_size, got group_size={group_size}, "
-                                f"buffer_size={buffer_size}; {_GROUP_SIZE_ASSERT}")
-        if guaranteed_group_size is not None:
-            if group_size is None:
-                raise ArgumentError(f"{stage}: guaranteed_group_size={guaranteed_group_size} needs a group_size; "
-                                    f"{_GUARANTEED_ASSERT}")
-            if guaranteed_group_size > group_size:
-                raise ArgumentError(
-                    f"{stage}: guaranteed_group_size must be <= group_size, got "
-                    f"guaranteed_group_size={guaranteed_group_size}, group_size={group_size}; {_GUARANTEED_ASSERT}"
-                )
+            raise ArgumentError(phrased(stage, _GROUP_SIZE_ASSERT, group_size=group_size, buffer_size=buffer_size))
+        if guaranteed_group_size is not None and (group_size is None or guaranteed_group_size > group_size):
+            raise ArgumentError(phrased(stage, _GUARANTEED_ASSERT, guaranteed_group_size=guaranteed_group_size,
+                                        group_size=group_size))
         self.datapipe = datapipe
         self.group_key_fn = group_key_fn
         self.keep_key = _require_flag(keep_key, stage, "keep_key")
@@ -896,4 +903,4 @@ class Grouper(IterDataPipe[Any]):
         return _pass.track_generator(self, _group_run(self, iter(self.datapipe), run), run)
 
     def __len__(self) -> int:
-        raise len_unknown(self, "the number of groups is known only after iterating")
+        raise len_unknown(self, "the number of groups is known only after iterating", NO_LEN)

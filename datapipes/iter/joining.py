@@ -34,6 +34,7 @@ from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence, TypeVar
 
 from .. import _pass
 from .._positions import Enumerated
+from .._checks import phrased
 from .._engine import abandon, close_iterator
 from ..datapipe import (
     IterDataPipe,
@@ -90,7 +91,7 @@ def _output(merge_fn: Callable[[Any, Any], Any] | None, keep_key: bool) -> Calla
 
 def _check_inputs(stage: str, datapipes: tuple[Any, ...]) -> None:
     if not datapipes:
-        raise ValueError(f"{stage}: no datapipes given: Expected at least one DataPipe, but got nothing")
+        raise ValueError(f"{stage}: Expected at least one DataPipe, but got nothing")
     for k, dp in enumerate(datapipes):
         if not isinstance(dp, IterDataPipe):
             raise TypeError(f"{stage}: datapipes[{k}] is of type {type(dp).__name__}: "
@@ -155,9 +156,9 @@ def _key_zip(pipe: IterKeyZipper, it: Iterator[Any], ref_it: Iterator[Any], run:
                     if not run.warned:
                         run.warned = True
                         _warn(
-                            f"{stage_label(pipe)}: buffer_size={pipe.buffer_size} reference items wait for their "
-                            "keys; the oldest is dropped: Buffer reaches the upper limit, so reference key-data "
-                            "pair begins to be removed from buffer in FIFO order. Please consider increase buffer size."
+                            f"{stage_label(pipe)}, buffer_size={pipe.buffer_size}: Buffer reaches the upper limit, so "
+                            "reference key-data pair begins to be removed from buffer in FIFO order. Please consider "
+                            "increase buffer size."
                         )
                     buffer.popitem(last=False)
                 buffer[ref_key] = ref_data
@@ -180,9 +181,9 @@ _KEY_ZIP_LINES = call_lines(_key_zip, "key_fn") | call_lines(_key_zip, "ref_key_
 
 def _no_match(pipe: IterKeyZipper, data: Any, key: Any, n: int) -> BufferError:
     return BufferError(
-        f"{stage_label(pipe)}: source item {n} has the key {key!r:.100}, which ref_datapipe did not yield before "
-        f"it ended (or it was dropped from a full buffer, buffer_size={pipe.buffer_size}): No matching key can be "
-        f"found from reference DataPipe for the data {data!r:.200}. Please consider increasing the buffer size."
+        f"{stage_label(pipe)}, source item {n} with key {key!r:.100}: No matching key can be found from reference "
+        f"DataPipe for the data {data!r:.200} (ref_datapipe ended, or dropped it from its full buffer of "
+        f"buffer_size={pipe.buffer_size}). Please consider increasing the buffer size."
     )
 
 
@@ -248,12 +249,17 @@ class IterKeyZipper(IterDataPipe[Any]):
         merge_fn: Callable[[Any, Any], Any] | None = None,
     ) -> None:
         require_pipe(source_datapipe, "IterKeyZipper", "source_datapipe")
-        require_pipe(ref_datapipe, "IterKeyZipper", "ref_datapipe")
+        if not isinstance(ref_datapipe, IterDataPipe):  # torchdata's words
+            raise TypeError(f"IterKeyZipper: ref_datapipe must be a IterDataPipe, but its type is {type(ref_datapipe)} "
+                            "instead.")
         require_callable(key_fn, "IterKeyZipper", "key_fn")
         require_callable(ref_key_fn, "IterKeyZipper", "ref_key_fn", optional=True)
         if not isinstance(keep_key, bool):
             raise TypeError(f"IterKeyZipper: keep_key must be a bool, got {type(keep_key).__name__}")
-        require_int(buffer_size, "IterKeyZipper", "buffer_size", minimum=1, optional=True)
+        require_int(buffer_size, "IterKeyZipper", "buffer_size", optional=True)
+        if buffer_size is not None and buffer_size <= 0:
+            raise ValueError(phrased("IterKeyZipper", "'buffer_size' is required to be either None or a positive integer.",
+                                     buffer_size=buffer_size))
         require_callable(merge_fn, "IterKeyZipper", "merge_fn", optional=True)
         self.source_datapipe = source_datapipe
         self.ref_datapipe = ref_datapipe
@@ -355,7 +361,9 @@ class MapKeyZipper(IterDataPipe[Any]):
         keep_key: bool = False,
     ) -> None:
         require_pipe(source_iterdatapipe, "MapKeyZipper", "source_iterdatapipe")
-        require_pipe(map_datapipe, "MapKeyZipper", "map_datapipe", kind=MapDataPipe)
+        if not isinstance(map_datapipe, MapDataPipe):  # torchdata's words
+            raise TypeError(f"MapKeyZipper: map_datapipe must be a MapDataPipe, but its type is {type(map_datapipe)} "
+                            "instead.")
         require_callable(key_fn, "MapKeyZipper", "key_fn")
         require_callable(merge_fn, "MapKeyZipper", "merge_fn", optional=True)
         if not isinstance(keep_key, bool):
@@ -451,11 +459,12 @@ def unzip_columns(sequence_length: int, columns_to_skip: Any, torch_class: str) 
         skip = set(columns_to_skip)
     columns = tuple(c for c in range(sequence_length) if c not in skip)
     if not columns:
-        raise RuntimeError(
-            f"UnZipper: columns_to_skip={sorted(skip)} skips every column of sequence_length={sequence_length}: "
-            f"All instances are being filtered out in {torch_class}. Please check the input "
-            "`sequence_length` and `columns_to_skip`."
-        )
+        raise RuntimeError(phrased(
+            "UnZipper",
+            f"All instances are being filtered out in {torch_class}. Please check the input `sequence_length` and "
+            "`columns_to_skip`.",
+            sequence_length=sequence_length, columns_to_skip=None if columns_to_skip is None else sorted(skip),
+        ))
     return columns
 
 
@@ -472,7 +481,7 @@ class UnZipper(IterDataPipe[Any]):
             ``sequence_length`` elements.
         sequence_length: how many columns each item has, >= 1.
         buffer_size: how many items the leading child may read ahead of the slowest (default
-            1000); ``-1``: unbounded, with a warning.
+            1000); ``0``: none; negative (``-1``): unbounded, with a warning.
         columns_to_skip: columns to leave out (ints from 0 to ``sequence_length - 1``); no child
             is made for them.
 
@@ -484,8 +493,8 @@ class UnZipper(IterDataPipe[Any]):
 
     Raises:
         TypeError / ValueError: a bad argument, naming it.
-        RuntimeError: every column is skipped (torch's phrase "All instances are being filtered
-            out").
+        RuntimeError: no column is left: every column is skipped, or ``sequence_length`` is below
+            1 (torchdata's type and phrase "All instances are being filtered out").
         BufferError: (while iterating) a child ran more than ``buffer_size`` items ahead.
         IndexError, TypeError, ...: (while iterating) an item has no such column, as the same
             object, with a note naming the stage, the child and the item's position.
@@ -512,7 +521,7 @@ class UnZipper(IterDataPipe[Any]):
         columns_to_skip: Sequence[int] | None = None,
     ) -> list[UnZipperChild[Any]]:
         require_pipe(source_datapipe, "UnZipper", "source_datapipe")
-        require_int(sequence_length, "UnZipper", "sequence_length", minimum=1)
+        require_int(sequence_length, "UnZipper", "sequence_length")  # below 1: no column (RuntimeError below)
         _check_buffer_size("UnZipper", buffer_size)
         columns = unzip_columns(sequence_length, columns_to_skip, "UnZipperIterDataPipe")
         hub = _UnzipHub.__new__(_UnzipHub)
@@ -720,7 +729,7 @@ class RoundRobinDemultiplexer(IterDataPipe[Any]):
         num_instances: how many children, >= 1. ``1`` gives a list of one child (torchdata
             returns the source itself there, with a warning).
         buffer_size: how many items may wait in the children's buffers, all children together
-            (default 1000); ``-1``: unbounded, with a warning.
+            (default 1000); ``0``: none; negative (``-1``): unbounded, with a warning.
 
     Returns:
         A list of ``num_instances`` :class:`RoundRobinDemultiplexerChild` pipes.
@@ -747,7 +756,10 @@ class RoundRobinDemultiplexer(IterDataPipe[Any]):
         cls, datapipe: IterDataPipe[T], num_instances: int, buffer_size: int = 1000
     ) -> list[RoundRobinDemultiplexerChild[T]]:
         require_pipe(datapipe, "RoundRobinDemultiplexer")
-        require_int(num_instances, "RoundRobinDemultiplexer", "num_instances", minimum=1)
+        require_int(num_instances, "RoundRobinDemultiplexer", "num_instances")
+        if num_instances < 1:  # torchdata's words, its misspelling kept (code may match them)
+            raise ValueError(f"RoundRobinDemultiplexer: Expected `num_instaces` larger than 0, "
+                             f"but {num_instances} is found")
         _check_buffer_size("RoundRobinDemultiplexer", buffer_size)
         hub = _RoundRobinHub.__new__(_RoundRobinHub)
         hub._configure(datapipe.enumerate(), num_instances, buffer_size)  # type: ignore[attr-defined]
@@ -846,15 +858,15 @@ class SampleMultiplexer(IterDataPipe[T]):
             raise TypeError(f"SampleMultiplexer: pipes_to_weights_dict must be a dict of pipes to weights, "
                             f"got {type(pipes_to_weights_dict).__name__}")
         if not pipes_to_weights_dict:
-            raise ValueError("SampleMultiplexer: pipes_to_weights_dict is empty: "
-                             "Empty dictionary passed to SampleMultiplexerDataPipe")
+            raise ValueError("SampleMultiplexer: Empty dictionary passed to SampleMultiplexerDataPipe")
         for k, (dp, w) in enumerate(pipes_to_weights_dict.items()):
             require_pipe(dp, "SampleMultiplexer", f"pipes_to_weights_dict key {k}")
             if isinstance(w, bool) or not isinstance(w, (int, float)):
                 raise TypeError(f"SampleMultiplexer: the weight of pipe {k} must be a number, got {type(w).__name__}")
-            if not (w > 0 and math.isfinite(w)):
-                raise ValueError(f"SampleMultiplexer: the weight of pipe {k} must be a finite number > 0: "
-                                 f"Expecting a positive and non-zero weight, got {w}")
+            if not w > 0:  # torchdata's words
+                raise ValueError(f"SampleMultiplexer: pipe {k}: Expecting a positive and non-zero weight, got {w}")
+            if not math.isfinite(w):
+                raise ValueError(f"SampleMultiplexer: pipe {k}: a weight must be finite, got {w}")
         require_int(seed, "SampleMultiplexer", "seed", optional=True)
         self.datapipes = tuple(pipes_to_weights_dict)
         self.weights = tuple(float(w) for w in pipes_to_weights_dict.values())
@@ -887,8 +899,8 @@ def _add_index(pipe: IndexAdder, it: Iterator[Any], run: _EnumerateRun) -> Itera
                 row = _copy.copy(row)  # keeps the subclass (OrderedDict, defaultdict, ...)
             else:
                 raise NotImplementedError(
-                    f"{stage_label(pipe)}: item {i} is a {type(row).__name__}, not a dict: "
-                    "We only support adding index to row or batch in dict type"
+                    f"{stage_label(pipe)}, item {i} ({type(row).__name__}): We only support adding index to row or "
+                    "batch in dict type"
                 )
             row[name] = i
             yield row
@@ -1008,7 +1020,7 @@ class Repeater(IterDataPipe[T]):
         require_pipe(source_datapipe, "Repeater", "source_datapipe")
         require_int(times, "Repeater", "times")
         if times <= 1:
-            raise ValueError(f"Repeater: times must be > 1: The number of repetition must be > 1, got {times}")
+            raise ValueError(f"Repeater: The number of repetition must be > 1, got {times}")
         self.source_datapipe = source_datapipe
         self.times = times
 
@@ -1379,7 +1391,7 @@ class LengthSetter(IterDataPipe[T]):
 
     def __init__(self, source_datapipe: IterDataPipe[T], length: int) -> None:
         require_pipe(source_datapipe, "LengthSetter", "source_datapipe")
-        require_int(length, "LengthSetter", "length", minimum=0)
+        require_int(length, "LengthSetter", "length", minimum=0, torch_assert="length must be >= 0")  # torchdata asserts
         self.source_datapipe = source_datapipe
         self.length = length
 

@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from .. import _pass
 from .._engine import abandon
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
+from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
 from ..errors import WARN_FAILURES, call_lines, policy_and_log, raised_at
 from .parsing import _FileRun, _close, _file_where, _from_memory, _inner, _memory_copy, _on_fail, _pair, _reopener, _require_bool
 
@@ -358,7 +358,7 @@ class _ParquetBase(IterDataPipe[Any]):
         return _parquet(self, iter(source), run)
 
     def __len__(self) -> int:
-        raise len_unknown(self, f"the number of {self._counted} is known only after reading the files")
+        raise len_unknown(self, f"the number of {self._counted} is known only after reading the files", NO_LEN)
 
 
 # -- ParquetParser -----------------------------------------------------------------------------------

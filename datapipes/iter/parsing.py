@@ -41,9 +41,10 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from .. import _held, _pass
 from .._positions import Counted, Enumerated
+from .._checks import phrased
 from .._engine import abandon
 from .._engine import close_iterator as _close
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
+from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
 from ..errors import WARN_FAILURES, add_stage_note, call_lines, policy_and_log, raised_at
 from .fileio import StreamWrapper
 
@@ -500,7 +501,9 @@ def _require_bool(value: Any, stage: str, name: str) -> bool:
 
 
 def _check_text_args(stage: str, skip_lines: Any, decode: Any, encoding: Any, errors: Any) -> None:
-    require_int(skip_lines, stage, "skip_lines", minimum=0)
+    require_int(skip_lines, stage, "skip_lines")
+    if skip_lines < 0:  # torchdata's words (it means >= 0)
+        raise ValueError(phrased(stage, "'skip_lines' is required to be a positive integer.", skip_lines=skip_lines))
     _require_bool(decode, stage, "decode")
     if not isinstance(encoding, str):
         raise TypeError(f"{stage}: encoding must be a str, got {type(encoding).__name__}")
@@ -773,7 +776,7 @@ class CSVParser(IterDataPipe[Any]):
         return _csv(self, iter(self.source_datapipe), _read_run(self, self.source_datapipe))
 
     def __len__(self) -> int:
-        raise len_unknown(self, "the number of rows is known only after reading the files")
+        raise len_unknown(self, "the number of rows is known only after reading the files", NO_LEN)
 
 
 @functional_datapipe("parse_csv_files")
@@ -1178,4 +1181,4 @@ class LineReader(IterDataPipe[Any]):
         return _lines(self, iter(self.source_datapipe), _read_run(self, self.source_datapipe))
 
     def __len__(self) -> int:
-        raise len_unknown(self, "the number of lines is known only after reading the files")
+        raise len_unknown(self, "the number of lines is known only after reading the files", NO_LEN)

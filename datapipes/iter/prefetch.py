@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterator, TypeVar
 
 from .. import _pass
+from .._checks import phrased
 from .._engine import BackgroundRun, StageStats, background_iter
 from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, source_len, stage_label
 from .device import _handover_unresumable, background_handover, handover_ops
@@ -77,7 +78,10 @@ class Prefetcher(IterDataPipe[T]):
 
     def __init__(self, source_datapipe: IterDataPipe[T], buffer_size: int = 10) -> None:
         require_pipe(source_datapipe, "Prefetcher", "source_datapipe")
-        require_int(buffer_size, "Prefetcher", "buffer_size", minimum=1)
+        require_int(buffer_size, "Prefetcher", "buffer_size")
+        if buffer_size <= 0:  # torchdata's words
+            raise ValueError(phrased("Prefetcher", "'buffer_size' is required to be a positive integer.",
+                                     buffer_size=buffer_size))
         self.source_datapipe = source_datapipe
         self.buffer_size = buffer_size
         self._crossing_ops = handover_ops(source_datapipe)

@@ -81,8 +81,9 @@ except ImportError:  # pragma: no cover - Windows: no inter-process lock (see th
 
 from .. import _pass
 from .._positions import Enumerated
+from .._checks import phrased
 from .._engine import abandon
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
+from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, policy_and_log
 from ..graph import sources_of
 from .archive import _decompressing, _tar, _zip
@@ -130,7 +131,9 @@ def _check_hash_args(hash_dict: Any, hash_type: Any, stage: str, optional: bool)
     elif not isinstance(hash_dict, Mapping):
         raise TypeError(f"{stage}: hash_dict must be a dict of file path -> hex digest, got {type(hash_dict).__name__}")
     if hash_type not in _HASH_TYPES:
-        raise ValueError(f"{stage}: hash_type={hash_type!r}: Invalid hash_type requested, should be one of {_HASH_TYPES}")
+        # torchdata's words: HashChecker lists the types, OnDiskCacheHolder gives a tuple
+        kinds = list(_HASH_TYPES) if stage == "HashChecker" else _HASH_TYPES
+        raise ValueError(phrased(stage, f"Invalid hash_type requested, should be one of {kinds}", hash_type=hash_type))
 
 
 def _hasher(hash_type: str) -> Any:
@@ -153,7 +156,7 @@ def _mismatch(stage: str, path: Any, digest: str, expected: str) -> RuntimeError
 
 
 def _unspecified(stage: str, path: Any) -> RuntimeError:
-    return RuntimeError(f"{stage}: hash_dict has no entry for {path!r}: Unspecified hash for file {path}")
+    return RuntimeError(f"{stage}: Unspecified hash for file {path}")  # torchdata's words, hash_dict has no entry
 
 
 def _fspath(value: Any, stage: str, what: str) -> str:
@@ -598,7 +601,7 @@ class OnDiskCacheHolder(IterDataPipe[Any]):
         return _hold(self, iter(self.source_datapipe), session)
 
     def __len__(self) -> int:
-        raise len_unknown(self, "which items are cached is known only when they are looked up")
+        raise len_unknown(self, "which items are cached is known only when they are looked up", NO_LEN)
 
     def __add__(self, other: Any) -> Any:
         raise RuntimeError("`OnDiskCacheHolder` doesn't support add operation")
@@ -753,7 +756,8 @@ class EndOnDiskCacheHolder(IterDataPipe[str]):
         return _end_caching(self, it, session)
 
     def __len__(self) -> int:
-        raise len_unknown(self, "an item may give several files, and which are cached is known only when looked up")
+        raise len_unknown(self, "an item may give several files, and which are cached is known only when looked up",
+                          NO_LEN)
 
 
 # -- HashChecker -----------------------------------------------------------------------------------
@@ -1353,7 +1357,7 @@ class Extractor(IterDataPipe[tuple[Any, Any]]):
     def __len__(self) -> int:
         if self._stateless:
             return source_len(self, self.source_datapipe, "source_datapipe")
-        raise len_unknown(self, "an archive holds any number of files")
+        raise len_unknown(self, "an archive holds any number of files", NO_LEN)
 
 
 class _NoRun:
@@ -1748,5 +1752,5 @@ class TFRecordLoader(IterDataPipe[dict[str, Any]]):
 
     def __len__(self) -> int:
         if self.length == -1:
-            raise len_unknown(self, "the number of records is known only after reading; pass length=... to set it")
+            raise len_unknown(self, "the number of records is known only after reading (pass length=... to set it)")
         return self.length

@@ -28,11 +28,12 @@ from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVa
 from .. import _pass
 from .._positions import Counted, skip
 from .._chunk import DataChunk
+from .._checks import phrased
 from .._engine import abandon, close_iterator, is_async_callable
 from .._tuning import usable_cpus
-from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
+from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_root, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
-from .callable import Mapper, _check_cols, _selected_fn, check_arity
+from .callable import Mapper, _check_cols, _no_op, _selected_fn, check_arity
 from .combinatorics import _rng_state, _set_rng_state
 
 __all__ = [
@@ -54,9 +55,16 @@ U = TypeVar("U")
 _Col = Hashable | Sequence[Hashable] | None
 
 _END = object()  # private marker: no item held (None is a valid item)
+#: torchdata's words for the length of a stage whose fn decides how many items come out (len_unknown).
+_RELIES = "length relies on the output of its function"
 
 #: iterators whose items not yet yielded can be read back (:func:`datapipes._pass.remaining`)
 _READABLE: frozenset[type] = frozenset((type(iter([])), type(iter(())), type(iter(""))))
+
+
+class _NotCoroutine(TypeError, ValueError):
+    """``async_map_batches`` given a plain function: a ``TypeError`` (the wrong kind of function)
+    that is also the ``ValueError`` torchdata raises there."""
 
 
 def _require_flag(value: Any, stage: str, name: str) -> bool:
@@ -183,11 +191,6 @@ class InBatchShuffler(IterDataPipe[list[T]]):
 # counting them or None, the item's position). The outputs of a list, tuple or str are read back from
 # their iterator when a state is taken; any other iterable's are counted (in C) and computed again by
 # a resumed pass.
-
-
-def _no_op(*args: Any) -> Any:
-    """torchdata's identity for ``fn=None``: one column as it is, several as a tuple."""
-    return args[0] if len(args) == 1 else args
 
 
 def _opened(call: Callable[[Any], Any] | None, x: Any, n: int) -> tuple[Any, Any, Any, int]:
@@ -332,7 +335,7 @@ def _count_outputs(pipe: Any, source: IterDataPipe[Any]) -> int:
     try:
         return sum(map(len, it))
     except TypeError as e:
-        raise len_unknown(pipe, f"an item of its source has no len() ({e})") from None
+        raise len_unknown(pipe, f"an item of its source has no length ({len_root(e)})", NO_LEN) from None
     finally:
         pass_.ended = True
         close_iterator(it)
@@ -406,7 +409,7 @@ class ShuffledFlatMapper(IterDataPipe[Any]):
         _check_cols(input_col, None, stage)
         if fn is not None:
             check_arity(fn, input_col, stage)
-        require_int(buffer_size, stage, "buffer_size", minimum=1)
+        require_int(buffer_size, stage, "buffer_size", minimum=1, torch_assert="buffer_size should be larger than 0")
         self.datapipe = datapipe
         self.fn = fn
         self.input_col = input_col
@@ -436,7 +439,7 @@ class ShuffledFlatMapper(IterDataPipe[Any]):
     def __len__(self) -> int:
         if self.fn is None and self.input_col is None:
             return _count_outputs(self, self.datapipe)
-        raise len_unknown(self, "ShuffledFlatMapper's length relies on the output of its function")
+        raise len_unknown(self, f"{type(self).__name__}'s {_RELIES}.", _RELIES)
 
 
 # -- MaxTokenBucketizer ----------------------------------------------------------------------------
@@ -608,14 +611,14 @@ class MaxTokenBucketizer(IterDataPipe[list[T]]):
         if max_len is None:
             max_len = max_token_count
         if min_len < 0 or min_len > max_len:
-            raise ValueError(f"{stage}: min_len={min_len}, max_len={max_len}: ``min_len`` should be larger than 0 "
-                             "and equal to or smaller than ``max_len``.")
+            raise ValueError(phrased(stage, "``min_len`` should be larger than 0 and equal to or smaller than "
+                                     "``max_len``.", min_len=min_len, max_len=max_len))
         if max_len > max_token_count:
-            raise ValueError(f"{stage}: max_len={max_len}, max_token_count={max_token_count}: ``max_token_count`` "
-                             "must be equal to or greater than ``max_len``.")
+            raise ValueError(phrased(stage, "``max_token_count`` must be equal to or greater than ``max_len``.",
+                                     max_len=max_len, max_token_count=max_token_count))
         if buffer_size <= 0:
-            raise ValueError(f"{stage}: buffer_size must be >= 1, got {buffer_size}: 'buffer_size' is required to be "
-                             "a positive integer.")
+            raise ValueError(phrased(stage, "'buffer_size' is required to be a positive integer.",
+                                     buffer_size=buffer_size))
         self.datapipe = datapipe
         self.max_token_count = max_token_count
         self.len_fn = len_fn
@@ -631,7 +634,7 @@ class MaxTokenBucketizer(IterDataPipe[list[T]]):
         return it
 
     def __len__(self) -> int:
-        raise len_unknown(self, "the number of batches is known only after iterating")
+        raise len_unknown(self, "the number of batches is known only after iterating", NO_LEN)
 
 
 # -- ParagraphAggregator ---------------------------------------------------------------------------
@@ -743,13 +746,13 @@ class ParagraphAggregator(IterDataPipe[tuple[Any, Any]]):
         return _pass.track_generator(self, _paragraphs(self, iter(self.source_datapipe), run), run)
 
     def __len__(self) -> int:
-        raise len_unknown(self, "the number of paragraphs is known only after iterating")
+        raise len_unknown(self, "the number of paragraphs is known only after iterating", NO_LEN)
 
 
 # -- Rows2Columnar ---------------------------------------------------------------------------------
 
 
-def _columnar(batch: Iterable[Any], names: list[Any]) -> defaultdict[Any, list[Any]]:
+def _columnar(batch: Iterable[Any], names: list[Any], ordered: bool = True) -> defaultdict[Any, list[Any]]:
     columns: defaultdict[Any, list[Any]] = defaultdict(list)
     k = len(names)
     for j, row in enumerate(batch):
@@ -761,6 +764,9 @@ def _columnar(batch: Iterable[Any], names: list[Any]) -> defaultdict[Any, list[A
                 for key, value in row.items():
                     columns[key].append(value)
         else:
+            if not ordered:
+                raise TypeError(f"Rows2Columnar: row {j} is a list, whose values are named by position, but "
+                                "column_names is a set, which has no order: pass a list of names")
             for i, value in enumerate(row):
                 if i >= k:
                     raise IndexError(f"Rows2Columnar: row {j} has more than {k} values, one per name of "
@@ -771,10 +777,11 @@ def _columnar(batch: Iterable[Any], names: list[Any]) -> defaultdict[Any, list[A
 
 def _rows_to_columns(pipe: Rows2Columnar, it: Iterator[Any]) -> Iterator[defaultdict[Any, list[Any]]]:
     names = pipe.column_names
+    ordered = pipe._ordered
     n = 0
     try:
         for batch in it:
-            yield _columnar(batch, names)
+            yield _columnar(batch, names, ordered)
             n += 1
     except Exception as e:
         if raised_at(e, _COLUMNAR_LINES):
@@ -796,8 +803,9 @@ class Rows2Columnar(IterDataPipe[dict[Any, list[Any]]]):
 
     Args:
         source_datapipe: the source pipe, yielding batches whose rows are dicts or lists.
-        column_names: for dict rows, the keys to keep (every key when ``None`` or empty); for list
-            rows, the name of each position (needed: a row longer than it raises ``IndexError``).
+        column_names: for dict rows, the keys to keep (a list, or a set as in torchdata; every key
+            when ``None`` or empty); for list rows, the name of each position, in a list or tuple
+            (needed: a row longer than it raises ``IndexError``, a set ``TypeError``).
 
     Yields:
         For each batch, a ``collections.defaultdict(list)`` (as torchdata yields) mapping each
@@ -805,7 +813,8 @@ class Rows2Columnar(IterDataPipe[dict[Any, list[Any]]]):
         raises ``KeyError``.
 
     Raises:
-        KeyError, IndexError: as above, with a note naming the stage and the batch's position.
+        KeyError, IndexError, TypeError: as above, with a note naming the stage and the batch's
+        position.
 
     ``len()`` is the source's length.
 
@@ -822,13 +831,18 @@ class Rows2Columnar(IterDataPipe[dict[Any, list[Any]]]):
 
     _stateless = True  # one dict per batch: its position is its source's
 
-    def __init__(self, source_datapipe: IterDataPipe[Any], column_names: Sequence[Hashable] | None = None) -> None:
+    def __init__(
+        self,
+        source_datapipe: IterDataPipe[Any],
+        column_names: Sequence[Hashable] | set[Hashable] | frozenset[Hashable] | None = None,
+    ) -> None:
         require_pipe(source_datapipe, "Rows2Columnar", "source_datapipe")
-        if column_names is not None and not isinstance(column_names, (list, tuple)):
-            raise TypeError(f"Rows2Columnar: column_names must be a list of names or None, got "
+        if column_names is not None and not isinstance(column_names, (list, tuple, set, frozenset)):
+            raise TypeError(f"Rows2Columnar: column_names must be a list or set of names, or None, got "
                             f"{type(column_names).__name__}")
         self.source_datapipe = source_datapipe
         self.column_names: list[Any] = [] if column_names is None else list(column_names)
+        self._ordered = not isinstance(column_names, (set, frozenset))
 
     def __iter__(self) -> Iterator[dict[Any, list[Any]]]:
         return _rows_to_columns(self, iter(self.source_datapipe))
@@ -951,7 +965,7 @@ class ShardExpander(IterDataPipe[str]):
         return _pass.track_generator(self, _shard_expand(self, iter(self.source_datapipe), run), run)
 
     def __len__(self) -> int:
-        raise len_unknown(self, "the number of names is known only after iterating")
+        raise len_unknown(self, "the number of names is known only after iterating", NO_LEN)
 
 
 # -- BatchMapper -----------------------------------------------------------------------------------
@@ -1077,7 +1091,8 @@ class BatchMapper(IterDataPipe[U]):
         require_pipe(datapipe, stage)
         require_callable(fn, stage, "fn")
         check_arity(fn, None, stage)
-        require_int(batch_size, stage, "batch_size", minimum=1)
+        require_int(batch_size, stage, "batch_size", minimum=1,
+                    torch_assert="Batch size is required to be larger than 0!")  # torchdata asserts
         _check_cols(input_col, None, stage)
         self.datapipe = datapipe
         self.fn = fn
@@ -1089,7 +1104,7 @@ class BatchMapper(IterDataPipe[U]):
         return _pass.track_generator(self, _map_batches(self, iter(self.datapipe), run), run)
 
     def __len__(self) -> int:
-        raise len_unknown(self, f"{type(self).__name__}'s length relies on the output of its function")
+        raise len_unknown(self, f"{type(self).__name__}'s {_RELIES}.", _RELIES)
 
 
 #: the functional name's spelling of :class:`BatchMapper`
@@ -1176,12 +1191,12 @@ class ThreadPoolMapper(Mapper[U]):
         require_callable(fn, stage, "fn")
         require_int(scheduled_tasks, stage, "scheduled_tasks")
         if scheduled_tasks <= 0:
-            raise ValueError(f"{stage}: scheduled_tasks must be >= 1, got {scheduled_tasks}: 'scheduled_tasks' is "
-                             "required to be a positive integer.")
+            raise ValueError(phrased(stage, "'scheduled_tasks' is required to be a positive integer.",
+                                     scheduled_tasks=scheduled_tasks))
         require_int(max_workers, stage, "max_workers", optional=True)
         if max_workers is not None and max_workers <= 0:
-            raise ValueError(f"{stage}: max_workers must be >= 1 or None, got {max_workers}: 'max_workers' is "
-                             "required to be a positive integer.")
+            raise ValueError(phrased(stage, "'max_workers' is required to be a positive integer.",
+                                     max_workers=max_workers))
         refused = sorted(set(threadpool_kwargs) - _THREADPOOL_KWARGS)
         if refused:
             raise TypeError(f"{stage}: threadpool_kwargs {refused} are not supported: fn runs on the engine's worker "
@@ -1228,7 +1243,8 @@ class BatchAsyncMapper(Mapper[U]):
         source order; with ``flatten=False``, lists of them.
 
     Raises:
-        TypeError: ``async_fn`` is not a coroutine function; bad ``batch_size``/``max_concurrency``.
+        TypeError: ``async_fn`` is not a coroutine function (also a ``ValueError``, as torchdata's,
+            with its words: "Expected a corotine function ..."); bad ``batch_size``/``max_concurrency``.
         Whatever ``async_fn`` raises, as the same object, with a note naming the stage and the
         item's position; the calls in flight are cancelled.
 
@@ -1275,8 +1291,9 @@ class BatchAsyncMapper(Mapper[U]):
         require_pipe(source_datapipe, stage, "source_datapipe")
         require_callable(async_fn, stage, "async_fn")
         if not is_async_callable(async_fn):
-            raise TypeError(f"{stage}: async_fn must be a coroutine function (async def), got {async_fn!r:.100}; "
-                            "use map(fn, concurrency=n) or threadpool_map for a plain function")
+            raise _NotCoroutine(f"{stage}: Expected a corotine function with an async def syntax, but got a "
+                               f"{type(async_fn)} (use map(fn, concurrency=n) or threadpool_map for a plain "
+                               "function)")
         require_int(batch_size, stage, "batch_size", minimum=1)
         require_int(max_concurrency, stage, "max_concurrency", minimum=1)
         _require_flag(flatten, stage, "flatten")

@@ -24,7 +24,7 @@ import numpy
 from .. import _pass
 from .._positions import Counted, Enumerated, seek, skip
 from .._engine import abandon, close_iterator, iterate_async
-from ..datapipe import IterDataPipe, functional_datapipe, lacks_len, len_unknown, require_int, require_pipe, source_len, stage_label
+from ..datapipe import IterDataPipe, functional_datapipe, lacks_len, len_root, len_unknown, require_int, require_pipe, source_len, stage_label
 
 __all__ = ["IterableWrapper", "Header", "Cycler", "Enumerator", "InMemoryCacheHolder"]
 
@@ -379,7 +379,7 @@ class IterableWrapper(IterDataPipe[T]):
         except TypeError as e:
             if not lacks_len(self.iterable, e):
                 raise
-            raise len_unknown(self, f"its source, a {type(self.iterable).__name__}, has no len()") from None
+            raise len_unknown(self, f"its source, a {type(self.iterable).__name__}, has no length") from None
 
     def __getstate__(self) -> dict[str, Any]:
         if self._one_shot:
@@ -452,7 +452,8 @@ class Header(IterDataPipe[T]):
         stay valid while upstream threads stop through their finalisers.
 
     ``len()`` is ``min(limit, len(source))``; ``TypeError`` where the source has no length (unlike
-    torchdata, which guesses ``limit`` with a warning: the source may be shorter).
+    torchdata, which guesses ``limit`` with a warning: the source may be shorter; with
+    ``limit=None``, torchdata's words).
 
     Example:
         >>> from datapipes.iter import IterableWrapper
@@ -484,15 +485,20 @@ class Header(IterDataPipe[T]):
     def __len__(self) -> int:
         if self.limit == 0:
             return 0
-        if self.limit is None:
-            return source_len(self, self.source_datapipe, "source_datapipe")
         try:
             n = len(self.source_datapipe)  # type: ignore[arg-type]
         except TypeError as e:
             if not lacks_len(self.source_datapipe, e):
                 raise
-            raise len_unknown(self, f"its source may yield fewer than limit={self.limit} items ({e})") from None
-        return min(n, self.limit)
+            if self.limit is None:  # torchdata's words
+                root = len_root(e)
+                err = len_unknown(self, "The length of this HeaderIterDataPipe cannot be determined, since "
+                                        f"source_datapipe has no len() ({root})", "cannot be determined")
+                err._len_root = root  # type: ignore[attr-defined]
+                raise err from None
+            # torchdata guesses ``limit`` here, with a warning; a len() is exact or unknown
+            raise len_unknown(self, f"its source may yield fewer than limit={self.limit} items ({len_root(e)})") from None
+        return n if self.limit is None else min(n, self.limit)
 
 
 # -- Cycler ----------------------------------------------------------------------------------------
@@ -580,7 +586,9 @@ class Cycler(IterDataPipe[T]):
 
     def __init__(self, source_datapipe: IterDataPipe[T], count: int | None = None) -> None:
         require_pipe(source_datapipe, "Cycler", "source_datapipe")
-        require_int(count, "Cycler", "count", minimum=0, optional=True)
+        require_int(count, "Cycler", "count", optional=True)
+        if count is not None and count < 0:
+            raise ValueError(f"Cycler: Expected non-negative count, got {count}")  # torchdata's words
         self.source_datapipe = source_datapipe
         self.count = count
         if count == 0:  # no round: the source is never built, nothing is yielded, there is no position
@@ -597,7 +605,8 @@ class Cycler(IterDataPipe[T]):
 
     def __len__(self) -> int:
         if self.count is None:
-            raise len_unknown(self, "it cycles forever")
+            raise len_unknown(self, "This Cycler instance cycles forever, and therefore doesn't have valid length",
+                              "doesn't have valid length")
         if self.count == 0:
             return 0
         return self.count * source_len(self, self.source_datapipe, "source_datapipe")
@@ -906,7 +915,8 @@ class InMemoryCacheHolder(IterDataPipe[T]):
         cache = self._cache
         if cache is not None:
             return len(cache)
-        return source_len(self, self.source_dp, "source_dp")
+        return source_len(self, self.source_dp, "source_dp",
+                          "InMemoryCacheHolder instance doesn't have valid length until the cache is loaded")
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -16,7 +16,7 @@ T = TypeVar("T")
 def _require_map_pipes(datapipes: tuple[Any, ...], stage: str) -> None:
     # torch's phrases end the messages (code ported from torch DataPipes may match them)
     if not datapipes:
-        raise ValueError(f"{stage}: no datapipes given: Expected at least one DataPipe, but got nothing")
+        raise ValueError(f"{stage}: Expected at least one DataPipe, but got nothing")
     for i, dp in enumerate(datapipes):
         if not isinstance(dp, MapDataPipe):
             raise TypeError(f"{stage}: datapipes[{i}] is of type {type(dp).__name__}: Expected all inputs to be `MapDataPipe`")

@@ -8,7 +8,7 @@ import warnings
 from typing import Any, Callable, Hashable, Iterator, Sequence, TypeVar
 
 from .. import _pass
-from ..datapipe import IterDataPipe, MapDataPipe, functional_datapipe, require_callable, require_pipe, source_len, stage_label
+from ..datapipe import IterDataPipe, MapDataPipe, functional_datapipe, lacks_len, require_callable, source_len, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
 from ..iter.util import _deferred, _SourceRun
 from ._index import require_indices
@@ -42,7 +42,7 @@ class _LoadLock:
 
 def _duplicate(pipe: IterToMapConverter[Any], key: Any, n: int) -> None:
     warnings.warn(
-        f"{stage_label(pipe)}: duplicate key {key!r:.80} at item {n}; its value replaces the earlier one. "
+        f"{stage_label(pipe)}: Found duplicate key {key!s:.80} at item {n}, whose value replaces the earlier one. "
         "Please check your `key_value_fn`",
         UserWarning,
         stacklevel=5,
@@ -57,15 +57,29 @@ def _explain(pipe: IterToMapConverter[Any], e: Exception, pair: Any, key: Any, n
         return
     what = "key_value_fn's result for item" if pipe.key_value_fn is not None else "item"
     if raised_at(e, _PAIR_LINES) and isinstance(e, (TypeError, ValueError)):
-        detail = f"{type(pair).__name__}"
+        # torchdata's types and words (those of dict(pairs)), after the stage and the item
+        if isinstance(e, TypeError):
+            raise TypeError(f"{label}: {what} {n}: Cannot convert dictionary update element {type(pair)} "
+                            f"({pair!r:.80}) to a sequence") from e
         try:
-            detail += f" of length {len(pair)}"
-        except Exception:  # noqa: BLE001 - no length: the type says enough
-            pass
-        kind = TypeError if isinstance(e, TypeError) else ValueError
-        raise kind(f"{label}: {what} {n} must be a (key, value) pair, got {detail}: {pair!r:.80}") from e
+            length = f"length {len(pair)}"
+        except Exception:  # noqa: BLE001 - no length: Python's unpacking error says how many
+            length = f"a length other than 2 ({e})"
+        raise ValueError(f"{label}: {what} {n}: dictionary update sequence element has {length}, 2 is "
+                         "required") from e
     if raised_at(e, _KEY_LINES) and isinstance(e, TypeError) and key is not _NOTHING and not _hashable(key):
         raise TypeError(f"{label}: the key of {what} {n} is unhashable: {type(key).__name__} {key!r:.80}") from e
+
+
+def _sized(source: Any) -> bool:
+    """Whether ``len(source)`` gives a length (its errors other than a missing length propagate)."""
+    try:
+        len(source)
+    except TypeError as e:
+        if lacks_len(source, e):
+            return False
+        raise
+    return True
 
 
 def _hashable(key: Any) -> bool:
@@ -138,7 +152,8 @@ class IterToMapConverter(MapDataPipe[V]):
         item's position; the source's errors unchanged. After a failed load the next access tries
         again.
 
-    ``len()`` is the number of distinct keys (it loads the map). The map is loaded once per pipe
+    ``len()`` is the number of distinct keys (it loads the map, with torchdata's warning where the
+    source has no length). The map is loaded once per pipe
     object, under a lock, so threads reading it concurrently load it once; a pickled pipe carries
     its loaded map (it is loaded before pickling, as in torchdata), so DataLoader workers do not
     read the source again.
@@ -155,7 +170,8 @@ class IterToMapConverter(MapDataPipe[V]):
     """
 
     def __init__(self, datapipe: IterDataPipe[T], key_value_fn: Callable[[T], tuple[Any, V]] | None = None) -> None:
-        require_pipe(datapipe, "IterToMapConverter")
+        if not isinstance(datapipe, IterDataPipe):  # torchdata's words
+            raise TypeError(f"IterToMapConverter can only apply on IterDataPipe, but found {type(datapipe)}")
         require_callable(key_value_fn, "IterToMapConverter", "key_value_fn", optional=True)
         self.datapipe = datapipe
         self.key_value_fn = key_value_fn
@@ -178,12 +194,21 @@ class IterToMapConverter(MapDataPipe[V]):
         try:
             return m[key]
         except KeyError:
-            raise IndexError(f"{stage_label(self)}: no key {key!r:.80} among its {len(m)} keys") from None
+            raise IndexError(f"{stage_label(self)} ({len(m)} keys): Index {key!s:.80} is invalid for "
+                             "IterToMapConverter.") from None
 
     def __iter__(self) -> Iterator[V]:
         return iter(self._loaded().values())
 
     def __len__(self) -> int:
+        if self._map is None and not _sized(self.datapipe):
+            # torchdata's warning where it loads the map for len() (its phrase kept)
+            warnings.warn(
+                f"{stage_label(self)}: Data from prior DataPipe are loaded to get length of IterToMapConverter "
+                "before execution of the pipeline. Please consider removing len().",
+                UserWarning,
+                stacklevel=2,
+            )
         return len(self._loaded())
 
     def __getstate__(self) -> dict[str, Any]:
@@ -253,7 +278,8 @@ class MapToIterConverter(IterDataPipe[T]):
     _replays_sources = True
 
     def __init__(self, datapipe: MapDataPipe[T], indices: Sequence[Any] | None = None) -> None:
-        require_pipe(datapipe, "MapToIterConverter", kind=MapDataPipe)
+        if not isinstance(datapipe, MapDataPipe):  # torchdata's words
+            raise TypeError(f"MapToIterConverter can only apply on MapDataPipe, but found {type(datapipe)}")
         require_indices(indices, "MapToIterConverter")
         self.datapipe = datapipe
         self.indices = indices

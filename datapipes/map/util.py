@@ -357,6 +357,8 @@ class UnZipper(MapDataPipe[Any]):
         columns_to_skip: Sequence[int] | None = None,
     ) -> list[UnZipperChild]:
         require_pipe(source_datapipe, "UnZipper", "source_datapipe", kind=MapDataPipe)
-        require_int(sequence_length, "UnZipper", "sequence_length", minimum=1)
+        require_int(sequence_length, "UnZipper", "sequence_length")
+        if sequence_length < 1:  # torchdata's words
+            raise ValueError(f"UnZipper: Expected `sequence_length` larger than 0, but {sequence_length} is found")
         columns = unzip_columns(sequence_length, columns_to_skip, "UnZipperMapDataPipe")
         return [UnZipperChild(source_datapipe, sequence_length, c, k) for k, c in enumerate(columns)]

@@ -237,7 +237,7 @@ class TestState:
         next(it)
         state = stage_state(it, "BucketBatcher")
         assert len(state["items"]["buffer"]) == 12  # pool_size items
-        assert len(state["batches"]["buffer"]) == 4  # batch_num * bucket_num batches
+        assert len(state["batches"]["buffer"]) == 6  # batch_size * batch_num batches, torchdata's buffer
         assert len(state["rest"]) <= 6
 
     def test_grouper_keeps_its_groups(self):

@@ -329,9 +329,9 @@ def _restart_mid_pass(children):
 def test_reset_messages_end_with_torchs_sentences(make, label):
     warning, error = _restart_mid_pass(make())
     assert warning.startswith(f"{label}: child 0 started a new pass while child(ren) [1]")
-    assert warning.endswith(" " + RESET)
-    assert error.startswith(f"{label}: this child iterator was invalidated because child 0 started a new pass")
-    assert error.endswith(f" {INVALIDATED}{label}.")
+    assert warning.endswith(": " + RESET)
+    assert error.startswith(f"{label}: child 0 started a new pass while this one was mid-pass")
+    assert error.endswith(f": {INVALIDATED}{label}.")
 
 
 # -- B6 (kept on purpose): a child whose iterator died holds nothing back --------------------------------

@@ -278,7 +278,7 @@ class TestOnDiskCache:
 
     def test_len(self, tmp_path):
         pipe = cache_pipe(tmp_path, ["a"], Fetcher())
-        with pytest.raises(TypeError, match="EndOnDiskCacheHolder.*doesn't have valid length"):
+        with pytest.raises(TypeError, match=r"EndOnDiskCacheHolder.* has no len\(\): an item may give several files"):
             len(pipe)
         with pytest.raises(TypeError, match="OnDiskCacheHolder"):
             len(IterableWrapper([1]).on_disk_cache())
@@ -600,7 +600,7 @@ class TestHttpReader:
         with pytest.warns(UserWarning, match="skipping"):
             out = [u for u, _ in pipe]
         assert out == [server["url"]("f1.txt")] and pipe.failures.count == 1
-        with pytest.raises(TypeError, match="HttpReader has no len"):
+        with pytest.raises(TypeError, match="HttpReader.*: with on_error='skip' the number of files that open"):
             len(pipe)
 
     def test_transient_errors_are_retried(self, server):
@@ -876,7 +876,7 @@ class TestTFRecordLoader:
             (tmp_path / name).write_bytes(data)
         paths = [str(tmp_path / n) for n in files]
         pipe = IterableWrapper(paths).open_files(mode="b").load_from_tfrecord()
-        with pytest.raises(TypeError, match="TFRecordLoader has no len"):
+        with pytest.raises(TypeError, match=r"TFRecordLoader: the number of records is known only after reading \(pass "):
             len(pipe)
         assert len(pipe.datapipe.load_from_tfrecord(length=6)) == 6
         expected = [{"i": torch.tensor([v])} for v in (0, 1, 2, 10, 11, 12)]

@@ -114,7 +114,7 @@ class TestPrefetcher:
     @pytest.mark.parametrize(
         "kwargs, err, match",
         [
-            ({"buffer_size": 0}, ValueError, "Prefetcher: buffer_size must be >= 1, got 0"),
+            ({"buffer_size": 0}, ValueError, r"^Prefetcher\(buffer_size=0\): 'buffer_size' is required to be a positive integer\.$"),
             ({"buffer_size": 1.5}, TypeError, "Prefetcher: buffer_size must be an int, got float"),
         ],
     )

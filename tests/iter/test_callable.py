@@ -85,8 +85,11 @@ class TestMapper:
         "kwargs, err, match",
         [
             ({"fn": 3}, TypeError, "Mapper: fn must be callable, got int"),
-            ({"fn": str, "output_col": 1}, ValueError, "output_col must be None when input_col is None"),
-            ({"fn": str, "input_col": 0, "output_col": [1, 2]}, ValueError, "output_col must be a single column"),
+            ({"fn": str, "output_col": 1}, ValueError,
+             r"^Mapper\(output_col=1\): `output_col` must be None when `input_col` is None\.$"),
+            ({"fn": str, "input_col": 0, "output_col": [1, 2]}, ValueError,
+             r"^Mapper\(output_col=\[1, 2\]\): `output_col` must be a single-element list or tuple$"),
+            ({"fn": str, "input_col": 0, "output_col": []}, ValueError, "output_col must name one column"),
             ({"fn": str, "input_col": []}, ValueError, "input_col must name at least one column"),
             ({"fn": str, "on_error": "ignore"}, ValueError, "on_error must be 'raise' or 'skip'"),
         ],
@@ -147,8 +150,11 @@ class TestFlatMapper:
     def test_flatten_without_fn_and_columns(self):
         assert list(IterableWrapper([[1, 2], [], [3]]).flatmap()) == [1, 2, 3]
         assert list(IterableWrapper([("ab", 1)]).flatmap(list, input_col=0)) == ["a", "b"]
-        with pytest.raises(ValueError, match="FlatMapper: input_col needs a fn"):
-            FlatMapper(IterableWrapper([]), None, input_col=0)
+        # no fn: the column is flattened, several columns give their values in order (torchdata's no-op fn)
+        assert list(IterableWrapper([("ab", 1)]).flatmap(input_col=0)) == ["a", "b"]
+        assert list(FlatMapper(IterableWrapper([(1, 2, 3)]), None, input_col=[2, 0])) == [3, 1]
+        with pytest.raises(ValueError, match="FlatMapper: input_col must name at least one column"):
+            FlatMapper(IterableWrapper([]), None, input_col=[])
 
     def test_len_unknown(self):
         with pytest.raises(TypeError, match="FlatMapper"):

@@ -313,7 +313,7 @@ class TestCSVFilesParser:
         assert notes(info.value) == ["[datapipes] raised in stage CSVFilesParser at file 'q.csv', line 1"]
         with pytest.raises(TypeError, match="CSVFilesParser"):
             len(files(data).parse_csv_files())
-        with pytest.raises(ValueError, match="CSVFilesParser: skip_lines"):
+        with pytest.raises(ValueError, match="CSVFilesParser\\(skip_lines=-1\\): 'skip_lines' is required"):
             files(data).parse_csv_files(skip_lines=-1)
 
 

@@ -68,7 +68,7 @@ class TestIterableWrapper:
         assert len(pipe) == 2  # at call time
 
     def test_len_unknown_names_the_stage(self):
-        with pytest.raises(TypeError, match="IterableWrapper has no len\\(\\): its source, a generator, has no len"):
+        with pytest.raises(TypeError, match="^IterableWrapper: its source, a generator, has no length, so IterableWrapper instance"):
             len(IterableWrapper(x for x in range(3)))
 
     def test_reiteration_gives_independent_passes(self):
@@ -198,9 +198,11 @@ class TestHeader:
         check_datapipe(IterableWrapper(range(2)).header(4), expected=[0, 1])
 
     def test_len_unknown(self):
-        with pytest.raises(TypeError, match="Header\\(3\\) has no len\\(\\): its source may yield fewer than limit=3"):
+        # over a source without len(): unknown (torchdata guesses the limit; the source may be shorter)
+        with pytest.raises(TypeError, match="^Header\\(3\\): its source may yield fewer than limit=3 items \\(Filter"):
             len(IterableWrapper(range(10)).filter(bool).header(3))
-        with pytest.raises(TypeError, match="Filter"):
+        with pytest.raises(TypeError, match="^Header\\(None\\): The length of this HeaderIterDataPipe cannot be "
+                                            "determined, since source_datapipe has no len\\(\\) \\(Filter"):
             len(IterableWrapper(range(10)).filter(bool).header(None))
 
     def test_reads_no_further_than_the_limit_and_closes_the_source(self):
@@ -242,7 +244,7 @@ class TestCycler:
     def test_forever_with_limit(self):
         pipe = IterableWrapper("ab").cycle()
         check_datapipe(pipe, expected=list("ababa"), limit=5)
-        with pytest.raises(TypeError, match="Cycler\\(None\\) has no len\\(\\): it cycles forever"):
+        with pytest.raises(TypeError, match="^Cycler\\(None\\): This Cycler instance cycles forever, and therefore doesn't "):
             len(pipe)
 
     def test_each_round_is_a_new_pass(self):
@@ -289,7 +291,7 @@ class TestCycler:
 
     def test_bad_arguments(self):
         src = IterableWrapper(range(3))
-        with pytest.raises(ValueError, match="Cycler: count must be >= 0, got -1"):
+        with pytest.raises(ValueError, match="^Cycler: Expected non-negative count, got -1$"):
             src.cycle(-1)
         with pytest.raises(TypeError, match="Cycler: count must be an int, got float"):
             src.cycle(2.0)

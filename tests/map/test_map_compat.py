@@ -392,8 +392,8 @@ class TestUnZipper:
     @pytest.mark.parametrize(
         "kwargs, error, message",
         [
-            ({"sequence_length": 0}, ValueError, "UnZipper: sequence_length must be >= 1, got 0"),
-            ({"sequence_length": -2}, ValueError, "sequence_length must be >= 1, got -2"),
+            ({"sequence_length": 0}, ValueError, "^UnZipper: Expected `sequence_length` larger than 0, but 0 is found$"),
+            ({"sequence_length": -2}, ValueError, "Expected `sequence_length` larger than 0, but -2 is found"),
             ({"sequence_length": 2.0}, TypeError, "UnZipper: sequence_length must be an int, got float"),
             ({"sequence_length": True}, TypeError, "sequence_length must be an int, got bool"),
             ({"sequence_length": 3, "columns_to_skip": [3]}, ValueError,
@@ -405,7 +405,8 @@ class TestUnZipper:
              "UnZipper: columns_to_skip must be a sequence of ints or None, got str"),
             ({"sequence_length": 3, "columns_to_skip": 1}, TypeError, "columns_to_skip must be a sequence of ints"),
             ({"sequence_length": 2, "columns_to_skip": [0, 1]}, RuntimeError,
-             r"skips every column of sequence_length=2: All instances are being filtered out in UnZipperMapDataPipe"),
+             r"^UnZipper\(sequence_length=2, columns_to_skip=\[0, 1\]\): All instances are being filtered out in "
+             "UnZipperMapDataPipe"),
             ({"sequence_length": 1, "columns_to_skip": [0, 0]}, RuntimeError, "All instances are being filtered out"),
         ],
     )
