@@ -12,7 +12,7 @@ not exported by ``from datapipes import *`` (they would shadow the builtins).
 
 from ._chunk import DataChunk
 from ._collate import collate
-from .datapipe import IterDataPipe, MapDataPipe, functional_datapipe
+from .datapipe import IterDataPipe, MapDataPipe, functional_datapipe, stateless
 from .errors import ErrorPolicy, FailureLog
 from . import graph
 from . import hooks
@@ -44,4 +44,5 @@ __all__ = [
     "graph",
     "hooks",
     "profile",
+    "stateless",
 ]

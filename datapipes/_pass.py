@@ -553,11 +553,25 @@ def state_of(graph: list[str], stages: dict[str, Any]) -> dict[str, Any]:
 
 def _stateless(stage: Any) -> bool:
     """A stage with nothing of its own to save: its position is its sources' (map, filter, batch at
-    a batch boundary, ...). Stages written elsewhere are taken as stateless unless their iterator has
-    ``state_dict``/``load_state_dict`` (the protocol for your own stateful stages)."""
-    if not type(stage).__module__.startswith("datapipes."):
+    a batch boundary, ...). A stage written elsewhere (whose iterator has no
+    ``state_dict``/``load_state_dict``, the protocol for your own stateful stages) is stateless only
+    when its class says so (``stateless = True``, or ``@datapipes.stateless``): one that reads an
+    item ahead or keeps a buffer would otherwise resume with those items lost, and say nothing."""
+    if getattr(type(stage), "stateless", False) is True:
         return True
-    return bool(getattr(stage, "_stateless", False))
+    return type(stage).__module__.startswith("datapipes.") and bool(getattr(stage, "_stateless", False))
+
+
+def _undeclared(stage: Any) -> str:
+    """Why ``stage`` (built in a pass, with no position of its own to read) stops ``state_dict()``."""
+    if type(stage).__module__.startswith("datapipes."):
+        return (f"{stage_label(stage)} cannot save its position yet, so this pass has no state_dict(); the stages "
+                f"that can are listed in docs/howto/checkpoint.rst")
+    return (f"{stage_label(stage)} ({type(stage).__module__}.{type(stage).__qualname__}) cannot save its position: "
+            f"it is not one of datapipes' stages and says nothing about its state. If its position is its "
+            f"source's (it yields as it reads, keeping no item and no count), declare it: stateless = True on "
+            f"the class, or @datapipes.stateless; otherwise give its iterator state_dict() and "
+            f"load_state_dict(state) (docs/howto/checkpoint.rst, 'Your own stages')")
 
 
 def _replayed(graph: list[Any]) -> set[int]:
@@ -605,10 +619,7 @@ def _snapshot(pass_: Pass) -> dict[str, Any]:
                 stages[_key(index, stage)] = _held.freeze(pass_.pending_states[id(stage)], lambda s: keys.get(id(s)),
                                                           stage_label(stage))
             elif id(stage) in pass_.built and not _stateless(stage):
-                raise TypeError(
-                    f"{stage_label(stage)} cannot save its position yet, so this pass has no state_dict(); "
-                    f"the stages that can are listed in docs/howto/checkpoint.rst"
-                )
+                raise TypeError(_undeclared(stage))
     return state_of([type(s).__qualname__ for s in pass_.graph], stages)
 
 

@@ -11,8 +11,9 @@
 - an iterator closed (or dropped) after one item leaves no thread behind;
 - a pass stopped after ``k`` items (the first, the middle, the last) and saved with
   ``it.state_dict()`` resumes exactly in a new pass (``load_state_dict``), or ``state_dict()``
-  refuses with a ``TypeError``; a stage of your own that keeps a position of its own and does not
-  give its iterator ``state_dict``/``load_state_dict`` fails here;
+  refuses with a ``TypeError`` (as a stage of your own does that neither declares itself
+  stateless nor gives its iterator ``state_dict``/``load_state_dict``); one declared stateless
+  that keeps a position of its own fails here;
 - with ``build``, an exception raised by the source reaches the consumer as the same object.
 
 :func:`check_resume` checks the checkpoint law: a pass stopped after ``k`` items, saved with

@@ -105,8 +105,10 @@ class StatefulSource(IterDataPipe):
 
 
 class PlusOne(IterDataPipe):
-    """A stage written elsewhere that keeps no state (a generator adding 1 to each item): it
-    creates its source's iterator at its first ``next()``."""
+    """A stage written elsewhere that keeps no state (a generator adding 1 to each item), and says
+    so: it creates its source's iterator at its first ``next()``."""
+
+    stateless = True  # its position is its source's
 
     def __init__(self, dp):
         self.dp = dp
