@@ -214,7 +214,7 @@ class S3FileLister(FSSpecFileLister):
 
     def __len__(self) -> int:
         if self.length == -1:
-            raise len_unknown(self, "the number of objects is known only after listing; pass length= to set it")
+            raise len_unknown(self, "the number of objects is known only after listing (pass length= to set it)")
         return self.length
 
 
