@@ -1,4 +1,4 @@
-"""Concurrency benchmarks (issue 4, DESIGN section 8): our engine side by side with the plain-Python limit
+"""Concurrency benchmarks (issue 4; targets: docs/performance.rst, "Targets"): our engine side by side with the plain-Python limit
 and the peers, medians of repeats (ours and the plain limit interleaved repeat by repeat; the peers
 run after them), over several runs.
 

@@ -1,4 +1,4 @@
-"""End-to-end image benchmark (DESIGN section 8, issue 5): a JPEG folder -> batches of uint8 tensors.
+"""End-to-end image benchmark (targets: docs/performance.rst, "Targets"; issue 5): a JPEG folder -> batches of uint8 tensors.
 
     .venv-bench/bin/python benchmarks/end_to_end.py                   # every system, 5 runs, both mallocs
     .venv-bench/bin/python benchmarks/end_to_end.py --repeats 7 --malloc tuned
@@ -54,7 +54,7 @@ Targets (printed PASS/FAIL, measured with the tuned malloc and the default one):
 - datapipes' peak RSS <= 1/2 of torch DataLoader(num_workers=2)'s (its workers included).
 
 Malloc: decoding on the main thread page-faults far more than on a worker thread under glibc's
-default, dynamic mmap threshold (DESIGN section 8); every system is therefore run twice, with the
+default, dynamic mmap threshold (docs/performance.rst); every system is therefore run twice, with the
 default malloc and with ``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_`` pinned in the child's
 environment.
 """

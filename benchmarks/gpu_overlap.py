@@ -1,4 +1,4 @@
-"""GPU benchmark (DESIGN section 8 "GPU", issue 5): is the host-to-device copy of ``to_cuda`` overlapped?
+"""GPU benchmark (docs/performance.rst, "Targets"; issue 5): is the host-to-device copy of ``to_cuda`` overlapped?
 
     .venv/bin/python benchmarks/gpu_overlap.py                    # on a CUDA machine
     .venv/bin/python benchmarks/gpu_overlap.py --images 4000 --concurrency 8 --repeats 5

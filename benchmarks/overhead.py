@@ -9,7 +9,7 @@ per-pass check that the items need no copy costs about 16 ns per item. The chain
 
 Run:  .venv-bench/bin/python benchmarks/overhead.py        (or .venv/bin/python: datapipes alone)
 
-Targets (DESIGN.md section 8): the chain at >= 0.67x the plain chain's rate; one map stage within
+Targets (docs/performance.rst, "Targets"): the chain at >= 0.67x the plain chain's rate; one map stage within
 1.3x of a generator's time per item.
 
 Every system runs the same functions on the same list, the runs of one repeat are interleaved

@@ -1,4 +1,4 @@
-"""The package's layering (DESIGN section 1): no import circles, none hidden behind a function-level
+"""The package's layering (docs/architecture.rst, "Layers"): no import circles, none hidden behind a function-level
 import, and the base classes import no concrete pipe."""
 
 import ast

@@ -206,7 +206,7 @@ class TestStubInSync:
     def test_both_namespaces_are_declared(self):
         declared = stub_declarations()
         assert set(declared) == set(STUB_CLASSES)
-        # map, batch, concat, zip and shuffle exist on both bases (DESIGN section 2)
+        # map, batch, concat, zip and shuffle exist on both bases (docs/howto/custom_pipe.rst: separate namespaces)
         for name in ("map", "batch", "concat", "zip", "shuffle"):
             assert name in declared["IterMethods"] and name in declared["MapMethods"], name
 

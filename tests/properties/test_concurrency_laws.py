@@ -1,4 +1,4 @@
-"""Laws of the concurrency engine (DESIGN section 7), checked on random inputs and random timing."""
+"""Laws of the concurrency engine (docs/architecture.rst, "Laws"), checked on random inputs and random timing."""
 
 import random
 import threading

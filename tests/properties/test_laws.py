@@ -1,4 +1,4 @@
-"""The laws of pipe composition (DESIGN.md section 7), checked on random sources and parameters.
+"""The laws of pipe composition (docs/architecture.rst, "Laws"), checked on random sources and parameters.
 
 The concurrent and resume laws live with their features (tests/properties/test_concurrency_laws.py).
 """
