@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ArgumentError", "ArgumentTypeError", "phrased", "require_callable", "require_int"]
+__all__ = ["ArgumentError", "ArgumentTypeError", "phrased", "require_bool", "require_callable", "require_int"]
 
 
 class ArgumentError(ValueError, AssertionError):
@@ -32,6 +32,22 @@ def phrased(stage: str, phrase: str, **values: Any) -> str:
     """
     args = ", ".join(f"{name}={value!r}" for name, value in values.items())
     return f"{stage}({args}): {phrase}" if args else f"{stage}: {phrase}"
+
+
+def require_bool(value: Any, stage: str, name: str, *, ints: bool = False) -> bool:
+    """``value`` as a bool; ``TypeError`` naming ``stage`` and ``name`` unless it is a bool (or, with
+    ``ints``, any int: torch's flags take ``0`` and ``1`` too).
+
+    >>> require_bool(1, "Batcher", "drop_last", ints=True)
+    True
+    >>> require_bool("yes", "Batcher", "drop_last")
+    Traceback (most recent call last):
+    ...
+    TypeError: Batcher: drop_last must be a bool, got str
+    """
+    if not isinstance(value, int if ints else bool):
+        raise TypeError(f"{stage}: {name} must be a bool, got {type(value).__name__}")
+    return bool(value)
 
 
 def require_callable(value: Any, stage: str, name: str, optional: bool = False) -> None:

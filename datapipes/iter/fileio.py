@@ -50,6 +50,7 @@ from operator import length_hint
 from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
 from .. import _pass
+from .._checks import require_bool
 from .._positions import skip as skip_items
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
@@ -476,10 +477,6 @@ def _check_masks(masks: Any, stage: str) -> None:
     raise TypeError(f"{stage}: masks must be a str or a list of str, got {masks!r:.100}")
 
 
-def _check_bool(value: Any, stage: str, name: str) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"{stage}: {name} must be a bool, got {type(value).__name__}: {value!r:.100}")
-
 
 def _roots_pipe(root: Any, stage: str, kinds: tuple[type, ...]) -> IterDataPipe[Any]:
     """``root`` as a pipe of roots: a single root, a list of roots, or a pipe yielding roots."""
@@ -552,9 +549,9 @@ class FileLister(IterDataPipe[str]):
         stage = "FileLister"
         self.datapipe = _roots_pipe(root, stage, (str, os.PathLike))
         _check_masks(masks, stage)
-        _check_bool(recursive, stage, "recursive")
-        _check_bool(abspath, stage, "abspath")
-        _check_bool(non_deterministic, stage, "non_deterministic")
+        require_bool(recursive, stage, "recursive")
+        require_bool(abspath, stage, "abspath")
+        require_bool(non_deterministic, stage, "non_deterministic")
         require_int(length, stage, "length", minimum=-1)
         self.masks = masks
         self.recursive = recursive

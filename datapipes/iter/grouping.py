@@ -26,7 +26,7 @@ from typing import Any, Callable, Hashable, Iterable, Iterator, TypeVar, cast
 from .. import _pass
 from .._chunk import DataChunk
 from .._engine import abandon
-from .._checks import ArgumentError, phrased
+from .._checks import ArgumentError, phrased, require_bool
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
 
@@ -42,12 +42,6 @@ _BATCH_SIZE_ASSERT = "Batch size is required to be larger than 0!"
 _GROUP_SIZE_ASSERT = "group_size must be > 0 and <= buffer_size"
 _GUARANTEED_ASSERT = "guaranteed_group_size must be > 0 and <= group_size and group_size must be set"
 
-
-def _require_flag(value: Any, stage: str, name: str) -> bool:
-    """``value`` as a bool; ``TypeError`` naming ``stage`` and ``name`` unless it is a bool or an int."""
-    if not isinstance(value, int):
-        raise TypeError(f"{stage}: {name} must be a bool, got {type(value).__name__}")
-    return bool(value)
 
 
 def _count_batches(n: int, batch_size: int, drop_last: bool) -> int:
@@ -176,7 +170,7 @@ class Batcher(IterDataPipe[Any]):
         require_callable(wrapper_class, "Batcher", "wrapper_class")
         self.datapipe = datapipe
         self.batch_size = batch_size
-        self.drop_last = _require_flag(drop_last, "Batcher", "drop_last")
+        self.drop_last = require_bool(drop_last, "Batcher", "drop_last", ints=True)
         self.wrapper_class = wrapper_class
         self._run: Callable[[Batcher, Iterator[Any] | None], Iterator[Any]]
         if wrapper_class is list or wrapper_class is DataChunk:
@@ -701,11 +695,11 @@ class BucketBatcher(IterDataPipe[list[T]]):
             raise ValueError(f"{stage}: give sort_key (sorts a bucket) or key (of one item), not both")
         self.datapipe = datapipe
         self.batch_size = batch_size
-        self.drop_last = _require_flag(drop_last, stage, "drop_last")
+        self.drop_last = require_bool(drop_last, stage, "drop_last", ints=True)
         self.batch_num = batch_num
         self.bucket_num = bucket_num
         self.sort_key = sort_key
-        self.use_in_batch_shuffle = _require_flag(use_in_batch_shuffle, stage, "use_in_batch_shuffle")
+        self.use_in_batch_shuffle = require_bool(use_in_batch_shuffle, stage, "use_in_batch_shuffle", ints=True)
         self.key = key
         self._sorter = sort_key if key is None else _by_key(key)
 
@@ -891,11 +885,11 @@ class Grouper(IterDataPipe[Any]):
                                         group_size=group_size))
         self.datapipe = datapipe
         self.group_key_fn = group_key_fn
-        self.keep_key = _require_flag(keep_key, stage, "keep_key")
+        self.keep_key = require_bool(keep_key, stage, "keep_key", ints=True)
         self.buffer_size = buffer_size
         self.group_size = group_size
         self.guaranteed_group_size = guaranteed_group_size
-        self.drop_remaining = _require_flag(drop_remaining, stage, "drop_remaining")
+        self.drop_remaining = require_bool(drop_remaining, stage, "drop_remaining", ints=True)
         self._guaranteed = group_size if guaranteed_group_size is None else guaranteed_group_size
 
     def __iter__(self) -> Iterator[Any]:

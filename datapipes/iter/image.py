@@ -13,10 +13,11 @@ from typing import Any, Iterator
 import numpy as np
 from PIL import Image, ImageMode
 
+from .._checks import require_bool
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, require_pipe, source_len, stage_label
 from ..errors import WARN_FAILURES, policy_and_log
-from .parsing import _budget_stateless, _close, _count_run, _CountRun, _on_fail, _require_bool
+from .parsing import _budget_stateless, _close, _count_run, _CountRun, _on_fail
 
 __all__ = ["ImageDecoder"]
 
@@ -211,7 +212,7 @@ class ImageDecoder(IterDataPipe[Any]):
         size = _check_size(size, stage)
         if isinstance(resample, bool) or not isinstance(resample, int) or resample not in _RESAMPLE:
             raise ValueError(f"{stage}: resample must be one of Pillow's Image.Resampling filters, got {resample!r}")
-        _require_bool(draft, stage, "draft")
+        require_bool(draft, stage, "draft")
         if draft and size is None:
             raise ValueError(f"{stage}: draft=True needs a target size=(height, width)")
         if output not in _OUTPUTS:

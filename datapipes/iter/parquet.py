@@ -36,11 +36,12 @@ from itertools import chain, repeat
 from operator import length_hint
 from typing import Any, Callable, Iterator, Sequence
 
+from .._checks import require_bool
 from .. import _pass
 from .._engine import abandon
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
 from ..errors import WARN_FAILURES, call_lines, policy_and_log, raised_at
-from .parsing import _FileRun, _close, _file_where, _from_memory, _inner, _memory_copy, _on_fail, _pair, _reopener, _require_bool
+from .parsing import _FileRun, _close, _file_where, _from_memory, _inner, _memory_copy, _on_fail, _pair, _reopener
 
 __all__ = ["ParquetDataFrameLoader", "ParquetParser"]
 
@@ -433,9 +434,9 @@ class ParquetParser(_ParquetBase):
         require_pipe(source_datapipe, stage, "source_datapipe")
         self.columns = _check_columns(columns, stage)
         require_int(batch_size, stage, "batch_size", minimum=1)
-        _require_bool(as_batches, stage, "as_batches")
-        _require_bool(return_path, stage, "return_path")
-        _require_bool(use_threads, stage, "use_threads")
+        require_bool(as_batches, stage, "as_batches")
+        require_bool(return_path, stage, "return_path")
+        require_bool(use_threads, stage, "use_threads")
         self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures, counts=False)
         _pyarrow(stage)
         self.source_datapipe = source_datapipe
@@ -523,7 +524,7 @@ class ParquetDataFrameLoader(_ParquetBase):
         require_pipe(source_dp, stage, "source_dp")
         self.columns = _check_columns(columns, stage)
         _check_device(device, stage)
-        _require_bool(use_threads, stage, "use_threads")
+        require_bool(use_threads, stage, "use_threads")
         self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures, counts=False)
         _pyarrow(stage)
         import pyarrow

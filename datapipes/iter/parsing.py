@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from .. import _held, _pass
 from .._positions import Counted, Enumerated
-from .._checks import phrased
+from .._checks import phrased, require_bool
 from .._engine import abandon
 from .._engine import close_iterator as _close
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
@@ -494,17 +494,12 @@ def _budget_stateless(pipe: Any) -> bool:
     return pipe._policy.max_failures is None
 
 
-def _require_bool(value: Any, stage: str, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{stage}: {name} must be a bool, got {type(value).__name__}")
-    return value
-
 
 def _check_text_args(stage: str, skip_lines: Any, decode: Any, encoding: Any, errors: Any) -> None:
     require_int(skip_lines, stage, "skip_lines")
     if skip_lines < 0:  # torchdata's words (it means >= 0)
         raise ValueError(phrased(stage, "'skip_lines' is required to be a positive integer.", skip_lines=skip_lines))
-    _require_bool(decode, stage, "decode")
+    require_bool(decode, stage, "decode")
     if not isinstance(encoding, str):
         raise TypeError(f"{stage}: encoding must be a str, got {type(encoding).__name__}")
     try:
@@ -757,8 +752,8 @@ class CSVParser(IterDataPipe[Any]):
         stage = type(self).__name__
         require_pipe(source_datapipe, stage, "source_datapipe")
         _check_text_args(stage, skip_lines, decode, encoding, errors)
-        _require_bool(return_path, stage, "return_path")
-        _require_bool(as_tuple, stage, "as_tuple")
+        require_bool(return_path, stage, "return_path")
+        require_bool(as_tuple, stage, "as_tuple")
         _check_fmtparams(stage, fmtparams, csv.reader)
         self.source_datapipe = source_datapipe
         self.skip_lines = skip_lines
@@ -1164,8 +1159,8 @@ class LineReader(IterDataPipe[Any]):
         stage = "LineReader"
         require_pipe(source_datapipe, stage, "source_datapipe")
         _check_text_args(stage, skip_lines, decode, encoding, errors)
-        _require_bool(strip_newline, stage, "strip_newline")
-        _require_bool(return_path, stage, "return_path")
+        require_bool(strip_newline, stage, "strip_newline")
+        require_bool(return_path, stage, "return_path")
         self.source_datapipe = source_datapipe
         self.skip_lines = skip_lines
         self.strip_newline = strip_newline

@@ -15,11 +15,12 @@ import posixpath
 import time
 from typing import Any, Callable, Iterator, Sequence
 
+from .._checks import require_bool
 from .. import _pass
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import WARN_FAILURES, add_stage_note, policy_and_log
-from .fileio import StreamWrapper, _TEXT_KWARGS, _check_bool, _check_masks, _check_read_mode, _check_write_mode, _listed, _ListRun, _mask_matcher, _open_pass, _opened_len, _opener_stateless, _pair, _paths_pipe, _roots_pipe
+from .fileio import StreamWrapper, _TEXT_KWARGS, _check_masks, _check_read_mode, _check_write_mode, _listed, _ListRun, _mask_matcher, _open_pass, _opened_len, _opener_stateless, _pair, _paths_pipe, _roots_pipe
 
 __all__ = ["FSSpecFileLister", "FSSpecFileOpener", "FSSpecSaver"]
 
@@ -303,7 +304,7 @@ class FSSpecFileLister(IterDataPipe[str]):
         stage = "FSSpecFileLister"
         self.datapipe = _roots_pipe(root, stage, (str,))
         _check_masks(masks, stage)
-        _check_bool(recursive, stage, "recursive")
+        require_bool(recursive, stage, "recursive")
         _check_retries(retries, backoff, stage)
         self.masks = masks
         self.recursive = recursive

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Sequence
 
+from .._checks import require_bool
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, stage_label
 from ..errors import WARN_FAILURES
-from .fileio import StreamWrapper, _check_bool, _check_masks, _ListRun, _open_pass, _paths_pipe, _roots_pipe
+from .fileio import StreamWrapper, _check_masks, _ListRun, _open_pass, _paths_pipe, _roots_pipe
 from .remote import FSSpecFileLister, FSSpecFileOpener, _check_kwargs_for_open, _check_retries, _fsspec_list, _fsspec_opener
 
 __all__ = ["S3FileLister", "S3FileLoader"]
@@ -199,7 +200,7 @@ class S3FileLister(FSSpecFileLister):
                 _check_s3_url(url, stage)
         require_int(length, stage, "length", minimum=-1)
         _check_masks(masks, stage)
-        _check_bool(recursive, stage, "recursive")
+        require_bool(recursive, stage, "recursive")
         _check_retries(retries, backoff, stage)
         options = _s3_storage_options(stage, request_timeout_ms, region, storage_options)
         super().__init__(source, masks, recursive=recursive, retries=retries, backoff=backoff, **options)
@@ -305,7 +306,7 @@ class S3FileLoader(FSSpecFileOpener):
         source = _paths_pipe(source_datapipe, stage, "source_datapipe")
         require_int(buffer_size, stage, "buffer_size", minimum=1, optional=True)
         if multi_part_download is not None:
-            _check_bool(multi_part_download, stage, "multi_part_download")
+            require_bool(multi_part_download, stage, "multi_part_download")
         open_kwargs = _check_kwargs_for_open(kwargs_for_open, stage)
         if buffer_size is not None:
             _merge_block_size(open_kwargs, buffer_size, stage)

@@ -81,7 +81,7 @@ except ImportError:  # pragma: no cover - Windows: no inter-process lock (see th
 
 from .. import _pass
 from .._positions import Enumerated
-from .._checks import phrased
+from .._checks import phrased, require_bool
 from .._engine import abandon
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, policy_and_log
@@ -118,10 +118,6 @@ _CHUNK = 1 << 20  # bytes read at a time when hashing or copying a stream
 _LIST_SUFFIX = ".torchdata_list"  # torchdata's name for the list of an item's files
 _PROMISE_SUFFIX = ".promise"
 
-
-def _check_bool(value: Any, stage: str, name: str) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"{stage}: {name} must be a bool, got {type(value).__name__}")
 
 
 def _check_hash_args(hash_dict: Any, hash_type: Any, stage: str, optional: bool) -> None:
@@ -715,8 +711,8 @@ class EndOnDiskCacheHolder(IterDataPipe[str]):
         if mode not in ("wb", "w", "wt"):
             raise ValueError(f"{stage}: mode must be 'wb', 'w' or 'wt', got {mode!r}")
         require_callable(filepath_fn, stage, "filepath_fn", optional=True)
-        _check_bool(same_filepath_fn, stage, "same_filepath_fn")
-        _check_bool(skip_read, stage, "skip_read")
+        require_bool(same_filepath_fn, stage, "same_filepath_fn")
+        require_bool(skip_read, stage, "skip_read")
         if filepath_fn is not None and same_filepath_fn:
             raise ValueError(f"{stage}: `filepath_fn` is mutually exclusive with `same_filepath_fn`")
         if timeout is not None:
@@ -876,7 +872,7 @@ class HashChecker(IterDataPipe[tuple[Any, Any]]):
         stage = "HashChecker"
         require_pipe(source_datapipe, stage, "source_datapipe")
         _check_hash_args(hash_dict, hash_type, stage, optional=False)
-        _check_bool(rewind, stage, "rewind")
+        require_bool(rewind, stage, "rewind")
         self.source_datapipe = source_datapipe
         self.hash_dict = hash_dict
         self.hash_type = hash_type
@@ -970,7 +966,7 @@ class _HttpBase(IterDataPipe[tuple[str, StreamWrapper]]):
                kwargs: dict[str, Any]) -> None:
         self.source_datapipe = _paths_pipe(source_datapipe, stage, "source_datapipe")
         _check_timeout(timeout, stage)
-        _check_bool(skip_on_error, stage, "skip_on_error")
+        require_bool(skip_on_error, stage, "skip_on_error")
         _check_retries(retries, backoff, stage)
         self.timeout = timeout
         self.skip_on_error = skip_on_error
@@ -1740,7 +1736,7 @@ class TFRecordLoader(IterDataPipe[dict[str, Any]]):
                 if not isinstance(key, str) or not (isinstance(value, (tuple, list)) and len(value) == 2):
                     raise TypeError(f"{stage}: spec must map names to (shape, dtype) pairs, got {key!r}: {value!r:.100}")
         require_int(length, stage, "length", minimum=-1)
-        _check_bool(length_check, stage, "length_check")
+        require_bool(length_check, stage, "length_check")
         self.datapipe = datapipe
         self.spec = spec
         self.length = length

@@ -28,7 +28,7 @@ from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVa
 from .. import _pass
 from .._positions import Counted, skip
 from .._chunk import DataChunk
-from .._checks import phrased
+from .._checks import phrased, require_bool
 from .._engine import abandon, close_iterator, is_async_callable
 from .._tuning import usable_cpus
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_root, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
@@ -66,11 +66,6 @@ class _NotCoroutine(TypeError, ValueError):
     """``async_map_batches`` given a plain function: a ``TypeError`` (the wrong kind of function)
     that is also the ``ValueError`` torchdata raises there."""
 
-
-def _require_flag(value: Any, stage: str, name: str) -> bool:
-    if not isinstance(value, int):
-        raise TypeError(f"{stage}: {name} must be a bool, got {type(value).__name__}")
-    return bool(value)
 
 
 def _check_started(run: Any) -> None:
@@ -625,7 +620,7 @@ class MaxTokenBucketizer(IterDataPipe[list[T]]):
         self.min_len = min_len
         self.max_len = max_len
         self.buffer_size = buffer_size
-        self.include_padding = _require_flag(include_padding, stage, "include_padding")
+        self.include_padding = require_bool(include_padding, stage, "include_padding", ints=True)
 
     def __iter__(self) -> Iterator[list[T]]:
         run = _BucketizeRun()
@@ -1296,7 +1291,7 @@ class BatchAsyncMapper(Mapper[U]):
                                "function)")
         require_int(batch_size, stage, "batch_size", minimum=1)
         require_int(max_concurrency, stage, "max_concurrency", minimum=1)
-        _require_flag(flatten, stage, "flatten")
+        require_bool(flatten, stage, "flatten", ints=True)
         _check_cols(input_col, output_col, stage)
         check_arity(async_fn, input_col, stage)
         super().__init__(source_datapipe, async_fn, input_col, output_col, concurrency=min(batch_size, max_concurrency))

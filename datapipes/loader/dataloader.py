@@ -20,6 +20,7 @@ import torch
 from torch.utils.data import IterableDataset, RandomSampler
 from torch.utils.data import IterDataPipe as TorchIterDataPipe
 
+from .._checks import require_bool
 from .._engine import is_async_callable, is_async_gen_callable
 from ..datapipe import IterDataPipe, MapDataPipe, index_ordered, require_callable, require_int
 from ..graph import traverse
@@ -90,11 +91,6 @@ def _is_gen_callable(fn: Any) -> bool:
 
 # -- the loader ------------------------------------------------------------------------------------
 
-
-def _check_flag(value: Any, name: str) -> bool:
-    if not isinstance(value, int):
-        raise TypeError(f"{_WHERE}: {name} must be a bool, got {type(value).__name__}")
-    return bool(value)
 
 
 def _check_device(device: Any) -> Any:
@@ -549,7 +545,7 @@ class DataLoader(Generic[T]):
             raise TypeError(f"{_WHERE}: missing the data: DataLoader(pipe, ...) or DataLoader(src=..., ...)")
         require_int(batch_size, _WHERE, "batch_size", minimum=1, optional=True)
         self.batch_size = batch_size
-        self.drop_last = _check_flag(drop_last, "drop_last")
+        self.drop_last = require_bool(drop_last, _WHERE, "drop_last", ints=True)
         if self.drop_last and batch_size is None:
             raise ValueError(f"{_WHERE}: drop_last=True needs a batch_size, got batch_size=None")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
@@ -565,7 +561,7 @@ class DataLoader(Generic[T]):
             raise ValueError(f"{_WHERE}: give seed= or generator=, not both (both seed the loader's passes)")
         self.datapipe = _as_pipe(data, "src" if src is not None else "pipe")
         self._indexed = data if _map_style(data) else None  # a map-style dataset, read by index
-        self.shuffle = None if shuffle is None else _check_flag(shuffle, "shuffle")
+        self.shuffle = None if shuffle is None else require_bool(shuffle, _WHERE, "shuffle", ints=True)
         self.sampler, self.batch_sampler = sampler, batch_sampler
         self._drawn = self._sampling(data, sampler, batch_sampler)  # the sampler the loader draws indices from
         #: draws the loader's seed (when seed= is not given): generator=, else the sampler's own
@@ -638,11 +634,11 @@ class DataLoader(Generic[T]):
     def _build_torch(self, collate_fn: Any, pin_memory: Any, device: Any, num_workers: Any, persistent_workers: Any,
                      prefetch_factor: Any, multiprocessing_context: Any, worker_init_fn: Any) -> IterDataPipe[Any]:
         require_callable(collate_fn, _WHERE, "collate_fn", optional=True)
-        pin = _check_flag(pin_memory, "pin_memory")
+        pin = require_bool(pin_memory, _WHERE, "pin_memory", ints=True)
         self.device = _check_device(device)
         require_int(num_workers, _WHERE, "num_workers", minimum=0)
         self.num_workers = num_workers
-        persistent = _check_flag(persistent_workers, "persistent_workers")
+        persistent = require_bool(persistent_workers, _WHERE, "persistent_workers", ints=True)
         require_int(prefetch_factor, _WHERE, "prefetch_factor", minimum=1, optional=True)
         require_callable(worker_init_fn, _WHERE, "worker_init_fn", optional=True)
         if num_workers == 0:

@@ -7,7 +7,8 @@ from typing import Any, Callable, Iterator, TypeVar
 from .._chunk import DataChunk
 from ..datapipe import MapDataPipe, functional_datapipe, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note
-from ..iter.grouping import _BATCH_SIZE_ASSERT, _batch_drop, _batch_keep, _batch_wrap, _count_batches, _require_flag
+from .._checks import require_bool
+from ..iter.grouping import _BATCH_SIZE_ASSERT, _batch_drop, _batch_keep, _batch_wrap, _count_batches
 from ._index import position
 
 __all__ = ["Batcher"]
@@ -66,7 +67,7 @@ class Batcher(MapDataPipe[Any]):
     ) -> None:
         require_pipe(datapipe, "Batcher", kind=MapDataPipe)
         require_int(batch_size, "Batcher", "batch_size", minimum=1, torch_assert=_BATCH_SIZE_ASSERT)
-        drop_last = _require_flag(drop_last, "Batcher", "drop_last")  # 0 and 1 read as torch code may pass them
+        drop_last = require_bool(drop_last, "Batcher", "drop_last", ints=True)  # 0 and 1 read as torch code may pass them
         require_callable(wrapper_class, "Batcher", "wrapper_class")
         self.datapipe = datapipe
         self.batch_size = batch_size
