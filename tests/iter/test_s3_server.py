@@ -140,16 +140,21 @@ def _forget_s3fs_instances() -> None:
     s3fs.S3FileSystem.clear_instance_cache()
 
 
-@pytest.fixture(scope="module")
-def _shared_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def _running_server(log: str) -> Any:
+    """A started server for a fixture to yield; killed (and s3fs's clients of it dropped) after."""
     _need_server_packages()
-    server = S3Server(OBJECTS, str(tmp_path_factory.mktemp("moto") / "server.log"))
+    server = S3Server(OBJECTS, log)
     try:
         server.start()
         yield server
     finally:
         server.kill()
         _forget_s3fs_instances()
+
+
+@pytest.fixture(scope="module")
+def _shared_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    yield from _running_server(str(tmp_path_factory.mktemp("moto") / "server.log"))
 
 
 @pytest.fixture
@@ -175,14 +180,7 @@ def s3(_shared_server: S3Server, aws_env: None) -> S3Server:
 @pytest.fixture
 def own_s3(aws_env: None, tmp_path: Any) -> Any:
     """A server of this test's own, to kill and start again; killed at teardown."""
-    _need_server_packages()
-    server = S3Server(OBJECTS, str(tmp_path / "server.log"))
-    try:
-        server.start()
-        yield server
-    finally:
-        server.kill()
-        _forget_s3fs_instances()
+    yield from _running_server(str(tmp_path / "server.log"))
 
 
 def notes(exc: BaseException) -> str:
