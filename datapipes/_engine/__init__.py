@@ -66,17 +66,11 @@ def window(concurrency: int) -> int:
     """How many items a thread, executor or async stage keeps pulled ahead of its consumer (running
     or queued for a worker); a process stage keeps as many chunks.
 
-    Threads and executors: ``2 * concurrency``, one item running and one queued per worker, so a
-    worker that finishes takes its next item at once instead of idling until the consumer's thread
-    (busy batching, collating, opening the next file) submits one: with ``concurrency`` alone, 2
-    decode threads kept 1.80 of 2 cores busy in benchmarks/end_to_end.py, with ``2 * concurrency``
-    1.93-1.95 (+8-10% images/s). Async: ``concurrency`` tasks plus as many items queued on the loop's
-    side, so a finished task is replaced at once on the loop thread. The loop thread holds the GIL
-    while it runs callbacks, so the consumer's thread may wait up to the switch interval (5 ms) to
-    take its results and submit more: the queue must outlast that wait. With ``concurrency // 4``
-    queued, 256 tasks of ``asyncio.sleep(0.005)`` ran at 73-108% of plain asyncio's rate (the loop
-    starved whenever the consumer waited for the GIL; 73% with a 20 ms switch interval); with
-    ``concurrency`` queued, at 97-99% (99% with 20 ms).
+    ``2 * concurrency``: per worker, one item running and one queued, so a worker that finishes
+    takes its next item at once instead of idling until the consumer's thread submits one; for an
+    async stage, as many items queued on the loop's side as tasks run, enough to outlast the
+    consumer's wait for the GIL. The measurements behind it are in docs/performance.rst ("Items in
+    flight").
     """
     return 2 * concurrency
 
