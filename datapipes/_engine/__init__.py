@@ -133,7 +133,7 @@ def concurrent_map(
     if kind == "async":
         backend = AsyncWorkers(fn, concurrency, label, timeout)
     elif kind == "executor":
-        backend = ExecutorWorkers(fn, executor, label)  # type: ignore[arg-type]
+        backend = ExecutorWorkers(fn, executor, label, chunksize, timeout)  # type: ignore[arg-type]
     elif concurrency == 0:
         backend = InlineWorkers(fn)
     else:
@@ -143,7 +143,8 @@ def concurrent_map(
     if tune is not None:
         tune(stats, run, backend)
     loop = run_ordered if ordered else run_unordered
-    return loop(backend, source, window(max(1, concurrency)), on_fail, count, stats, run)
+    ahead = window(max(1, concurrency)) * ((chunksize or 1) if kind == "executor" else 1)  # executor: in chunks
+    return loop(backend, source, ahead, on_fail, count, stats, run)
 
 
 def _hooked_fn(fn: Callable[[Any], Any], stats: StageStats, hooks: Any, is_async: bool) -> Callable[[Any], Any]:

@@ -250,7 +250,12 @@ def _run_job(fn: Callable[[Any], Any], job: tuple[int, Any]) -> tuple[int, bool,
     return (*rec, time.perf_counter() - t)
 
 
-def _cancel_all(pending: set[Future[Any]]) -> None:
+def _run_chunk(fn: Callable[[Any], Any], jobs: list[tuple[int, Any]]) -> list[tuple[int, bool, Any, float]]:
+    """Run several jobs in one executor task (``chunksize``): their records, in order."""
+    return [_run_job(fn, job) for job in jobs]
+
+
+def _cancel_all(pending: dict[Future[Any], Any]) -> None:
     for f in list(pending):
         f.cancel()
 
@@ -260,45 +265,115 @@ class ExecutorWorkers(Closeable):
 
     A synchronous executor (``submit`` runs the call at once) works too, which makes a stage's logic
     testable without threads. ``close()`` cancels the futures that have not started.
+
+    ``chunksize``: jobs per executor task (one ``submit`` carries up to that many items, whose
+    results come back as one list), for executors whose cost per task outweighs a cheap ``fn``
+    (a Ray task, a Dask future: a millisecond or more each). A chunk is sent when it is full, or when
+    the consumer waits and nothing else is ready. ``timeout``: seconds a task may take from its
+    submission to its result; past it, :meth:`get` cancels it and returns failure records holding a
+    ``TimeoutError`` naming the stage for its items (a late result is dropped). It counts the time
+    the task waits in the executor's queue too: keep ``concurrency`` near the executor's workers.
     """
 
     kind = "executor"
 
-    def __init__(self, fn: Callable[[Any], Any], executor: Executor, label: str) -> None:
+    def __init__(self, fn: Callable[[Any], Any], executor: Executor, label: str, chunksize: int | None = None,
+                 timeout: float | None = None) -> None:
         self.fn = fn
         self.executor = executor
         self.label = label
+        self.chunksize = chunksize
+        self.timeout = timeout
         self.busy: list[float] = [0.0]
         self._finalizer: weakref.finalize | None = None
 
     def start(self) -> None:
         outq: Any = queue.SimpleQueue()
-        pending: set[Future[Any]] = set()
+        pending: dict[Future[Any], tuple[float, list[int]]] = {}  # task -> (sent at, its items' positions)
         lock = threading.Lock()
-        put, discard = outq.put, pending.discard
-        fn, busy, submit = self.fn, self.busy, self.executor.submit
+        put = outq.put
+        fn, busy, submit, chunked = self.fn, self.busy, self.executor.submit, self.chunksize is not None
+        size = self.chunksize or 1
+        chunk: list[tuple[int, Any]] = []
 
         def done(f: Future[Any]) -> None:
-            discard(f)
-            if f.cancelled():
+            with lock:
+                entry = pending.pop(f, None)
+            if entry is None or f.cancelled():  # timed out (its items failed already), or cancelled
                 return
             try:
-                i, ok, value, seconds = f.result()
+                result = f.result()
             except BaseException as e:  # noqa: BLE001 - the executor itself failed (e.g. a broken pool)
-                put((f._datapipes_index, False, e))  # type: ignore[attr-defined]
+                for i in entry[1]:
+                    put((i, False, e))
                 return
+            records = result if chunked else [result]
             with lock:  # done callbacks run on the executor's threads
-                busy[0] += seconds
-            put((i, ok, value))
+                busy[0] += sum(r[3] for r in records)
+            for i, ok, value, _ in records:
+                put((i, ok, value))
 
-        def submit_job(job: tuple[int, Any]) -> None:
-            f = submit(_run_job, fn, job)
-            f._datapipes_index = job[0]  # type: ignore[attr-defined]
-            pending.add(f)
+        def send(jobs: list[tuple[int, Any]]) -> None:
+            f = submit(_run_chunk, fn, jobs) if chunked else submit(_run_job, fn, jobs[0])
+            with lock:
+                pending[f] = (time.monotonic(), [job[0] for job in jobs])
             f.add_done_callback(done)
 
+        def submit_job(job: tuple[int, Any]) -> None:
+            if not chunked:
+                send([job])
+                return
+            chunk.append(job)
+            if len(chunk) >= size:
+                send(chunk[:])
+                chunk.clear()
+
+        def flush() -> None:
+            if chunk:
+                send(chunk[:])
+                chunk.clear()
+
         self.submit = submit_job
-        self.get = outq.get
+        self._outq, self._pending, self._lock, self._flush = outq, pending, lock, flush
+        self.get = self._get if chunked or self.timeout is not None else outq.get
         self.ready = outq.qsize
         self._finalizer = weakref.finalize(self, _cancel_all, pending)
 
+    def _get(self) -> tuple[int, bool, Any]:
+        """The next result record: a partial chunk is sent when nothing is ready (the consumer
+        waits for it); with a timeout, failure records for the items of a task past its deadline."""
+        outq, timeout = self._outq, self.timeout
+        while True:
+            try:
+                return outq.get_nowait()  # type: ignore[no-any-return]
+            except queue.Empty:
+                pass
+            self._flush()
+            if timeout is None:
+                return outq.get()  # type: ignore[no-any-return]
+            now = time.monotonic()
+            soonest = now + timeout
+            expired = None
+            with self._lock:
+                for f, (sent, positions) in self._pending.items():
+                    if sent + timeout <= now:
+                        expired = f, positions
+                        break
+                    soonest = min(soonest, sent + timeout)
+                if expired is not None:
+                    del self._pending[expired[0]]
+            if expired is not None:
+                expired[0].cancel()
+                first, *rest = [
+                    (i, False, TimeoutError(f"stage {self.label}: item {i} did not come back from the executor within "
+                                            f"timeout={timeout} s (counted from its submission, queue time included); "
+                                            f"its task was cancelled where it had not started"))
+                    for i in expired[1]
+                ]
+                for record in rest:
+                    outq.put(record)
+                return first
+            try:
+                return outq.get(timeout=max(0.0, soonest - now))  # type: ignore[no-any-return]
+            except queue.Empty:
+                pass

@@ -161,12 +161,13 @@ def _check_concurrency(stage: str, fn: Any, concurrency: Any, ordered: Any, exec
             raise TypeError(f"{stage}: timeout must be a number of seconds or None, got {type(timeout).__name__}")
         if not timeout > 0:
             raise ValueError(f"{stage}: timeout must be > 0, got {timeout!r}")
-        if executor != "thread":
-            raise ValueError(f"{stage}: timeout needs executor='thread' (a stuck worker is abandoned), "
-                             f"got executor={executor!r}")
+        if executor == "process":
+            raise ValueError(f"{stage}: timeout needs executor='thread' (a stuck worker is abandoned) or an "
+                             f"Executor (a late task is cancelled), got executor={executor!r}")
     require_int(chunksize, stage, "chunksize", minimum=1, optional=True)
-    if chunksize is not None and executor != "process":
-        raise ValueError(f"{stage}: chunksize applies only with executor='process', got executor={executor!r}")
+    if chunksize is not None and executor == "thread":
+        raise ValueError(f"{stage}: chunksize applies with executor='process' or an Executor (items per task), "
+                         f"got executor={executor!r}")
     check_rng(rng, stage)
     if is_async_callable(fn) and executor != "thread":
         raise ValueError(f"{stage}: an async fn runs on the engine's event loop; executor must be 'thread' "
@@ -525,16 +526,22 @@ class Mapper(IterDataPipe[U]):
             first ``next()`` of the first pass and stay warm for the pipe's next passes (epochs);
             they stop when the pipe is garbage-collected, after 60 s unused, or at exit. A failing
             pass stops them.
-        timeout: seconds one item may spend in ``fn`` (threads and async only). An item past it fails
+        timeout: seconds one item may spend in ``fn`` (threads, async, an ``Executor``). An item past it fails
             with a ``TimeoutError`` naming the stage and its position; its worker thread is abandoned
             (a daemon: it ends when ``fn`` returns and never blocks interpreter exit). An async
             ``fn`` is cancelled at the deadline; one that ignores the cancellation (a catch-all
             ``except`` that retries) is abandoned a grace later (a quarter of ``timeout``, 0.05 to
             1 s), and one that blocks the event loop (``time.sleep``, blocking I/O) fails with a
             ``TimeoutError`` that says so, while later passes get a new loop; a late result is
-            dropped, never delivered.
+            dropped, never delivered. With an ``Executor``, the time counts from the task's
+            submission (its wait in the executor's queue included) and a late task is cancelled
+            where it has not started: a stage whose tasks cannot be scheduled fails instead of
+            hanging.
         chunksize: with ``executor="process"``, items per message; ``None`` picks it from the measured
-            cost of ``fn`` (about 10 ms of work per chunk).
+            cost of ``fn`` (about 10 ms of work per chunk). With an ``Executor``, items per task
+            (``None``: one): one ``submit`` runs ``fn`` on up to ``chunksize`` items, for executors
+            whose cost per task outweighs a cheap ``fn``; order, completion order, failure budgets
+            and resume are the same, item by item.
         rng: ``None``, or ``"python"``, ``"numpy"``, ``"torch"``: ``fn`` is called as
             ``fn(item, rng=generator)`` with a ``random.Random`` / ``numpy.random.Generator`` /
             ``torch.Generator`` seeded from the pass seed (:meth:`set_seed`, :meth:`set_epoch`, or a

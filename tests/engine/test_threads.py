@@ -340,7 +340,7 @@ class TestConcurrentMapper:
             ({"timeout": 0}, ValueError, "Mapper: timeout must be > 0, got 0"),
             ({"timeout": "1"}, TypeError, "Mapper: timeout must be a number of seconds or None, got str"),
             ({"timeout": 1, "executor": "process"}, ValueError, "timeout needs executor='thread'"),
-            ({"chunksize": 4}, ValueError, "chunksize applies only with executor='process'"),
+            ({"chunksize": 4}, ValueError, "chunksize applies with executor='process' or an Executor"),
             ({"chunksize": 0, "executor": "process"}, ValueError, "chunksize must be >= 1"),
             ({"rng": "mt"}, ValueError, "Mapper: rng must be None, 'python', 'numpy' or 'torch', got 'mt'"),
         ],
