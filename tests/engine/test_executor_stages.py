@@ -105,24 +105,33 @@ class TestChunks:
             IterableWrapper(range(3)).map(square, concurrency=2, chunksize=4)
 
 
-class TestTimeout:
-    def test_a_task_that_does_not_come_back_fails_the_pass_naming_the_stage(self, pool):
-        release = threading.Event()
+@pytest.fixture
+def stuck_on():
+    """``stuck_on(k)``: a function that passes items through but blocks on item ``k`` (up to 10 s),
+    named ``stuck_on_k``; released when the test ends."""
+    release = threading.Event()
 
-        def stuck_on_5(x):
-            if x == 5:
+    def make(k):
+        def fn(x):
+            if x == k:
                 release.wait(10)
             return x
 
+        fn.__name__ = fn.__qualname__ = f"stuck_on_{k}"
+        return fn
+
+    yield make
+    release.set()
+
+
+class TestTimeout:
+    def test_a_task_that_does_not_come_back_fails_the_pass_naming_the_stage(self, pool, stuck_on):
         got = []
         t0 = time.monotonic()
-        try:
-            with pytest.raises(TimeoutError, match=r"stage Mapper\(stuck_on_5\): item 5 did not come back from the "
-                                                   r"executor within timeout=0.3 s") as info:
-                for x in IterableWrapper(range(20)).map(stuck_on_5, concurrency=2, executor=pool, timeout=0.3):
-                    got.append(x)
-        finally:
-            release.set()
+        with pytest.raises(TimeoutError, match=r"stage Mapper\(stuck_on_5\): item 5 did not come back from the "
+                                               r"executor within timeout=0.3 s") as info:
+            for x in IterableWrapper(range(20)).map(stuck_on(5), concurrency=2, executor=pool, timeout=0.3):
+                got.append(x)
         assert time.monotonic() - t0 < 5
         assert got == [0, 1, 2, 3, 4]
         assert "[datapipes] raised in stage Mapper(stuck_on_5) at item 5" in info.value.__notes__
@@ -138,36 +147,16 @@ class TestTimeout:
             finally:
                 release.set()
 
-    def test_skipping_drops_the_late_items_and_goes_on(self, pool):
-        release = threading.Event()
-
-        def stuck_on_3(x):
-            if x == 3:
-                release.wait(10)
-            return x
-
-        pipe = IterableWrapper(range(10)).map(stuck_on_3, concurrency=2, executor=pool, timeout=0.3,
+    def test_skipping_drops_the_late_items_and_goes_on(self, pool, stuck_on):
+        pipe = IterableWrapper(range(10)).map(stuck_on(3), concurrency=2, executor=pool, timeout=0.3,
                                               on_error="skip", warn_failures=None)
-        try:
-            assert list(pipe) == [0, 1, 2, 4, 5, 6, 7, 8, 9]
-        finally:
-            release.set()
+        assert list(pipe) == [0, 1, 2, 4, 5, 6, 7, 8, 9]
         assert pipe.failures.count == 1 and isinstance(pipe.failures.recent[0].exception, TimeoutError)
 
-    def test_a_late_chunk_fails_each_of_its_items(self, pool):
-        release = threading.Event()
-
-        def stuck_on_4(x):
-            if x == 4:
-                release.wait(10)
-            return x
-
-        pipe = IterableWrapper(range(12)).map(stuck_on_4, concurrency=2, executor=pool, timeout=0.3, chunksize=4,
+    def test_a_late_chunk_fails_each_of_its_items(self, pool, stuck_on):
+        pipe = IterableWrapper(range(12)).map(stuck_on(4), concurrency=2, executor=pool, timeout=0.3, chunksize=4,
                                               on_error="skip", warn_failures=None)
-        try:
-            assert list(pipe) == [0, 1, 2, 3, 8, 9, 10, 11]  # items 4-7 shared the late task
-        finally:
-            release.set()
+        assert list(pipe) == [0, 1, 2, 3, 8, 9, 10, 11]  # items 4-7 shared the late task
         assert sorted(f.position for f in pipe.failures.recent) == [4, 5, 6, 7]
 
     def test_a_process_stage_takes_none(self):
