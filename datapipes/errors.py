@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dis
 import logging
+import re
 import threading
 import time
 import warnings
@@ -112,6 +113,25 @@ def add_stage_note(exc: BaseException, stage: str, position: int | None = None, 
                 notes[k] = note
                 return
     exc.add_note(note)
+
+
+_STAGE_NOTE = re.compile(r"\[datapipes\] raised in stage (.+) at item (\d+)$")
+
+
+def noted_item(exc: BaseException) -> tuple[str, int] | None:
+    """``(stage label, position)`` of the first item note :func:`add_stage_note` put on ``exc``
+    (the stage that raised it), or None.
+
+    >>> e = KeyError("k")
+    >>> add_stage_note(e, "Mapper(f)", 3)
+    >>> noted_item(e)
+    ('Mapper(f)', 3)
+    """
+    for note in getattr(exc, "__notes__", None) or ():
+        found = _STAGE_NOTE.match(note) if isinstance(note, str) else None
+        if found:
+            return found.group(1), int(found.group(2))
+    return None
 
 
 def call_lines(func: Callable[..., Any], local: str = "fn") -> frozenset[int]:

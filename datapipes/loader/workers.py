@@ -9,7 +9,6 @@ pass with the loader's seed, the epoch (read from shared memory, so persistent w
 from __future__ import annotations
 
 import pickle
-import re
 import threading
 import time
 import traceback
@@ -19,6 +18,7 @@ from typing import Any, Iterator
 from torch.utils.data import IterableDataset
 
 from .._worker import capture_rank, placement
+from ..errors import noted_item
 from ..datapipe import IterDataPipe, stage_label
 from ..graph import sources_of, traverse
 from ..iter.callable import Mapper
@@ -104,9 +104,6 @@ def _feed(stream: ShardStream, worker: int, workers: int, watched: bool = False)
     yield worker, False, stream.state(), None, _snapshot(stream) if watched else None
 
 
-_STAGE_NOTE = re.compile(r"\[datapipes\] raised in stage (.+) at item (\d+)$")
-
-
 def _position_before_sharding(stream: ShardStream, exc: BaseException) -> str | None:
     """A note giving the failing item's position in the pipe *before* its ``sharding_filter``
     (what a single process would have named), where it can be told exactly: the stage that noted
@@ -114,10 +111,10 @@ def _position_before_sharding(stream: ShardStream, exc: BaseException) -> str | 
     skip), so the filter's ``k``-th item is the input's ``k * n + i`` for this worker's shard
     ``(n, i)``. None otherwise."""
     pass_ = stream.last_pass
-    found = next((m for m in map(_STAGE_NOTE.match, getattr(exc, "__notes__", None) or ()) if m), None)
+    found = noted_item(exc)
     if pass_ is None or found is None:
         return None
-    label, position = found.group(1), int(found.group(2))
+    label, position = found
     named = [s for s in traverse(stream.pipe) if stage_label(s) == label]
     if len(named) != 1:
         return None

@@ -55,13 +55,15 @@ BUDGETED = {
 }
 
 
-def until_error(it):
+def until_error(it, gave_up=lambda e: len(e.exceptions)):
+    """The items before the pass gave up, then ``("gave up", gave_up(group))``: by default how many
+    failures its group holds."""
     out = []
     try:
         for x in it:
             out.append(x)
     except ExceptionGroup as e:
-        out.append(("gave up", len(e.exceptions)))
+        out.append(("gave up", gave_up(e)))
     return out
 
 
@@ -111,13 +113,7 @@ SHARED = {
 def until_given_up(it):
     """The items before the pass gave up, then the message of its group up to what the group holds
     (a resumed pass holds only the failures since the resume)."""
-    out = []
-    try:
-        for x in it:
-            out.append(x)
-    except ExceptionGroup as e:
-        out.append(("gave up", e.message.split(";")[0]))
-    return out
+    return until_error(it, lambda e: e.message.split(";")[0])
 
 
 @pytest.mark.parametrize("name", sorted(SHARED))
