@@ -19,11 +19,11 @@ from .iter.archive import TarArchiveLoader, ZipArchiveLoader
 from .iter.callable import FlatMapper, Filter, Mapper
 from .iter.fileio import FileOpener
 from .iter.image import ImageDecoder
+from .iter.io.http import HttpReader, OnlineReader
 from .iter.parsing import JsonParser
 from .iter.remote import FSSpecFileOpener
 from .iter.parquet import ParquetDataFrameLoader
 from .iter.s3 import S3FileLoader
-from .iter.storage import HttpReader, OnlineReader
 
 T_co = TypeVar("T_co", covariant=True)
 U = TypeVar("U")
@@ -551,9 +551,7 @@ class IterMethods(Generic[T_co]):
         warn_failures: int | float | None = ...,
     ) -> ParquetDataFrameLoader: ...
 
-    # -- storage.py: on-disk cache, hashes, HTTP, single compressed files, TFRecord ---------------
-    # (needs at the top of _methods.pyi: `from .iter.storage import HttpReader, OnlineReader`;
-    # Callable, IO, Any, torch are imported there already)
+    # -- cache/ (on-disk cache, hashes) and io/ (HTTP, single compressed files, TFRecord) ----------
     def on_disk_cache(
         self,
         filepath_fn: Callable[[T_co], str] | None = ...,

@@ -1,4 +1,5 @@
-"""Iterable-style pipes (``IterDataPipe``), one module per family, named as in torch DataPipes.
+"""Iterable-style pipes (``IterDataPipe``), one module (or subpackage) per family, named as in torch
+DataPipes.
 
 Importing this package registers every pipe's functional name on :class:`IterDataPipe`.
 """
@@ -6,6 +7,7 @@ Importing this package registers every pipe's functional name on :class:`IterDat
 from ..datapipe import IterDataPipe
 from . import (
     archive as _archive,
+    cache as _cache,
     callable as _callable,
     combinatorics as _combinatorics,
     combining as _combining,
@@ -15,6 +17,7 @@ from . import (
     fileio as _fileio,
     grouping as _grouping,
     image as _image,
+    io as _io,
     joining as _joining,
     parquet as _parquet,
     parsing as _parsing,
@@ -22,11 +25,11 @@ from . import (
     remote as _remote,
     s3 as _s3,
     sharding as _sharding,
-    storage as _storage,
     transforming as _transforming,
     util as _util,
 )
 from .archive import *  # noqa: F401,F403
+from .cache import *  # noqa: F401,F403
 from .callable import *  # noqa: F401,F403
 from .combinatorics import *  # noqa: F401,F403
 from .combining import *  # noqa: F401,F403
@@ -36,6 +39,7 @@ from .distributed import *  # noqa: F401,F403
 from .fileio import *  # noqa: F401,F403
 from .grouping import *  # noqa: F401,F403
 from .image import *  # noqa: F401,F403
+from .io import *  # noqa: F401,F403
 from .joining import *  # noqa: F401,F403
 from .parquet import *  # noqa: F401,F403
 from .parsing import *  # noqa: F401,F403
@@ -43,7 +47,6 @@ from .prefetch import *  # noqa: F401,F403
 from .remote import *  # noqa: F401,F403
 from .s3 import *  # noqa: F401,F403
 from .sharding import *  # noqa: F401,F403
-from .storage import *  # noqa: F401,F403
 from .transforming import *  # noqa: F401,F403
 from .util import *  # noqa: F401,F403
 
@@ -52,8 +55,8 @@ __all__ = sorted(
         *(
             m.__all__
             for m in (
-                _archive, _callable, _combinatorics, _combining, _decoding, _device, _distributed, _fileio, _grouping,
-                _image, _joining, _parquet, _parsing, _prefetch, _remote, _s3, _sharding, _storage,
+                _archive, _cache, _callable, _combinatorics, _combining, _decoding, _device, _distributed, _fileio,
+                _grouping, _image, _io, _joining, _parquet, _parsing, _prefetch, _remote, _s3, _sharding,
                 _transforming, _util,
             )
         )

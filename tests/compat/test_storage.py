@@ -1,5 +1,5 @@
-"""datapipes.iter.storage: the on-disk cache (on_disk_cache / end_caching), check_hash, read_from_http /
-read_from_remote, load_from_bz2 / load_from_xz and extract, against torchdata 0.9's behaviour."""
+"""datapipes.iter.cache and datapipes.iter.io: the on-disk cache (on_disk_cache / end_caching), check_hash,
+read_from_http / read_from_remote, load_from_bz2 / load_from_xz and extract, against torchdata 0.9's behaviour."""
 
 import bz2
 import gzip
@@ -33,7 +33,8 @@ from datapipes.iter import (
     TFRecordLoader,
     XzFileLoader,
 )
-from datapipes.iter import storage
+from datapipes.iter.cache import disk
+from datapipes.iter.io import tfrecord as tfrecord_io  # helpers' tfrecord() builds a file
 from datapipes.testing import check_datapipe, check_resume
 
 from helpers import crc32c, ld, make_tar, make_zip, tfrecord, varint
@@ -360,7 +361,7 @@ class TestCacheLocks:
     def test_waits_for_another_writer_then_reads_the_cache(self, tmp_path, monkeypatch):
         target = str(tmp_path / "a")
         fd = self._hold_lock(target)
-        real_sleep = storage.time.sleep
+        real_sleep = disk.time.sleep
         waited = []
 
         def other_writer_finishes(delay):  # the other process completes while we wait
@@ -371,7 +372,7 @@ class TestCacheLocks:
                 os.close(fd)
             real_sleep(0)
 
-        monkeypatch.setattr(storage.time, "sleep", other_writer_finishes)
+        monkeypatch.setattr(disk.time, "sleep", other_writer_finishes)
         fetch = Fetcher()
         assert list(cache_pipe(tmp_path, ["a"], fetch)) == [target]
         assert waited and fetch.calls == []
@@ -384,7 +385,7 @@ class TestCacheLocks:
         def dies(delay):
             os.close(fd)  # released by the OS; the promise file stays
 
-        monkeypatch.setattr(storage.time, "sleep", dies)
+        monkeypatch.setattr(disk.time, "sleep", dies)
         fetch = Fetcher()
         assert list(cache_pipe(tmp_path, ["a"], fetch)) == [target]
         assert fetch.calls == ["a"] and leftovers(tmp_path) == []
@@ -813,7 +814,7 @@ class TestTFRecordLoader:
     ]
 
     def test_crc32c(self):
-        assert storage._crc32c_python(b"123456789") == 0xE3069283 == crc32c(b"123456789")
+        assert tfrecord_io._crc32c_python(b"123456789") == 0xE3069283 == crc32c(b"123456789")
 
     def test_examples(self):
         pipe = IterableWrapper([("a.tfrecord", io.BytesIO(tfrecord(*self.RECORDS)))]).load_from_tfrecord()
