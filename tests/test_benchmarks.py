@@ -129,3 +129,20 @@ def test_autotune_smoke_run(tmp_path):
         names = [s["name"] for s in w["systems"]]
         assert "datapipes map(concurrency='auto')" in names and w["baseline"] in names
         assert len(w["targets"]) == 1
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_cluster_benchmark_smoke_run():
+    pytest.importorskip("ray")
+    pytest.importorskip("distributed")
+    script = os.path.join(ROOT, "benchmarks", "cluster.py")
+    proc = subprocess.run([sys.executable, script, "--items", "64", "--overhead-items", "8", "--repeats", "1"],
+                          capture_output=True, text=True, timeout=280, cwd=ROOT,
+                          env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: the target missed on a tiny smoke run
+    out = proc.stdout
+    assert "1. CPU-bound fn" in out and "target: Ray with chunksize=32 >= 0.90x the process executor" in out
+    for system in ("Ray tasks, one item per submit", "Ray actors, chunksize=32", "Dask get_executor(), chunksize=32",
+                   "process executor, one item per submit"):
+        assert system in out
