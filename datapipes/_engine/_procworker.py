@@ -81,7 +81,7 @@ def _cloud_dumps(obj: Any) -> bytes:
     return cloudpickle.dumps(obj, _PROTOCOL)
 
 
-def _portable(exc: BaseException) -> BaseException:
+def portable(exc: BaseException) -> BaseException:
     """``exc`` with the worker's traceback as a note, or a stand-in when it cannot travel."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
@@ -126,7 +126,7 @@ def run_chunk(fn: Callable[[Any], Any], items: list[Any]) -> tuple[list[Any], di
                 append(fn(x))
             break
         except BaseException as e:  # noqa: BLE001 - reported to the parent with the item
-            failures[len(values)] = _portable(e)
+            failures[len(values)] = portable(e)
             append(None)
             start = len(values)
     return values, failures

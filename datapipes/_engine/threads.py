@@ -6,6 +6,7 @@ raises into its result record, and the consumer re-raises the very same object.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections import deque
@@ -14,6 +15,7 @@ import weakref
 from concurrent.futures import Executor, Future
 from typing import Any, Callable
 
+from ._procworker import portable
 from .lifecycle import Closeable
 
 __all__ = ["ThreadWorkers", "ExecutorWorkers", "InlineWorkers", "JOIN_GRACE_S"]
@@ -238,21 +240,24 @@ class InlineWorkers(Closeable):
         self._done.clear()
 
 
-def _run_job(fn: Callable[[Any], Any], job: tuple[int, Any]) -> tuple[int, bool, Any, float]:
-    """Run one job where the executor runs it (a thread, or a process of a process pool: only ``fn``
-    and the job travel, so this is a module-level function and its result plain data): the result
-    record and the seconds ``fn`` took."""
+def _run_job(fn: Callable[[Any], Any], job: tuple[int, Any], origin: int | None = None) -> tuple[int, bool, Any, float]:
+    """Run one job where the executor runs it (a thread, or a process of a process pool or a
+    cluster: only ``fn`` and the job travel, so this is a module-level function and its result plain
+    data): the result record and the seconds ``fn`` took. Run in a process other than ``origin``
+    (the consumer's pid), an exception gets that process's traceback as a note, which pickling
+    drops, or travels as a stand-in if it cannot be pickled (:func:`~datapipes._engine._procworker.portable`)."""
     t = time.perf_counter()
     try:
         rec = (job[0], True, fn(job[1]))
     except BaseException as e:  # noqa: BLE001
-        rec = (job[0], False, e)
+        rec = (job[0], False, e if origin is None or os.getpid() == origin else portable(e))
     return (*rec, time.perf_counter() - t)
 
 
-def _run_chunk(fn: Callable[[Any], Any], jobs: list[tuple[int, Any]]) -> list[tuple[int, bool, Any, float]]:
+def _run_chunk(fn: Callable[[Any], Any], jobs: list[tuple[int, Any]],
+               origin: int | None = None) -> list[tuple[int, bool, Any, float]]:
     """Run several jobs in one executor task (``chunksize``): their records, in order."""
-    return [_run_job(fn, job) for job in jobs]
+    return [_run_job(fn, job, origin) for job in jobs]
 
 
 def _cancel_all(pending: dict[Future[Any], Any]) -> None:
@@ -295,6 +300,7 @@ class ExecutorWorkers(Closeable):
         fn, busy, submit, chunked = self.fn, self.busy, self.executor.submit, self.chunksize is not None
         size = self.chunksize or 1
         chunk: list[tuple[int, Any]] = []
+        origin = os.getpid()
 
         def done(f: Future[Any]) -> None:
             with lock:
@@ -314,7 +320,7 @@ class ExecutorWorkers(Closeable):
                 put((i, ok, value))
 
         def send(jobs: list[tuple[int, Any]]) -> None:
-            f = submit(_run_chunk, fn, jobs) if chunked else submit(_run_job, fn, jobs[0])
+            f = submit(_run_chunk, fn, jobs, origin) if chunked else submit(_run_job, fn, jobs[0], origin)
             with lock:
                 pending[f] = (time.monotonic(), [job[0] for job in jobs])
             f.add_done_callback(done)

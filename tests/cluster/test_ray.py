@@ -98,7 +98,10 @@ class TestRayExecutor:
                 got.append(x)
         assert got == list(range(7)) and info.value.args == ("item-7",)
         assert type(info.value) is KeyError  # not Ray's RayTaskError
-        assert info.value.__notes__[-1] == "[datapipes] raised in stage Mapper(fails_on_7) at item 7"
+        traceback_there, stage = info.value.__notes__
+        assert traceback_there.startswith("[datapipes] traceback in worker process ")
+        assert "in fails_on_7" in traceback_there and "KeyError: 'item-7'" in traceback_there
+        assert stage == "[datapipes] raised in stage Mapper(fails_on_7) at item 7"
 
     def test_an_error_of_a_submitted_call_is_its_own_type_with_the_traceback_there(self, tasks):
         with pytest.raises(ValueError) as info:

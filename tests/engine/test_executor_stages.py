@@ -29,6 +29,18 @@ def fails_on_7(x):
     return x
 
 
+class Unpicklable(Exception):
+    def __init__(self, message, lock):
+        super().__init__(message)
+        self.lock = lock
+
+
+def raises_unpicklable(x):
+    if x == 2:
+        raise Unpicklable("no pickling", threading.Lock())
+    return x
+
+
 class Counting(Executor):
     """A thread pool that counts its submits."""
 
@@ -99,6 +111,20 @@ class TestChunks:
         with ProcessPoolExecutor(2) as executor:
             pipe = IterableWrapper(range(N)).map(square, concurrency=2, executor=executor, chunksize=8)
             assert list(pipe) == [x * x for x in range(N)]
+
+    def test_an_error_from_a_process_pool_carries_the_workers_traceback(self):
+        with ProcessPoolExecutor(2) as executor:
+            with pytest.raises(KeyError) as info:
+                list(IterableWrapper(range(N)).map(fails_on_7, concurrency=2, executor=executor, chunksize=4))
+        traceback_there, stage = info.value.__notes__
+        assert traceback_there.startswith("[datapipes] traceback in worker process ") and "in fails_on_7" in traceback_there
+        assert stage == "[datapipes] raised in stage Mapper(fails_on_7) at item 7"
+
+    def test_an_exception_that_cannot_be_pickled_arrives_as_a_stand_in(self):
+        with ProcessPoolExecutor(2) as executor:
+            with pytest.raises(RuntimeError, match="Unpicklable: no pickling") as info:
+                list(IterableWrapper(range(4)).map(raises_unpicklable, concurrency=2, executor=executor, chunksize=2))
+        assert "the original exception could not be pickled" in info.value.__notes__[0]
 
     def test_threads_take_no_chunksize(self):
         with pytest.raises(ValueError, match="Mapper: chunksize applies with executor='process' or an Executor"):
