@@ -106,3 +106,10 @@ def test_the_bottom_layers_import_no_pipe(base):
                 todo.append(t)
     pipes = sorted(m for m in seen if m.startswith(("datapipes.iter", "datapipes.map", "datapipes.loader")))
     assert pipes == [], f"{base} imports concrete pipes: {pipes}"
+
+
+def test_no_module_imports_the_optional_ray_bridge():
+    # datapipes.ray needs the [ray] extra: the rest of the package must import without Ray
+    graph, lazy = _imports()
+    assert [m for m, targets in graph.items() if "datapipes.ray" in targets] == []
+    assert [x for x in lazy if "datapipes.ray" in x[2]] == []
