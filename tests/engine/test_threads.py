@@ -458,4 +458,6 @@ class TestUserProcessPool:
             assert it.stats()[0][1].busy_s > 0
             with pytest.raises(KeyError) as caught:
                 list(IterableWrapper(range(5)).map(_fails_on_2, executor=pool, concurrency=2))
-            assert "Mapper(_fails_on_2)" in caught.value.__notes__[0]
+            traceback_there, stage = caught.value.__notes__  # the worker's traceback, then the stage
+            assert "line" in traceback_there and "_fails_on_2" in traceback_there
+            assert "Mapper(_fails_on_2)" in stage
