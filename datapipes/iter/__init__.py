@@ -1,5 +1,4 @@
-"""Iterable-style pipes (``IterDataPipe``), one module (or subpackage) per family, named as in torch
-DataPipes.
+"""Iterable-style pipes (``IterDataPipe``), one module (or subpackage) per family of pipes.
 
 Importing this package registers every pipe's functional name on :class:`IterDataPipe`.
 """
@@ -7,10 +6,10 @@ Importing this package registers every pipe's functional name on :class:`IterDat
 from ..datapipe import IterDataPipe
 from . import (
     archive as _archive,
+    broadcast as _broadcast,
     cache as _cache,
     callable as _callable,
     combinatorics as _combinatorics,
-    combining as _combining,
     decoding as _decoding,
     device as _device,
     distributed as _distributed,
@@ -18,21 +17,23 @@ from . import (
     grouping as _grouping,
     image as _image,
     io as _io,
-    joining as _joining,
+    muxing as _muxing,
     parquet as _parquet,
     parsing as _parsing,
     prefetch as _prefetch,
     remote as _remote,
+    reshaping as _reshaping,
     s3 as _s3,
     sharding as _sharding,
     transforming as _transforming,
     util as _util,
+    zipping as _zipping,
 )
 from .archive import *  # noqa: F401,F403
+from .broadcast import *  # noqa: F401,F403
 from .cache import *  # noqa: F401,F403
 from .callable import *  # noqa: F401,F403
 from .combinatorics import *  # noqa: F401,F403
-from .combining import *  # noqa: F401,F403
 from .decoding import *  # noqa: F401,F403
 from .device import *  # noqa: F401,F403
 from .distributed import *  # noqa: F401,F403
@@ -40,24 +41,26 @@ from .fileio import *  # noqa: F401,F403
 from .grouping import *  # noqa: F401,F403
 from .image import *  # noqa: F401,F403
 from .io import *  # noqa: F401,F403
-from .joining import *  # noqa: F401,F403
+from .muxing import *  # noqa: F401,F403
 from .parquet import *  # noqa: F401,F403
 from .parsing import *  # noqa: F401,F403
 from .prefetch import *  # noqa: F401,F403
 from .remote import *  # noqa: F401,F403
+from .reshaping import *  # noqa: F401,F403
 from .s3 import *  # noqa: F401,F403
 from .sharding import *  # noqa: F401,F403
 from .transforming import *  # noqa: F401,F403
 from .util import *  # noqa: F401,F403
+from .zipping import *  # noqa: F401,F403
 
 __all__ = sorted(
     {"IterDataPipe"}.union(
         *(
             m.__all__
             for m in (
-                _archive, _cache, _callable, _combinatorics, _combining, _decoding, _device, _distributed, _fileio,
-                _grouping, _image, _io, _joining, _parquet, _parsing, _prefetch, _remote, _s3, _sharding,
-                _transforming, _util,
+                _archive, _broadcast, _cache, _callable, _combinatorics, _decoding, _device, _distributed, _fileio,
+                _grouping, _image, _io, _muxing, _parquet, _parsing, _prefetch, _remote, _reshaping, _s3, _sharding,
+                _transforming, _util, _zipping,
             )
         )
     )

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from ..datapipe import MapDataPipe, functional_datapipe, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note
-from ..iter.joining import unzip_columns
+from ..iter.zipping import unzip_columns
 from ..iter.util import _may_change
 from ._index import index_text, position
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from datapipes.iter import combining
-from datapipes.iter.combining import Concater, Multiplexer, Zipper
+from datapipes.iter.muxing import Concater, Multiplexer
+from datapipes.iter.zipping import Zipper
 from datapipes.testing import check_resume
 
 from helpers import StatefulSource

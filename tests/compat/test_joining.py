@@ -1,5 +1,6 @@
-"""torchdata's joining, splitting and reshaping pipes (datapipes/iter/joining.py): behaviour as
-torchdata 0.9 documents it, argument errors, len(), the pipe contract, checkpoint and pickling."""
+"""torchdata's joining, splitting and reshaping pipes (datapipes/iter/zipping.py, muxing.py,
+broadcast/demux.py, reshaping.py): behaviour as torchdata 0.9 documents it, argument errors, len(),
+the pipe contract, checkpoint and pickling."""
 
 import pickle
 import warnings
@@ -24,7 +25,8 @@ from datapipes.iter import (
     UnZipper,
     ZipperLongest,
 )
-from datapipes.iter.joining import RoundRobinDemultiplexerChild, UnZipperChild
+from datapipes.iter.broadcast.demux import RoundRobinDemultiplexerChild
+from datapipes.iter.zipping import UnZipperChild
 from datapipes.map import SequenceWrapper
 from datapipes.testing import check_datapipe, check_resume
 

@@ -17,7 +17,8 @@ from datapipes import _pass
 from datapipes.datapipe import IterDataPipe
 from datapipes.graph import traverse
 from datapipes.iter import Concater, Demultiplexer, Forker, IterableWrapper, Multiplexer, Zipper
-from datapipes.iter.combining import DemultiplexerChild, ForkerChild
+from datapipes.iter.broadcast.demux import DemultiplexerChild
+from datapipes.iter.broadcast.fork import ForkerChild
 from datapipes.testing import check_datapipe
 
 

@@ -1,0 +1,427 @@
+"""Stages that merge several pipes into one stream of their items: Concater [concat],
+Multiplexer [mux], MultiplexerLongest [mux_longest], SampleMultiplexer.
+
+They are plain generators over their inputs: every pass iterates each input afresh, errors pass
+through as the same object, and ``len()`` is computed from the inputs' lengths at call time.
+``mux``, ``mux_longest`` and ``SampleMultiplexer`` create their inputs' iterators in ``iter()``;
+``concat`` creates the first input's there and each later one's when the previous input ends, in
+the same pass (:mod:`datapipes._pass`).
+
+Checkpoint and resume (``it.state_dict()``, :mod:`datapipes._pass`): ``concat`` saves which input
+it reads (a resumed pass builds that input at once and never reads the ones before it); ``mux``
+saves the items of the current round not yet yielded; ``mux_longest`` which input is next and which
+have ended; ``SampleMultiplexer`` its generator's state and the inputs not ended.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from bisect import bisect
+from typing import Any, Iterator, Mapping, TypeVar
+
+from .. import _pass
+from .._positions import remaining
+from .._engine import abandon
+from .._engine import close_iterator as _close_iterator
+from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe
+from ._shared import _abandon_all, _build, _check_inputs, _check_torchdata_inputs, _input_lengths, _weak
+from .combinatorics import _rng_state, _set_rng_state
+from .util import _STARTED
+
+__all__ = ["Concater", "Multiplexer", "MultiplexerLongest", "SampleMultiplexer"]
+
+T = TypeVar("T")
+
+_MISS = object()  # private sentinel: no more items (None is a valid item)
+
+
+# -- Concater --------------------------------------------------------------------------------------
+
+
+class _ConcatRun:
+    """Which input a concat pass reads, for checkpoint and resume. State: one int.
+
+    The generator moves ``index`` on when an input ends (once per input, nothing per item); the
+    input's own stages hold its position. :meth:`restore` builds the saved input's iterator at once,
+    so the states of its stages, restored after this one (graph order), reach it; the inputs before
+    it are built and dropped unread (their stages' states then land in runs of this pass, never
+    pending for a later input that shares a stage).
+    """
+
+    __slots__ = ("datapipes", "pass_", "it", "index", "started")
+
+    def __init__(self, datapipes: tuple[Any, ...], pass_: _pass.Pass | None, it: Iterator[Any]) -> None:
+        self.datapipes = datapipes
+        self.pass_ = _weak(pass_)  # the pass holds this run: no cycle back to it
+        self.it: Iterator[Any] | None = it  # the current input's iterator, until the pass starts
+        self.index = 0
+        self.started = False
+
+    def state(self) -> dict[str, Any]:
+        return {"input": self.index}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError(_STARTED)
+        index = state["input"]
+        if type(index) is not int or not 0 <= index < len(self.datapipes):
+            raise ValueError(
+                f"load_state_dict: Concater has {len(self.datapipes)} inputs, the state names input {index!r}"
+            )
+        if index == self.index:
+            return
+        _close_iterator(self.it)
+        pass_ = None if self.pass_ is None else self.pass_()
+        for j in range(min(index, 1), index + 1):
+            it = _build(self.datapipes[j], pass_)
+            if j < index:
+                _close_iterator(it)
+        self.it, self.index = it, index
+
+
+def _concat(run: _ConcatRun, pass_: _pass.Pass | None) -> Iterator[Any]:
+    """The current input's items, then each later input's, whose iterator is created in ``pass_``
+    (the pass that built this stage) only when the previous input ends."""
+    run.started = True
+    it, run.it = run.it, None  # the frame holds it from now on: a closed pass drops it
+    datapipes = run.datapipes
+    try:
+        yield from it  # type: ignore[misc]
+        for j in range(run.index + 1, len(datapipes)):
+            it = _build(datapipes[j], pass_)
+            run.index = j  # before its first item
+            yield from it
+    except BaseException:
+        abandon(it)  # this frame names the upstream: release it now, not at collection
+        raise
+
+
+@functional_datapipe("concat")
+class Concater(IterDataPipe[T]):
+    """Yield every item of the first pipe, then of the second, and so on
+    (functional name: ``concat``), like :func:`itertools.chain`.
+
+    Args:
+        *datapipes: the pipes, at least one. ``a.concat(b, c)`` is ``Concater(a, b, c)``.
+
+    Yields:
+        The items of each input in turn; an input is iterated only when the previous one ends.
+
+    Raises:
+        TypeError: an input is not an ``IterDataPipe``.
+        ValueError: no input.
+
+    ``len()`` is the sum of the inputs' lengths; ``TypeError`` naming the input when one is unknown.
+
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper(range(3)).concat(IterableWrapper("ab")))
+        [0, 1, 2, 'a', 'b']
+
+    See also: :class:`Multiplexer` to interleave instead, :class:`Zipper`.
+    """
+
+    #: later inputs are built under the pass when the earlier ones end (see datapipes._pass.unbuilt)
+    _builds_sources_later = True
+
+    def __init__(self, *datapipes: IterDataPipe[T]) -> None:
+        _check_inputs("Concater", datapipes)
+        self.datapipes = datapipes
+        self._run = _concat
+
+    def __iter__(self) -> Iterator[T]:
+        pass_ = _pass.current()
+        run = _ConcatRun(self.datapipes, pass_, iter(self.datapipes[0]))
+        _pass.track(self, run)
+        return self._run(run, pass_)
+
+    def __len__(self) -> int:
+        return sum(_input_lengths(self))
+
+
+# -- Multiplexer -----------------------------------------------------------------------------------
+
+
+class _MuxRun:
+    """Where a mux pass is in its round, for checkpoint and resume. State: the items of the current
+    round pulled from the inputs (a round pulls one from each at once) and not yet yielded, at most
+    ``len(datapipes) - 1`` items; the inputs' own stages hold their positions (each at the end of
+    the round). Read lazily from the current round's iterator (one store per round)."""
+
+    __slots__ = ("round", "saved", "started")
+
+    def __init__(self) -> None:
+        self.round: Iterator[Any] | None = None
+        self.saved: list[Any] = []  # the round a resumed pass yields first
+        self.started = False
+
+    def state(self) -> dict[str, Any]:
+        if self.round is not None:
+            return {"round": remaining(self.round)}
+        return {"round": list(self.saved)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError(_STARTED)
+        self.saved = list(state["round"])
+
+
+def _rounds(its: list[Iterator[Any]], run: _MuxRun) -> Iterator[tuple[Any, ...]]:
+    run.started = True
+    rounds: Iterator[tuple[Any, ...]] = zip(*its)
+    if run.saved:  # a resumed pass first yields the rest of the saved round
+        rounds = itertools.chain([tuple(run.saved)], rounds)
+    return rounds
+
+
+def _mux(its: list[Iterator[Any]], run: _MuxRun) -> Iterator[Any]:
+    """The items of ``its`` taken in rounds, one of each; ``run`` holds the round's iterator. ``zip``
+    stops at the first exhausted input and drops the round it was building: torch semantics."""
+    try:
+        for run.round in map(iter, _rounds(its, run)):  # one store per round, before its first item
+            yield from run.round
+    except BaseException:
+        for it in its:
+            abandon(it)
+        raise
+
+
+@functional_datapipe("mux")
+class Multiplexer(IterDataPipe[T]):
+    """Yield one item from each input in turn (functional name: ``mux``).
+
+    Rounds of one item per input, in input order, until any input is exhausted; the round that
+    input cut short is dropped (torch DataPipes semantics), so every input contributes the same
+    number of items.
+
+    Args:
+        *datapipes: the pipes, at least one. ``a.mux(b, c)`` is ``Multiplexer(a, b, c)``.
+
+    Yields:
+        ``a[0], b[0], c[0], a[1], b[1], c[1], ...``.
+
+    Raises:
+        TypeError: an input is not an ``IterDataPipe``.
+        ValueError: no input.
+
+    ``len()`` is the shortest input's length times the number of inputs; ``TypeError`` naming the
+    input when one is unknown.
+
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper(range(3)).mux(IterableWrapper(range(10, 15))))
+        [0, 10, 1, 11, 2, 12]
+
+    See also: :class:`Zipper`, :class:`Concater`.
+    """
+
+    def __init__(self, *datapipes: IterDataPipe[T]) -> None:
+        _check_inputs("Multiplexer", datapipes)
+        self.datapipes = datapipes
+        self._run = _mux
+
+    def __iter__(self) -> Iterator[T]:
+        its = [iter(dp) for dp in self.datapipes]
+        run = _MuxRun()
+        _pass.track(self, run)
+        return self._run(its, run)
+
+    def __len__(self) -> int:
+        return min(_input_lengths(self)) * len(self.datapipes)
+
+
+# -- MultiplexerLongest ----------------------------------------------------------------------------
+
+
+def _mux_longest_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+    """Read from a ``mux_longest`` pass's generator: the input to read next, and which have ended."""
+    return {"next": (local["i"] + 1) % local["n"], "done": list(local["done"])}
+
+
+def _mux_longest(its: list[Iterator[Any]], run: _pass.FrameRun) -> Iterator[Any]:
+    run.started = True
+    n = len(its)
+    done = [False] * n
+    i = -1  # the input read last
+    resume = run.resume
+    if resume is not None:
+        if "ended" in resume:
+            return
+        i = int(resume["next"]) - 1
+        done = [bool(d) for d in resume.get("done", done)]
+    live = n - sum(done)
+    try:
+        while live:
+            i += 1
+            if i == n:
+                i = 0
+            if done[i]:
+                continue
+            x = next(its[i], _MISS)
+            if x is _MISS:
+                done[i] = True
+                live -= 1
+                continue
+            yield x
+    except BaseException:
+        _abandon_all(its)
+        raise
+
+
+@functional_datapipe("mux_longest")
+class MultiplexerLongest(IterDataPipe[T]):
+    """Yield one item from each input in turn, skipping the exhausted ones, until every input is
+    exhausted (functional name: ``mux_longest``).
+
+    Args:
+        *datapipes: the pipes, at least one. ``a.mux_longest(b, c)`` is
+            ``MultiplexerLongest(a, b, c)``.
+
+    Yields:
+        ``a[0], b[0], c[0], a[1], ...``; once an input is exhausted, the others go on in turn.
+
+    Raises:
+        TypeError: an input is not an ``IterDataPipe``.
+        ValueError: no input.
+
+    ``len()`` is the sum of the inputs' lengths; ``TypeError`` naming the input when one is unknown.
+
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper(range(3)).mux_longest(IterableWrapper("a"), IterableWrapper([10, 11])))
+        [0, 'a', 10, 1, 11, 2]
+
+    See also: :class:`Multiplexer`, which stops at the first exhausted input.
+    """
+
+    def __init__(self, *datapipes: IterDataPipe[T]) -> None:
+        _check_torchdata_inputs("MultiplexerLongest", datapipes)
+        self.datapipes = datapipes
+
+    def __iter__(self) -> Iterator[T]:
+        its = [iter(dp) for dp in self.datapipes]
+        run = _pass.FrameRun(_mux_longest_state)
+        return _pass.track_generator(self, _mux_longest(its, run), run)
+
+    def __len__(self) -> int:
+        return sum(_input_lengths(self))
+
+
+# -- SampleMultiplexer -----------------------------------------------------------------------------
+
+
+class _SampleRun:
+    """The position of a ``SampleMultiplexer`` pass besides its inputs': the generator's state
+    (625 ints) and the inputs not exhausted. Read when asked; nothing is written per item."""
+
+    __slots__ = ("rng", "live", "started")
+
+    def __init__(self, rng: random.Random, n: int) -> None:
+        self.rng = rng
+        self.live = list(range(n))  # the inputs not exhausted, in input order (the loop mutates it)
+        self.started = False
+
+    def state(self) -> dict[str, Any]:
+        return {"rng": _rng_state(self.rng), "live": list(self.live)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if self.started:
+            raise RuntimeError(_STARTED)
+        _set_rng_state(self.rng, state["rng"])
+        self.live = [int(j) for j in state["live"]]
+
+
+def _sample_mux(its: list[Iterator[Any]], weights: tuple[float, ...], run: _SampleRun) -> Iterator[Any]:
+    run.started = True
+    live = run.live
+    rand = run.rng.random
+    try:
+        while len(live) > 1:
+            cumulative = list(itertools.accumulate(weights[j] for j in live))
+            total = cumulative[-1]
+            last = len(live) - 1
+            while True:
+                k = bisect(cumulative, rand() * total)
+                if k > last:  # rounding at the top end
+                    k = last
+                x = next(its[live[k]], _MISS)
+                if x is _MISS:
+                    del live[k]  # the draw is spent; the others' weights are renormalised
+                    break
+                yield x
+        if live:
+            yield from its[live[0]]
+    except BaseException:
+        _abandon_all(its)
+        raise
+
+
+class SampleMultiplexer(IterDataPipe[T]):
+    """Yield items drawn from several pipes at random, each draw picking a pipe with probability
+    proportional to its weight (no functional name, as in torchdata).
+
+    When a pipe is exhausted it is dropped and the draws go on among the others, their weights
+    renormalised; the last one left is read to its end. To keep the proportions forever, ``cycle``
+    the inputs.
+
+    Args:
+        pipes_to_weights_dict: ``{pipe: weight}``, at least one pipe; weights are numbers > 0.
+        seed: the seed of the draws; ``None`` (default): the pipe's seed (``set_seed``, the
+            DataLoader's), else a fresh one each pass. Same as ``set_seed(seed)`` on this stage.
+
+    Yields:
+        Every item of every input exactly once; each input's items in their order.
+
+    Raises:
+        TypeError / ValueError: a bad argument, naming it (a weight <= 0: torch's phrase
+            "Expecting a positive and non-zero weight").
+
+    Seeds: a seeded pass (``seed=``, ``set_seed``) draws the same sequence at every pass of an
+    epoch and a new one at every ``set_epoch(n)`` (torchdata's ``seed`` starts one generator for
+    all passes instead); an unseeded pass draws its seed from torch's global generator.
+
+    ``len()`` is the sum of the inputs' lengths; ``TypeError`` naming the input when one is unknown.
+
+    Checkpoint: the state holds the generator's state and the inputs not exhausted.
+
+    >>> from datapipes.iter import IterableWrapper, SampleMultiplexer
+    >>> pipe = SampleMultiplexer({IterableWrapper([0] * 4): 9.0, IterableWrapper([1] * 4): 1.0}, seed=0)
+    >>> sorted(pipe), list(pipe) == list(pipe)
+    ([0, 0, 0, 0, 1, 1, 1, 1], True)
+
+    See also: :class:`Multiplexer` and :class:`MultiplexerLongest` to take the inputs in turn.
+    """
+
+    _is_random = True
+
+    def __init__(self, pipes_to_weights_dict: Mapping[IterDataPipe[T], float], seed: int | None = None) -> None:
+        if not isinstance(pipes_to_weights_dict, Mapping):
+            raise TypeError(f"SampleMultiplexer: pipes_to_weights_dict must be a dict of pipes to weights, "
+                            f"got {type(pipes_to_weights_dict).__name__}")
+        if not pipes_to_weights_dict:
+            raise ValueError("SampleMultiplexer: Empty dictionary passed to SampleMultiplexerDataPipe")
+        for k, (dp, w) in enumerate(pipes_to_weights_dict.items()):
+            require_pipe(dp, "SampleMultiplexer", f"pipes_to_weights_dict key {k}")
+            if isinstance(w, bool) or not isinstance(w, (int, float)):
+                raise TypeError(f"SampleMultiplexer: the weight of pipe {k} must be a number, got {type(w).__name__}")
+            if not w > 0:  # torchdata's words
+                raise ValueError(f"SampleMultiplexer: pipe {k}: Expecting a positive and non-zero weight, got {w}")
+            if not math.isfinite(w):
+                raise ValueError(f"SampleMultiplexer: pipe {k}: a weight must be finite, got {w}")
+        require_int(seed, "SampleMultiplexer", "seed", optional=True)
+        self.datapipes = tuple(pipes_to_weights_dict)
+        self.weights = tuple(float(w) for w in pipes_to_weights_dict.values())
+        if seed is not None:
+            self._seed = seed
+
+    def __iter__(self) -> Iterator[T]:
+        rng = random.Random(self._pass_seed())
+        its = [iter(dp) for dp in self.datapipes]
+        run = _SampleRun(rng, len(its))
+        _pass.track(self, run)
+        return _sample_mux(its, self.weights, run)
+
+    def __len__(self) -> int:
+        return sum(_input_lengths(self))
