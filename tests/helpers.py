@@ -35,6 +35,17 @@ def fail_at(k):
     return fn
 
 
+def square(x):
+    return x * x
+
+
+def fails_on_7(x):
+    """``x``, but ``KeyError('item-7')`` for 7: an executor stage's failure at a known position."""
+    if x == 7:
+        raise KeyError(f"item-{x}")
+    return x
+
+
 def child_pids():
     """Pids of this process's live children (from /proc: every thread's children list)."""
     pids = set()

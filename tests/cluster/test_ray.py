@@ -11,6 +11,7 @@ import pytest
 
 from datapipes.iter import IterableWrapper
 from datapipes.testing import check_resume, same_multiset
+from helpers import fails_on_7, square
 
 ray = pytest.importorskip("ray")
 dray = pytest.importorskip("datapipes.ray")
@@ -18,16 +19,6 @@ dray = pytest.importorskip("datapipes.ray")
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(90), pytest.mark.usefixtures("ray_cluster")]
 
 N = 60
-
-
-def square(x):
-    return x * x
-
-
-def fails_on_7(x):
-    if x == 7:
-        raise KeyError(f"item-{x}")
-    return x
 
 
 def dies_on_2(x):

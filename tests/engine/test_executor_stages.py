@@ -15,18 +15,9 @@ import pytest
 
 from datapipes.iter import IterableWrapper
 from datapipes.testing import check_resume, same_multiset
+from helpers import fails_on_7, square
 
 N = 50
-
-
-def square(x):
-    return x * x
-
-
-def fails_on_7(x):
-    if x == 7:
-        raise KeyError(f"item-{x}")
-    return x
 
 
 class Unpicklable(Exception):
