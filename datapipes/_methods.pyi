@@ -16,10 +16,10 @@ import torch
 
 from .datapipe import IterDataPipe, MapDataPipe
 from .iter.archive import TarArchiveLoader, ZipArchiveLoader
-from .iter.callable import FlatMapper, Filter, Mapper
 from .iter.fileio import FileOpener
 from .iter.image import ImageDecoder
 from .iter.io.http import HttpReader, OnlineReader
+from .iter.mapping import FlatMapper, Filter, Mapper
 from .iter.parsing import JsonParser
 from .iter.remote import FSSpecFileOpener
 from .iter.parquet import ParquetDataFrameLoader
@@ -44,7 +44,7 @@ _Rng = Literal["python", "numpy", "torch"]
 class IterMethods(Generic[T_co]):
     """The functional methods of ``IterDataPipe``."""
 
-    # -- callable.py -------------------------------------------------------------------------------
+    # -- mapping/: map, filter, flatmap, map_batches, threadpool_map, async_map_batches ------------
     # map: an async fn gives its awaited result; with rng, fn is called as fn(item, rng=generator);
     # with input_col, fn receives columns and the result is Any.
     @overload
@@ -204,6 +204,54 @@ class IterMethods(Generic[T_co]):
         ordered: bool = ...,
         executor: _Executor = ...,
     ) -> FlatMapper[U]: ...
+    @overload
+    def map_batches(
+        self, fn: Callable[[list[T_co]], Iterable[U]], batch_size: int, input_col: None = ...
+    ) -> IterDataPipe[U]: ...
+    @overload
+    def map_batches(
+        self, fn: Callable[[list[Any]], Iterable[U]], batch_size: int, input_col: _Col | None = ...
+    ) -> IterDataPipe[U]: ...
+    @overload
+    def threadpool_map(
+        self,
+        fn: Callable[[T_co], U],
+        input_col: None = ...,
+        output_col: None = ...,
+        scheduled_tasks: int = ...,
+        max_workers: int | None = ...,
+        **threadpool_kwargs: Any,
+    ) -> IterDataPipe[U]: ...
+    @overload
+    def threadpool_map(
+        self,
+        fn: Callable[..., Any],
+        input_col: _Col | None = ...,
+        output_col: _Col | None = ...,
+        scheduled_tasks: int = ...,
+        max_workers: int | None = ...,
+        **threadpool_kwargs: Any,
+    ) -> IterDataPipe[Any]: ...
+    @overload
+    def async_map_batches(
+        self,
+        async_fn: Callable[[T_co], Awaitable[U]],
+        batch_size: int,
+        input_col: None = ...,
+        output_col: None = ...,
+        max_concurrency: int = ...,
+        flatten: Literal[True] = ...,
+    ) -> IterDataPipe[U]: ...
+    @overload
+    def async_map_batches(
+        self,
+        async_fn: Callable[..., Awaitable[Any]],
+        batch_size: int,
+        input_col: _Col | None = ...,
+        output_col: _Col | None = ...,
+        max_concurrency: int = ...,
+        flatten: bool = ...,
+    ) -> IterDataPipe[Any]: ...
 
     # -- grouping.py -------------------------------------------------------------------------------
     @overload
@@ -389,8 +437,9 @@ class IterMethods(Generic[T_co]):
     def flatten(self, indices: Hashable | list[Hashable] | None = ...) -> IterDataPipe[Any]: ...
     def drop(self, indices: Hashable | list[Hashable]) -> IterDataPipe[Any]: ...
     def set_length(self, length: int) -> IterDataPipe[T_co]: ...
+    def rows2columnar(self, column_names: Sequence[Hashable] | set[Hashable] | frozenset[Hashable] | None = ...) -> IterDataPipe[dict[Any, list[Any]]]: ...
 
-    # -- transforming.py ---------------------------------------------------------------------------
+    # -- shuffling.py: shuffles inside a batch or a buffer of iterables ----------------------------
     def in_batch_shuffle(self: IterMethods[Sequence[U]]) -> IterDataPipe[list[U]]: ...
     # fn=None flattens each item (or its input_col columns); with input_col, fn receives columns.
     @overload
@@ -405,6 +454,8 @@ class IterMethods(Generic[T_co]):
     def shuffled_flatmap(
         self, fn: Callable[..., Iterable[Any]] | None = ..., input_col: _Col | None = ..., buffer_size: int = ...
     ) -> IterDataPipe[Any]: ...
+
+    # -- bucketing.py ------------------------------------------------------------------------------
     def max_token_bucketize(
         self,
         max_token_count: int,
@@ -414,6 +465,8 @@ class IterMethods(Generic[T_co]):
         buffer_size: int = ...,
         include_padding: bool = ...,
     ) -> IterDataPipe[list[T_co]]: ...
+
+    # -- text.py -----------------------------------------------------------------------------------
     # items are (file name, line) pairs; the default joiner joins str lines with newlines
     @overload
     def lines_to_paragraphs(self: IterMethods[tuple[V, str]]) -> IterDataPipe[tuple[V, str]]: ...
@@ -421,56 +474,7 @@ class IterMethods(Generic[T_co]):
     def lines_to_paragraphs(
         self: IterMethods[tuple[V, Any]], joiner: Callable[[list[Any]], U] = ...
     ) -> IterDataPipe[tuple[V, U]]: ...
-    def rows2columnar(self, column_names: Sequence[Hashable] | set[Hashable] | frozenset[Hashable] | None = ...) -> IterDataPipe[dict[Any, list[Any]]]: ...
     def shard_expand(self: IterMethods[str]) -> IterDataPipe[str]: ...
-    @overload
-    def map_batches(
-        self, fn: Callable[[list[T_co]], Iterable[U]], batch_size: int, input_col: None = ...
-    ) -> IterDataPipe[U]: ...
-    @overload
-    def map_batches(
-        self, fn: Callable[[list[Any]], Iterable[U]], batch_size: int, input_col: _Col | None = ...
-    ) -> IterDataPipe[U]: ...
-    @overload
-    def threadpool_map(
-        self,
-        fn: Callable[[T_co], U],
-        input_col: None = ...,
-        output_col: None = ...,
-        scheduled_tasks: int = ...,
-        max_workers: int | None = ...,
-        **threadpool_kwargs: Any,
-    ) -> IterDataPipe[U]: ...
-    @overload
-    def threadpool_map(
-        self,
-        fn: Callable[..., Any],
-        input_col: _Col | None = ...,
-        output_col: _Col | None = ...,
-        scheduled_tasks: int = ...,
-        max_workers: int | None = ...,
-        **threadpool_kwargs: Any,
-    ) -> IterDataPipe[Any]: ...
-    @overload
-    def async_map_batches(
-        self,
-        async_fn: Callable[[T_co], Awaitable[U]],
-        batch_size: int,
-        input_col: None = ...,
-        output_col: None = ...,
-        max_concurrency: int = ...,
-        flatten: Literal[True] = ...,
-    ) -> IterDataPipe[U]: ...
-    @overload
-    def async_map_batches(
-        self,
-        async_fn: Callable[..., Awaitable[Any]],
-        batch_size: int,
-        input_col: _Col | None = ...,
-        output_col: _Col | None = ...,
-        max_concurrency: int = ...,
-        flatten: bool = ...,
-    ) -> IterDataPipe[Any]: ...
 
     # -- s3.py: torchdata's S3 pipes on fsspec and s3fs (the pipe's items are s3:// URLs) -----------
     def list_files_by_s3(
@@ -866,7 +870,7 @@ class IterMethods(Generic[T_co]):
         warn_failures: int | float | None = ...,
     ) -> ImageDecoder: ...
 
-    # -- callable.py: collate, device.py -----------------------------------------------------------
+    # -- mapping/batches.py: collate; device.py ----------------------------------------------------
     def collate(self, conversion: Callable[[T_co], U] | None = ..., collate_fn: Callable[[T_co], U] | None = ...) -> IterDataPipe[Any]: ...
     def pin_memory(self, pin_memory_fn: Callable[[T_co], T_co] | None = ..., buffer_size: int = ...) -> IterDataPipe[T_co]: ...
     def to_device(self, device: str | int | torch.device, non_blocking: bool = ..., *, collate: bool = ...) -> IterDataPipe[Any]: ...

@@ -356,7 +356,7 @@ class _SerialExecutor(concurrent.futures.Executor):
     (2, 2, 32, 2, 6), (16, 16, 64, 16, 20), (64, 16, 128, 32, 32), (128, 16, 128, 32, 32)])
 def test_the_defaults_on_many_cpus(simulate_cpus, cpus, start, most, processes, threadpool):
     from datapipes import _tuning
-    from datapipes.iter.transforming import _default_workers
+    from datapipes.iter.mapping.map import _default_workers
 
     simulate_cpus(cpus)
     assert _tuning.usable_cpus() == cpus
@@ -372,7 +372,7 @@ def test_the_defaults_on_many_cpus(simulate_cpus, cpus, start, most, processes, 
 def test_an_auto_process_stage_runs_one_process_per_cpu_within_its_cap(simulate_cpus, cpus):
     # what the stage would start with (starting 32 processes here would take longer than the test may)
     from datapipes import _tuning
-    from datapipes.iter.callable import _stage_concurrency
+    from datapipes.iter.mapping._shared import _stage_concurrency
 
     simulate_cpus(cpus)
     pipe = IterableWrapper(range(4)).map(abs, concurrency="auto", executor="process")

@@ -1,4 +1,4 @@
-"""collate() (datapipes/_collate.py) and Collator [collate] (datapipes/iter/callable.py)."""
+"""collate() (datapipes/_collate.py) and Collator [collate] (datapipes/iter/mapping/batches.py)."""
 
 import collections
 import dataclasses

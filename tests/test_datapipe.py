@@ -135,7 +135,7 @@ class TestRegistry:
         assert functional_datapipe("map")(Mapper) is Mapper
 
     def test_conflicting_name_raises(self):
-        with pytest.raises(ValueError, match="'map' on IterDataPipe is already registered by datapipes.iter.callable.Mapper"):
+        with pytest.raises(ValueError, match="'map' on IterDataPipe is already registered by datapipes.iter.mapping.map.Mapper"):
 
             @functional_datapipe("map")
             class OtherMapper(IterDataPipe):

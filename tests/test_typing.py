@@ -449,6 +449,29 @@ def test_the_package_type_checks():
     assert proc.returncode == 0, f"mypy -p datapipes (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
 
 
+@pytest.mark.parametrize("package", ["broadcast", "cache", "io", "mapping"])
+def test_each_subpackage_of_iter_lists_its_modules_names(package):
+    # a subpackage of datapipes.iter writes its __all__ out (mypy reads only a literal one to see
+    # what ``from datapipes.iter import Forker`` re-exports): it must stay the union of its modules'
+    import importlib
+    import pkgutil
+
+    pkg = importlib.import_module(f"datapipes.iter.{package}")
+    modules = [importlib.import_module(f"{pkg.__name__}.{m.name}") for m in pkgutil.iter_modules(pkg.__path__)
+               if not m.name.startswith("_")]
+    union = {name for module in modules for name in getattr(module, "__all__", ())}
+    assert sorted(pkg.__all__) == sorted(union) and len(pkg.__all__) == len(union)
+
+
+def test_every_subpackage_of_iter_is_checked_above():
+    import pkgutil
+
+    import datapipes.iter
+
+    found = sorted(m.name for m in pkgutil.iter_modules(datapipes.iter.__path__) if m.ispkg)
+    assert found == ["broadcast", "cache", "io", "mapping"]
+
+
 def test_datapipes_is_typed():
     # the marker file that tells type checkers to read the package's annotations and stubs
     assert (Path(datapipes.__file__).parent / "py.typed").exists()

@@ -7,8 +7,8 @@ from ..datapipe import IterDataPipe
 from . import (
     archive as _archive,
     broadcast as _broadcast,
+    bucketing as _bucketing,
     cache as _cache,
-    callable as _callable,
     combinatorics as _combinatorics,
     decoding as _decoding,
     device as _device,
@@ -17,6 +17,7 @@ from . import (
     grouping as _grouping,
     image as _image,
     io as _io,
+    mapping as _mapping,
     muxing as _muxing,
     parquet as _parquet,
     parsing as _parsing,
@@ -25,14 +26,15 @@ from . import (
     reshaping as _reshaping,
     s3 as _s3,
     sharding as _sharding,
-    transforming as _transforming,
+    shuffling as _shuffling,
+    text as _text,
     util as _util,
     zipping as _zipping,
 )
 from .archive import *  # noqa: F401,F403
 from .broadcast import *  # noqa: F401,F403
+from .bucketing import *  # noqa: F401,F403
 from .cache import *  # noqa: F401,F403
-from .callable import *  # noqa: F401,F403
 from .combinatorics import *  # noqa: F401,F403
 from .decoding import *  # noqa: F401,F403
 from .device import *  # noqa: F401,F403
@@ -41,6 +43,7 @@ from .fileio import *  # noqa: F401,F403
 from .grouping import *  # noqa: F401,F403
 from .image import *  # noqa: F401,F403
 from .io import *  # noqa: F401,F403
+from .mapping import *  # noqa: F401,F403
 from .muxing import *  # noqa: F401,F403
 from .parquet import *  # noqa: F401,F403
 from .parsing import *  # noqa: F401,F403
@@ -49,7 +52,8 @@ from .remote import *  # noqa: F401,F403
 from .reshaping import *  # noqa: F401,F403
 from .s3 import *  # noqa: F401,F403
 from .sharding import *  # noqa: F401,F403
-from .transforming import *  # noqa: F401,F403
+from .shuffling import *  # noqa: F401,F403
+from .text import *  # noqa: F401,F403
 from .util import *  # noqa: F401,F403
 from .zipping import *  # noqa: F401,F403
 
@@ -58,9 +62,9 @@ __all__ = sorted(
         *(
             m.__all__
             for m in (
-                _archive, _broadcast, _cache, _callable, _combinatorics, _decoding, _device, _distributed, _fileio,
-                _grouping, _image, _io, _muxing, _parquet, _parsing, _prefetch, _remote, _reshaping, _s3, _sharding,
-                _transforming, _util, _zipping,
+                _archive, _broadcast, _bucketing, _cache, _combinatorics, _decoding, _device, _distributed, _fileio,
+                _grouping, _image, _io, _mapping, _muxing, _parquet, _parsing, _prefetch, _remote, _reshaping, _s3,
+                _sharding, _shuffling, _text, _util, _zipping,
             )
         )
     )

@@ -1,7 +1,9 @@
 """Helpers shared by the stages that read several pipes or build a source later in the pass
 (:mod:`.zipping`, :mod:`.muxing`, :mod:`.broadcast`) and by :mod:`.reshaping`: the checks of
 several inputs and of their lengths, releasing the inputs of a failed pass, building an input in the
-pass that built the stage, and warnings pointed at the user's line.
+pass that built the stage, and warnings pointed at the user's line; and by torchdata's stages
+(:mod:`.shuffling`, :mod:`.bucketing`, :mod:`.mapping.batches`): the refusal to restore a pass
+already started, and torchdata's words for a length that relies on a function's output.
 """
 
 from __future__ import annotations
@@ -73,3 +75,12 @@ def _warn(message: str) -> None:
         frame = frame.f_back  # type: ignore[assignment]
         level += 1
     warnings.warn(message, UserWarning, stacklevel=level)
+
+
+#: torchdata's words for the length of a stage whose fn decides how many items come out (len_unknown).
+_RELIES = "length relies on the output of its function"
+
+
+def _check_started(run: Any) -> None:
+    if run.started:
+        raise RuntimeError(_pass.STARTED)

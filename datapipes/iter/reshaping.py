@@ -1,21 +1,24 @@
 """Stages that reshape each item of one source, or the stream around it: IndexAdder [add_index],
-Repeater [repeat], Slicer [slice], Flattener [flatten], Dropper [drop], LengthSetter [set_length].
+Repeater [repeat], Slicer [slice], Flattener [flatten], Dropper [drop], LengthSetter [set_length], and
+torchdata's Rows2Columnar [rows2columnar] (each batch of rows as columns; torchdata 0.9's names,
+parameters and outputs, the differences listed in its docstring).
 
 Every ``__iter__`` creates its source's iterator at once, as part of the pass being built
 (:mod:`datapipes._pass`), and hands it to a module-level generator that does the work
 (``set_length`` returns the source's own iterator).
 
-Checkpoint and resume (``it.state_dict()``): ``slice``, ``flatten``, ``drop`` and ``set_length``
-keep nothing of their own (their position is their source's); ``add_index`` saves the next index;
-``repeat`` the item being repeated and the repetitions left.
+Checkpoint and resume (``it.state_dict()``): ``slice``, ``flatten``, ``drop``, ``set_length`` and
+``rows2columnar`` keep nothing of their own (their position is their source's); ``add_index`` saves
+the next index; ``repeat`` the item being repeated and the repetitions left.
 """
 
 from __future__ import annotations
 
 import copy as _copy
 import itertools
+from collections import defaultdict
 from operator import length_hint
-from typing import Any, Callable, Hashable, Iterator, TypeVar
+from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVar
 
 from .. import _pass
 from .._positions import Enumerated
@@ -25,7 +28,7 @@ from ..errors import add_stage_note, call_lines, raised_at
 from ._shared import _warn
 from .util import _EnumerateRun
 
-__all__ = ["Dropper", "Flattener", "IndexAdder", "LengthSetter", "Repeater", "Slicer"]
+__all__ = ["Dropper", "Flattener", "IndexAdder", "LengthSetter", "Repeater", "Rows2Columnar", "Slicer"]
 
 T = TypeVar("T")
 
@@ -546,3 +549,105 @@ class LengthSetter(IterDataPipe[T]):
 
     def __len__(self) -> int:
         return self.length
+
+
+# -- Rows2Columnar ---------------------------------------------------------------------------------
+
+
+def _columnar(batch: Iterable[Any], names: list[Any], ordered: bool = True) -> defaultdict[Any, list[Any]]:
+    columns: defaultdict[Any, list[Any]] = defaultdict(list)
+    k = len(names)
+    for j, row in enumerate(batch):
+        if isinstance(row, dict):
+            if names:  # a filter: a name missing from a row raises KeyError, as in torchdata
+                for name in names:
+                    columns[name].append(row[name])
+            else:
+                for key, value in row.items():
+                    columns[key].append(value)
+        else:
+            if not ordered:
+                raise TypeError(f"Rows2Columnar: row {j} is a list, whose values are named by position, but "
+                                "column_names is a set, which has no order: pass a list of names")
+            for i, value in enumerate(row):
+                if i >= k:
+                    raise IndexError(f"Rows2Columnar: row {j} has more than {k} values, one per name of "
+                                     f"column_names={names!r}; list index out of range")
+                columns[names[i]].append(value)
+    return columns
+
+
+def _rows_to_columns(pipe: Rows2Columnar, it: Iterator[Any]) -> Iterator[defaultdict[Any, list[Any]]]:
+    names = pipe.column_names
+    ordered = pipe._ordered
+    n = 0
+    try:
+        for batch in it:
+            yield _columnar(batch, names, ordered)
+            n += 1
+    except Exception as e:
+        if raised_at(e, _COLUMNAR_LINES):
+            add_stage_note(e, stage_label(pipe), n, "batch")
+        abandon(it)
+        raise
+    except BaseException:
+        abandon(it)
+        raise
+
+
+_COLUMNAR_LINES = call_lines(_rows_to_columns, "names")
+
+
+@functional_datapipe("rows2columnar")
+class Rows2Columnar(IterDataPipe[dict[Any, list[Any]]]):
+    """Turn each batch of rows into columns: one dict per batch, column name -> list of values
+    (functional name: ``rows2columnar``).
+
+    Args:
+        source_datapipe: the source pipe, yielding batches whose rows are dicts or lists.
+        column_names: for dict rows, the keys to keep (a list, or a set as in torchdata; every key
+            when ``None`` or empty); for list rows, the name of each position, in a list or tuple
+            (needed: a row longer than it raises ``IndexError``, a set ``TypeError``).
+
+    Yields:
+        For each batch, a ``collections.defaultdict(list)`` (as torchdata yields) mapping each
+        column name to its values, in row order; a dict row without one of ``column_names``
+        raises ``KeyError``.
+
+    Raises:
+        KeyError, IndexError, TypeError: as above, with a note naming the stage and the batch's
+        position.
+
+    ``len()`` is the source's length.
+
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> rows = IterableWrapper([[{"a": 1}, {"b": 2, "a": 1}], [{"a": 1, "b": 200}, {"b": 2, "c": 3, "a": 100}]])
+        >>> [dict(d) for d in rows.rows2columnar()]
+        [{'a': [1, 1], 'b': [2]}, {'a': [1, 100], 'b': [200, 2], 'c': [3]}]
+        >>> [dict(d) for d in rows.rows2columnar(column_names=["a"])]
+        [{'a': [1, 1]}, {'a': [1, 100]}]
+        >>> [dict(d) for d in IterableWrapper([[[0, 1], [2, 3]]]).rows2columnar(["x", "y"])]
+        [{'x': [0, 2], 'y': [1, 3]}]
+    """
+
+    _stateless = True  # one dict per batch: its position is its source's
+
+    def __init__(
+        self,
+        source_datapipe: IterDataPipe[Any],
+        column_names: Sequence[Hashable] | set[Hashable] | frozenset[Hashable] | None = None,
+    ) -> None:
+        require_pipe(source_datapipe, "Rows2Columnar", "source_datapipe")
+        if column_names is not None and not isinstance(column_names, (list, tuple, set, frozenset)):
+            raise TypeError(f"Rows2Columnar: column_names must be a list or set of names, or None, got "
+                            f"{type(column_names).__name__}")
+        self.source_datapipe = source_datapipe
+        self.column_names: list[Any] = [] if column_names is None else list(column_names)
+        self._ordered = not isinstance(column_names, (set, frozenset))
+
+    def __iter__(self) -> Iterator[dict[Any, list[Any]]]:
+        return _rows_to_columns(self, iter(self.source_datapipe))
+
+    def __len__(self) -> int:
+        return source_len(self, self.source_datapipe, "source_datapipe")

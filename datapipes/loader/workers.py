@@ -21,7 +21,7 @@ from .._worker import capture_rank, placement
 from ..errors import noted_item
 from ..datapipe import IterDataPipe, stage_label
 from ..graph import sources_of, traverse
-from ..iter.callable import Mapper
+from ..iter.mapping import Mapper
 from ..iter.sharding import SHARDING_PRIORITIES, ShardingFilter
 from .. import _pass
 from .._pass import PassConfig, configured

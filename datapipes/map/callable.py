@@ -6,7 +6,7 @@ from typing import Any, Callable, Iterator, TypeVar
 
 from ..datapipe import MapDataPipe, functional_datapipe, index_ordered, require_callable, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
-from ..iter.callable import _check_cols, _Col, _item_fn, check_arity
+from ..iter.mapping._shared import _check_cols, _Col, _item_fn, check_arity
 from ._index import index_text
 
 __all__ = ["Mapper"]

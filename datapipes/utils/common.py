@@ -19,7 +19,7 @@ from io import IOBase
 from types import SimpleNamespace
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from ..iter.callable import check_arity
+from ..iter.mapping._shared import check_arity
 from ..iter.fileio import StreamWrapper, _local_chunks, _mask_matcher
 
 __all__ = [

@@ -12,7 +12,7 @@ import pytest
 import torch.utils.data.datapipes.iter as torch_iter
 
 import datapipes.iter as our_iter
-import datapipes.iter.callable as callable_module
+import datapipes.iter.mapping.filter as filter_module
 from datapipes import IterDataPipe, MapDataPipe
 from datapipes._checks import ArgumentError, ArgumentTypeError, require_int
 from datapipes.datapipe import lacks_len, source_len

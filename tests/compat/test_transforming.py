@@ -1,7 +1,8 @@
-"""torchdata's reshaping stages (datapipes/iter/transforming.py): InBatchShuffler [in_batch_shuffle],
-ShuffledFlatMapper [shuffled_flatmap], MaxTokenBucketizer [max_token_bucketize], ParagraphAggregator
-[lines_to_paragraphs], Rows2Columnar [rows2columnar], ShardExpander [shard_expand], BatchMapper
-[map_batches] and ThreadPoolMapper [threadpool_map].
+"""torchdata's reshaping stages (datapipes/iter/shuffling.py, bucketing.py, text.py, reshaping.py and
+mapping/): InBatchShuffler [in_batch_shuffle], ShuffledFlatMapper [shuffled_flatmap],
+MaxTokenBucketizer [max_token_bucketize], ParagraphAggregator [lines_to_paragraphs], Rows2Columnar
+[rows2columnar], ShardExpander [shard_expand], BatchMapper [map_batches] and ThreadPoolMapper
+[threadpool_map].
 
 Where torchdata's output depends on its algorithm (the draws of ``shuffled_flatmap``, the heap order
 of ``max_token_bucketize``), a small reference written from torchdata's documented behaviour runs

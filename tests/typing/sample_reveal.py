@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
     source = IterableWrapper(["3", "1", "2"])
     reveal_type(source)  # N: datapipes.iter.util.IterableWrapper[str]
-    reveal_type(source.map(int))  # N: datapipes.iter.callable.Mapper[int]
+    reveal_type(source.map(int))  # N: datapipes.iter.mapping.map.Mapper[int]
     reveal_type(source.map(int).batch(2))  # N: datapipes.datapipe.IterDataPipe[list[int]]
     reveal_type(source.map(int).batch(2).unbatch())  # N: datapipes.datapipe.IterDataPipe[int]
     reveal_type(source.enumerate().zip(source))  # N: datapipes.datapipe.IterDataPipe[tuple[tuple[int, str], str]]

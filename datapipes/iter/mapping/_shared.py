@@ -1,0 +1,244 @@
+"""Helpers shared by the stages of :mod:`datapipes.iter.mapping` (and by stages elsewhere that take
+the same arguments: ``shuffled_flatmap``, the map-style ``map``): reading an item's columns and writing
+a result back (``input_col``, ``output_col``), the checks of a stage's function and of its concurrency
+arguments, the failure handling of a pass (under ``on_error="skip"`` and a failure budget), and the
+number of workers a concurrent pass runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from concurrent.futures import Executor
+from typing import Any, Callable, Hashable, Sequence
+
+from ... import _pass
+from ..._checks import phrased
+from ..._engine import is_async_callable
+from ..._engine.rng import check_rng
+from ..._tuning import process_workers
+from ...datapipe import require_int, stage_label
+from ...errors import PassFailures, add_stage_note
+
+_Col = Hashable | Sequence[Hashable] | None
+
+
+def _check_cols(input_col: _Col, output_col: _Col, stage: str) -> None:
+    # torch's (and torchdata's) words where they check the same
+    if input_col is None and output_col is not None:
+        raise ValueError(phrased(stage, "`output_col` must be None when `input_col` is None.", output_col=output_col))
+    if isinstance(output_col, (list, tuple)):
+        if len(output_col) > 1:
+            raise ValueError(phrased(stage, "`output_col` must be a single-element list or tuple",
+                                     output_col=output_col))
+        if not output_col:
+            raise ValueError(f"{stage}: output_col must name one column, got {output_col!r}")
+    if isinstance(input_col, (list, tuple)) and len(input_col) == 0:
+        raise ValueError(f"{stage}: input_col must name at least one column, got {input_col!r}")
+
+
+def check_arity(fn: Callable[..., Any], input_col: Any, stage: str, passed: tuple[str, ...] = ()) -> None:
+    """Raise ``ValueError`` when ``fn`` cannot take the columns ``input_col`` gives it (one, or one
+    per column of a list or tuple), as torch's ``validate_input_col`` does, its phrase kept after the
+    stage's name ("The function f takes 1 parameters, but 2 are required."). Keyword-only
+    parameters without a default are refused; ``passed`` names keywords the stage gives (``rng``).
+    Functions whose signature cannot be read (some built-ins) are not checked."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    need = len(input_col) if isinstance(input_col, (list, tuple)) else 1
+    params = [p for p in sig.parameters.values() if p.name not in passed]
+    kinds = inspect.Parameter
+    pos = [p for p in params if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)]
+    star = any(p.kind is kinds.VAR_POSITIONAL for p in params)
+    bare_kw = [p for p in params if p.kind is kinds.KEYWORD_ONLY and p.default is p.empty]
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    name = getattr(target, "__name__", repr(target))
+    if bare_kw:
+        raise ValueError(f"{stage}: The function {name} takes {len(bare_kw)} non-default keyword-only parameters, "
+                         f"which is not allowed.")
+    if len(params) < need and not star:
+        raise ValueError(f"{stage}: The function {name} takes {len(params)} parameters, but {need} are required.")
+    if len(params) >= need and len(pos) > need and any(p.default is p.empty for p in pos[need:]):
+        raise ValueError(f"{stage}: The function {name} takes {len(pos)} positional parameters, but {need} are "
+                         f"required.")
+    if len(params) >= need and len(pos) < need and not star:
+        raise ValueError(f"{stage}: The function {name} takes {len(pos)} positional parameters, but {need} are "
+                         f"required.")
+
+
+def _column_fn(fn: Callable[..., Any], input_col: _Col, output_col: _Col) -> Callable[[Any], Any]:
+    """A per-item function applying ``fn`` to the ``input_col`` columns of a tuple, list or dict and
+    writing the result to ``output_col`` (torch DataPipes semantics). The input item is not mutated.
+
+    - ``input_col`` one column: ``fn(item[input_col])``; several: ``fn(*(item[c] for c in input_col))``.
+    - ``output_col`` None: the result replaces the (first) input column, the other input columns are
+      removed; ``-1``: the result is appended (tuples and lists); any other: the result is written
+      there.
+    """
+    if isinstance(output_col, (list, tuple)):
+        output_col = output_col[0]
+    many = isinstance(input_col, (list, tuple))
+
+    def apply(item: Any) -> Any:
+        res = fn(*[item[c] for c in input_col]) if many else fn(item[input_col])  # type: ignore[union-attr]
+        is_tuple = isinstance(item, tuple)
+        out: Any = list(item) if is_tuple else item.copy()  # a list or a dict: indexed by the columns
+        if output_col is None:
+            if many:
+                out[input_col[0]] = res  # type: ignore[index]
+                for col in sorted(input_col[1:], reverse=True):  # type: ignore[index]
+                    del out[col]
+            else:
+                out[input_col] = res
+        elif output_col == -1 and not isinstance(out, dict):
+            out.append(res)
+        else:
+            out[output_col] = res
+        return tuple(out) if is_tuple else out
+
+    return apply
+
+
+def _item_fn(pipe: Any) -> Callable[[Any], Any]:
+    if pipe.input_col is None:
+        return pipe.fn
+    return _column_fn(pipe.fn, pipe.input_col, pipe.output_col)
+
+
+def _column_rng_fn(fn: Callable[..., Any], input_col: _Col, output_col: _Col) -> Callable[..., Any]:
+    """As :func:`_column_fn`, for a ``fn`` that also takes ``rng=``: ``apply(item, rng=...)``."""
+    holder: list[Any] = [None]
+    apply = _column_fn(lambda *args: fn(*args, rng=holder[0]), input_col, output_col)
+
+    def apply_rng(item: Any, rng: Any) -> Any:
+        holder[0] = rng  # one item at a time per copy: each worker thread calls its own copy
+        return apply(item)
+
+    return apply_rng
+
+
+def _async_column_fn(fn: Callable[..., Any], input_col: _Col, output_col: _Col) -> Callable[..., Any]:
+    """As :func:`_column_fn`, for an ``async def fn``: awaits ``fn`` on the selected columns."""
+    many = isinstance(input_col, (list, tuple))
+
+    async def apply(item: Any, **kw: Any) -> Any:
+        res = await (fn(*[item[c] for c in input_col], **kw) if many else fn(item[input_col], **kw))  # type: ignore[union-attr]
+        return _column_fn(lambda *_: res, input_col, output_col)(item)
+
+    return apply
+
+
+def _check_concurrency(stage: str, fn: Any, concurrency: Any, ordered: Any, executor: Any, timeout: Any,
+                       chunksize: Any, rng: Any) -> None:
+    if concurrency != "auto":
+        if isinstance(concurrency, str):
+            raise ValueError(f'{stage}: concurrency must be an int >= 1 or "auto", got {concurrency!r}')
+        require_int(concurrency, stage, "concurrency", minimum=1)
+    if not isinstance(ordered, bool):
+        raise TypeError(f"{stage}: ordered must be a bool, got {type(ordered).__name__}")
+    if not isinstance(executor, Executor):
+        if not isinstance(executor, str):
+            raise TypeError(f"{stage}: executor must be 'thread', 'process' or a concurrent.futures.Executor, "
+                            f"got {type(executor).__name__}")
+        if executor not in ("thread", "process"):
+            raise ValueError(f"{stage}: executor must be 'thread', 'process' or a concurrent.futures.Executor, "
+                             f"got {executor!r}")
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError(f"{stage}: timeout must be a number of seconds or None, got {type(timeout).__name__}")
+        if not timeout > 0:
+            raise ValueError(f"{stage}: timeout must be > 0, got {timeout!r}")
+        if executor == "process":
+            raise ValueError(f"{stage}: timeout needs executor='thread' (a stuck worker is abandoned) or an "
+                             f"Executor (a late task is cancelled), got executor={executor!r}")
+    require_int(chunksize, stage, "chunksize", minimum=1, optional=True)
+    if chunksize is not None and executor == "thread":
+        raise ValueError(f"{stage}: chunksize applies with executor='process' or an Executor (items per task), "
+                         f"got executor={executor!r}")
+    check_rng(rng, stage)
+    if is_async_callable(fn) and executor != "thread":
+        raise ValueError(f"{stage}: an async fn runs on the engine's event loop; executor must be 'thread' "
+                         f"(the default), got {executor!r}")
+
+
+def _no_op(*args: Any) -> Any:
+    """torchdata's identity for ``fn=None``: one column as it is, several as a tuple."""
+    return args[0] if len(args) == 1 else args
+
+
+def _selected_fn(fn: Callable[..., Any], input_col: _Col) -> Callable[[Any], Any]:
+    """``fn`` applied to the ``input_col`` column(s) of each item; the result alone is returned."""
+    if input_col is None:
+        return fn
+    if isinstance(input_col, (list, tuple)):
+        cols = tuple(input_col)
+        return lambda item: fn(*[item[c] for c in cols])
+    return lambda item: fn(item[input_col])
+
+
+def _budget_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+    """A serial map's or filter's position under a failure budget (``max_failures``), read from its
+    suspended generator: the failures counted so far, so that a resumed pass gives up where the
+    uninterrupted one would, and the next item's position (what the failures' notes name)."""
+    return {"next": local["n"] + 1, "failures": local["failures"].count}
+
+
+def _budget_start(pipe: Any, run: _pass.FrameRun | None) -> tuple[PassFailures, int]:
+    """The failures of a serial skip loop's pass and the position before its first item, as a
+    resumed pass continues them (``run``: the pass's FrameRun under a failure budget, else None)."""
+    failures = pipe._policy.new_pass(stage_label(pipe), pipe.failures)
+    if run is None:
+        return failures, -1
+    run.started = True
+    resume = run.resume or {}
+    failures.count = int(resume.get("failures", 0))
+    return failures, int(resume.get("next", 0)) - 1
+
+
+def _budget_count(local: dict[str, Any]) -> dict[str, int]:
+    """``{"failures": count}`` for a pass under a failure budget whose loop holds its failure
+    handler in the local ``fail`` (:func:`_item_fail`), else nothing."""
+    failures = getattr(local.get("fail"), "__self__", None)
+    if isinstance(failures, PassFailures) and failures.max_failures is not None:
+        return {"failures": failures.count}
+    return {}
+
+
+def _item_fail(pipe: Any, run: _pass.FrameRun) -> Callable[[Exception, int], None]:
+    """The failure handler of one pass of a per-item stage (``map(rng=)``, ``flatmap``), chosen when
+    the pass starts and called in the loop's ``except`` block with the exception and the item's
+    position: ``on_error="raise"`` adds the note naming the stage and raises the same object again,
+    ``"skip"`` counts it in ``pipe.failures`` (raising the pass's ``ExceptionGroup`` past
+    ``max_failures``) and returns, and the loop goes on."""
+    label = stage_label(pipe)
+    if pipe._policy.skips:
+        failures = pipe._policy.new_pass(label, pipe.failures)
+        # a resumed pass goes on with the failures its budget counted (read back by _budget_count)
+        failures.count = int((run.resume or {}).get("failures", 0))
+        return failures.skip  # type: ignore[no-any-return]
+
+    def fail(exc: Exception, position: int) -> None:
+        add_stage_note(exc, label, position)
+        raise exc
+
+    return fail
+
+
+def _end_pass(fail: Callable[[Exception, int], None], seen: int) -> None:
+    """End the pass of a loop whose failure handler is ``fail`` (:func:`_item_fail`), which took in
+    ``seen`` items: under ``on_error="skip"``, the summary of what it skipped (see datapipes.errors)."""
+    failures = getattr(fail, "__self__", None)
+    if isinstance(failures, PassFailures):
+        failures.end(seen)
+
+
+def _stage_concurrency(pipe: Any) -> tuple[int, Callable[..., None] | None]:
+    """``(workers, tune)`` of a concurrent map/flatmap's pass: its concurrency within the pass's
+    thread budget (0: inline), and for ``concurrency="auto"`` its registration with the tuner
+    (a process stage with "auto" runs one worker per usable CPU as the pass read them, at most
+    ``PROCESS_MAXIMUM``, untuned)."""
+    if pipe.executor == "process" and pipe.concurrency == "auto":
+        return process_workers(_pass.cpus_for(pipe)), None
+    return _pass.concurrency_for(pipe, pipe.concurrency, pipe._thread_demand() is not None)

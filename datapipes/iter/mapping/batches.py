@@ -1,0 +1,255 @@
+"""Stages that apply a function to whole batches: BatchMapper [map_batches] gathers the items into
+batches and yields the elements of what ``fn`` returns for each (torchdata 0.9's, the differences
+listed in its docstring); Collator [collate] turns each batch (a list of samples) into batched tensors.
+
+Checkpoint and resume (docs/howto/checkpoint.rst): ``collate`` keeps nothing (it is 1:1);
+``map_batches`` keeps the outputs left of the current batch, read when a state is taken, at no cost
+per item.
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+from typing import Any, Callable, Iterable, Iterator, TypeVar
+
+from ... import _pass
+from ..._collate import collate as default_collate
+from ..._engine import abandon
+from ..._positions import skip
+from ...datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
+from ...errors import add_stage_note, call_lines, raised_at
+from .._shared import _RELIES
+from ._shared import _Col, _check_cols, check_arity
+
+__all__ = ["BatchMapper", "Collator", "MapBatches"]
+
+U = TypeVar("U")
+
+
+# -- BatchMapper -----------------------------------------------------------------------------------
+
+
+def _batch_fn(fn: Callable[[Any], Any], input_col: _Col) -> Callable[[list[Any]], Any]:
+    """``fn`` applied to a batch: to the batch itself, to the list of one column's values, or to the
+    list of the rows' columns (one list per row), as torchdata's ``map_batches`` does."""
+    if input_col is None:
+        return fn
+    if isinstance(input_col, (list, tuple)):
+        cols = tuple(input_col)
+        return lambda batch: fn([[row[c] for c in cols] for row in batch])
+    return lambda batch: fn([row[input_col] for row in batch])
+
+
+def _outputs_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+    """A ``map_batches`` pass's state, between two outputs of one batch: the position of the next
+    batch and what is left of this one: its outputs left where ``fn`` returned a list or tuple,
+    else the batch and the count of outputs yielded (a resumed pass calls ``fn`` again)."""
+    out, done = local["out"], local["done"]
+    state: dict[str, Any] = {"next": local["n"] + 1}
+    if type(out) is list or type(out) is tuple:
+        state["rest"] = list(out[done:])
+    else:
+        state.update(input=list(local["batch"]), done=done)
+    return state
+
+
+def _map_batches(pipe: BatchMapper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
+    fn = _batch_fn(pipe.fn, pipe.input_col)
+    size = pipe.batch_size
+    run.started = True
+    resume = run.resume
+    # The position, read by _outputs_state: ``n`` (the batch whose outputs are yielded), ``batch``,
+    # ``out`` (what fn returned for it) and ``done`` (the outputs yielded).
+    n = 0
+    batch: list[Any] = []
+    try:
+        if resume is not None:
+            if "ended" in resume:
+                return
+            n = int(resume["next"])
+            if "rest" in resume or "input" in resume:
+                n -= 1
+                if "rest" in resume:
+                    out, done = list(resume["rest"]), 0
+                else:
+                    batch, done = list(resume["input"]), int(resume["done"])
+                    out = fn(batch)
+                    out = iter(out)
+                    skip(out, done)  # the outputs yielded before the state was taken
+                for y in out:
+                    done += 1
+                    yield y
+                n += 1
+        while batch := list(islice(it, size)):
+            out = fn(batch)
+            done = 0
+            for y in out:
+                done += 1
+                yield y
+            n += 1
+            if len(batch) < size:
+                break  # the source has ended: it is not asked again
+    except Exception as e:
+        if raised_at(e, _BATCH_FN_LINES):
+            add_stage_note(e, stage_label(pipe), n, "batch")
+        abandon(it)
+        raise
+    except BaseException:
+        abandon(it)
+        raise
+
+
+_BATCH_FN_LINES = call_lines(_map_batches, "fn") | call_lines(_map_batches, "out")
+
+
+@functional_datapipe("map_batches")
+class BatchMapper(IterDataPipe[U]):
+    """Gather the items into batches, apply ``fn`` to each batch and yield the elements of what it
+    returns (functional name: ``map_batches``).
+
+    For a vectorised function (a tokenizer, a C++ binding) that works best on many items at once.
+
+    Args:
+        datapipe: the source pipe.
+        fn: a function taking a batch (a list) and returning an iterable, whose elements are
+            yielded; it may return more or fewer elements than it was given.
+        batch_size: the number of items per batch, at least 1 (the last batch may be shorter).
+        input_col: ``None`` (default): ``fn`` gets the batch of items; a column (index or key):
+            the list of that column's values; several columns: a list with, for each item, the
+            list of its values. There is no ``output_col``: the outputs replace the items.
+
+    Yields:
+        The elements of ``fn(batch)`` for each batch, in order.
+
+    Raises:
+        Whatever ``fn`` (or iterating its result) raises, as the same object, with a note naming
+        the stage and the batch's position.
+
+    ``len()`` raises ``TypeError``: it relies on the output of ``fn``.
+
+    Checkpoint: the state holds what is left of the current batch: the outputs left when ``fn``
+    returned a list or tuple; otherwise the batch and the count of outputs yielded, and a resumed
+    pass calls ``fn`` on it again and skips them (exact for a ``fn`` that gives the same outputs).
+
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper(range(5)).map_batches(lambda batch: [x + 1 for x in batch], batch_size=3))
+        [1, 2, 3, 4, 5]
+        >>> list(IterableWrapper([(1, "a"), (2, "b"), (3, "c")]).map_batches(lambda xs: [sum(xs)], 2, input_col=0))
+        [3, 3]
+
+    See also: :class:`~datapipes.iter.FlatMapper`, :class:`~datapipes.iter.Batcher`.
+    """
+
+    _repr_fields = ("fn",)
+
+    def __init__(self, datapipe: IterDataPipe[Any], fn: Callable[[list[Any]], Iterable[U]], batch_size: int,
+                 input_col: _Col = None) -> None:
+        stage = "BatchMapper"
+        require_pipe(datapipe, stage)
+        require_callable(fn, stage, "fn")
+        check_arity(fn, None, stage)
+        require_int(batch_size, stage, "batch_size", minimum=1,
+                    torch_assert="Batch size is required to be larger than 0!")  # torchdata asserts
+        _check_cols(input_col, None, stage)
+        self.datapipe = datapipe
+        self.fn = fn
+        self.batch_size = batch_size
+        self.input_col = input_col
+
+    def __iter__(self) -> Iterator[U]:
+        run = _pass.FrameRun(_outputs_state)
+        return _pass.track_generator(self, _map_batches(self, iter(self.datapipe), run), run)
+
+    def __len__(self) -> int:
+        raise len_unknown(self, f"{type(self).__name__}'s {_RELIES}.", _RELIES)
+
+
+#: the functional name's spelling of :class:`BatchMapper`
+MapBatches = BatchMapper
+
+
+# -- Collator --------------------------------------------------------------------------------------
+
+
+def _collate_raise(pipe: Collator, it: Iterator[Any]) -> Iterator[Any]:
+    fn = pipe.fn
+    n = 0
+    try:
+        for batch in it:
+            yield fn(batch)
+            n += 1
+    except Exception as e:
+        if raised_at(e, _COLLATE_FN_LINES):
+            add_stage_note(e, stage_label(pipe), n, what="batch")
+        abandon(it)
+        raise
+    except BaseException:
+        abandon(it)
+        raise
+
+
+_COLLATE_FN_LINES = call_lines(_collate_raise)
+
+
+@functional_datapipe("collate")
+class Collator(IterDataPipe[Any]):
+    """Turn each batch (a list of samples) into batched tensors (functional name: ``collate``).
+
+    Args:
+        datapipe: the source pipe, usually ``batch(n)``'s output.
+        conversion: the function applied to each batch, as in torch DataPipes; ``None`` (the
+            default): :func:`datapipes._collate.collate`, which stacks tensors, numpy arrays, numbers
+            and PIL images (as ``(N, C, H, W)``) and keeps strings as lists, through nested tuples,
+            lists, dicts, namedtuples and dataclasses. torch DataPipes' dict of per-column
+            conversions (for DataFrame batches) is not supported.
+        collate_fn: the function applied to each batch (give it or ``conversion``, not both).
+
+    Yields:
+        ``collate_fn(batch)`` for each batch, in order; it runs on the consumer's thread.
+
+    Raises:
+        Whatever the collate function raises, as the same object, with a note naming the stage and
+            the batch's position. The default's errors name the field and the sample that disagree,
+            e.g. ``collate: field 'image' (sample 3): shape (3, 224, 200) differs from (3, 224, 224) of
+            sample 0``.
+
+    ``len()`` is the source's length.
+
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper([(1, "a"), (2, "b"), (3, "c")]).batch(2).collate())
+        [[tensor([1, 2]), ['a', 'b']], [tensor([3]), ['c']]]
+
+    See also: :func:`datapipes._collate.collate`, :class:`~datapipes.iter.Batcher`,
+    :class:`~datapipes.iter.PinMemory`, :class:`~datapipes.iter.DeviceMover`.
+    """
+
+    _stateless = True  # a pass's position is its source's
+
+    _repr_fields = ("fn",)
+
+    def __init__(
+        self,
+        datapipe: IterDataPipe[Any],
+        conversion: Callable[[Any], Any] | None = None,
+        collate_fn: Callable[[Any], Any] | None = None,
+    ) -> None:
+        require_pipe(datapipe, "Collator")
+        if isinstance(conversion, dict):
+            raise TypeError("Collator: conversion as a dict of per-column functions (torch DataPipes' DataFrame "
+                            "conversion) is not supported; pass a function as collate_fn")
+        require_callable(conversion, "Collator", "conversion", optional=True)
+        require_callable(collate_fn, "Collator", "collate_fn", optional=True)
+        if conversion is not None and collate_fn is not None:
+            raise ValueError("Collator: give collate_fn or conversion, not both")
+        self.datapipe = datapipe
+        self.conversion = conversion
+        self.collate_fn = collate_fn
+        self.fn = collate_fn if collate_fn is not None else conversion if conversion is not None else default_collate
+
+    def __iter__(self) -> Iterator[Any]:
+        return _collate_raise(self, iter(self.datapipe))
+
+    def __len__(self) -> int:
+        return source_len(self, self.datapipe)

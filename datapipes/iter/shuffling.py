@@ -1,0 +1,401 @@
+"""Random stages that shuffle inside a bounded unit rather than across the stream: InBatchShuffler
+[in_batch_shuffle] (the items of each batch) and ShuffledFlatMapper [shuffled_flatmap] (the outputs of
+a buffer of iterables). The stream's Shuffler [shuffle] is :mod:`datapipes.iter.combinatorics`'s, and
+they are seeded as it is.
+
+Names, parameters, defaults and outputs follow torchdata 0.9; the differences are listed in each
+docstring. Every ``__iter__`` reads its pass seed and creates its source's iterator at once, as part of
+the pass being built (:mod:`datapipes._pass`), and hands it to the generator that does the work.
+
+Checkpoint and resume (docs/howto/checkpoint.rst), at no cost per item: ``in_batch_shuffle`` keeps its
+generator's state; ``shuffled_flatmap`` its generator's state and its buffer.
+"""
+
+from __future__ import annotations
+
+import random
+from itertools import chain
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+
+from .. import _pass
+from .._chunk import DataChunk
+from .._engine import abandon, close_iterator
+from .._positions import Counted, skip
+from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_root, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
+from ..errors import add_stage_note, call_lines, raised_at
+from ._shared import _RELIES, _check_started
+from .combinatorics import _rng_state, _set_rng_state
+from .mapping._shared import _Col, _check_cols, _no_op, _selected_fn, check_arity
+
+__all__ = ["InBatchShuffler", "ShuffledFlatMapper"]
+
+T = TypeVar("T")
+
+_END = object()  # private marker: no item held (None is a valid item)
+
+#: iterators whose items not yet yielded can be read back (:func:`datapipes._pass.remaining`)
+_READABLE: frozenset[type] = frozenset((type(iter([])), type(iter(())), type(iter(""))))
+
+
+# -- InBatchShuffler -------------------------------------------------------------------------------
+
+
+class _RngRun:
+    """The position of an ``in_batch_shuffle`` pass: its generator's state (625 ints), read when
+    the state is taken; the batches themselves are its source's."""
+
+    __slots__ = ("rng", "started")
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.started = False
+
+    def state(self) -> dict[str, Any]:
+        return {"rng": _rng_state(self.rng)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        _check_started(self)
+        if not isinstance(state, dict) or "rng" not in state:
+            raise ValueError(f"load_state_dict: not the state of an in_batch_shuffle: {str(state)[:200]}")
+        _set_rng_state(self.rng, state["rng"])
+
+
+def _in_batch_shuffle(pipe: InBatchShuffler, it: Iterator[Any], run: _RngRun) -> Iterator[list[Any]]:
+    sample = run.rng.sample
+    run.started = True
+    n = 0
+    try:
+        for batch in it:
+            yield DataChunk(sample(batch, len(batch)))
+            n += 1
+    except Exception as e:
+        if raised_at(e, _SAMPLE_LINES):
+            add_stage_note(e, stage_label(pipe), n, "batch")
+        abandon(it)
+        raise
+    except BaseException:
+        abandon(it)
+        raise
+
+
+_SAMPLE_LINES = call_lines(_in_batch_shuffle, "sample")
+
+
+@functional_datapipe("in_batch_shuffle")
+class InBatchShuffler(IterDataPipe[list[T]]):
+    """Shuffle the items inside each batch (functional name: ``in_batch_shuffle``).
+
+    Args:
+        datapipe: the source pipe, yielding batches (lists, tuples or other sequences).
+
+    Yields:
+        For each batch, a new :class:`~datapipes.DataChunk` of its items in a random order; the
+        batches keep their order.
+
+    Raises:
+        TypeError: a batch is not a sequence (a set, a generator), as ``random.sample`` raises it,
+            with a note naming the stage and the batch's position.
+
+    Seeds: a random stage, as :class:`~datapipes.iter.Shuffler`: same seed (:meth:`set_seed`), same
+    order; each ``set_epoch(n)`` reshuffles; unseeded passes draw their seed from torch's global
+    generator. ``set_shuffle(False)`` passes the batches through unchanged. As torchdata's, each
+    shuffled batch is a :class:`~datapipes.DataChunk` (a ``list``).
+
+    ``len()`` is the source's length.
+
+    Checkpoint: the state holds the generator's state; the batches are the source's.
+
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> pipe = IterableWrapper(range(9)).batch(3).in_batch_shuffle().set_seed(0)
+        >>> [sorted(b) for b in pipe], list(pipe) == list(pipe)
+        ([[0, 1, 2], [3, 4, 5], [6, 7, 8]], True)
+        >>> list(pipe.set_shuffle(False))
+        [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+
+    See also: :class:`~datapipes.iter.Shuffler`, :class:`~datapipes.iter.BucketBatcher`.
+    """
+
+    _is_random = True
+
+    def __init__(self, datapipe: IterDataPipe[Sequence[T]]) -> None:
+        require_pipe(datapipe, "InBatchShuffler")
+        self.datapipe = datapipe
+        self._enabled = True
+        self._stateless = False  # shuffling: its pass keeps a generator (_RngRun)
+
+    def set_shuffle(self, shuffle: bool = True) -> InBatchShuffler[T]:
+        """Turn the shuffle on or off (off: the batches pass unchanged); returns the pipe."""
+        self._enabled = bool(shuffle)
+        self._stateless = not self._enabled
+        return self
+
+    def __iter__(self) -> Iterator[list[T]]:
+        if not self._enabled:
+            batches: Iterator[Any] = iter(self.datapipe)
+            return batches
+        # The seed first, then the source: unseeded passes draw from torch's generator in this order.
+        run = _RngRun(random.Random(self._pass_seed()))
+        it = _in_batch_shuffle(self, iter(self.datapipe), run)
+        _pass.track(self, run)
+        return it
+
+    def __len__(self) -> int:
+        return source_len(self, self.datapipe)
+
+
+# -- ShuffledFlatMapper ----------------------------------------------------------------------------
+
+# A buffer slot: (iterator of the outputs, the item they come from or _END, the Counted iterator
+# counting them or None, the item's position). The outputs of a list, tuple or str are read back from
+# their iterator when a state is taken; any other iterable's are counted (in C) and computed again by
+# a resumed pass.
+
+
+def _opened(call: Callable[[Any], Any] | None, x: Any, n: int) -> tuple[Any, Any, Any, int]:
+    it = iter(x if call is None else call(x))
+    if type(it) in _READABLE:
+        return it, _END, None, n
+    counter = Counted(it)
+    return counter, x, counter, n
+
+
+def _reopened(call: Callable[[Any], Any] | None, slot: dict[str, Any]) -> tuple[Any, Any, Any, int]:
+    n = int(slot["item"])
+    if "rest" in slot:
+        return iter(list(slot["rest"])), _END, None, n
+    x, done = slot["input"], int(slot["done"])
+    it = iter(x if call is None else call(x))
+    skip(it, done)  # the outputs yielded before the state was taken
+    counter = Counted(it, done)
+    return counter, x, counter, n
+
+
+def _slot_state(slot: tuple[Any, Any, Any, int]) -> dict[str, Any]:
+    it, x, counter, n = slot
+    if counter is None:
+        return {"item": n, "rest": _pass.remaining(it)}
+    return {"item": n, "input": x, "done": counter.count()}
+
+
+class _ShuffledFlatMapRun(_pass.FrameRun):
+    """A :class:`~datapipes._pass.FrameRun` that holds the pass's generator, so that a state taken
+    before the first ``next()`` holds it too (a resumed pass then draws what this one would have)."""
+
+    __slots__ = ("rng",)
+
+    def __init__(self, rng: random.Random) -> None:
+        super().__init__(_shuffled_flatmap_state)
+        self.rng = rng
+
+    def state(self) -> dict[str, Any]:
+        if not self.started and self.resume is None:
+            return {"rng": _rng_state(self.rng), "idx": None, "next": 0, "draining": False, "slots": []}
+        return super().state()
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if not isinstance(state, dict) or not ("rng" in state or "ended" in state):
+            raise ValueError(f"load_state_dict: not the state of a shuffled_flatmap: {str(state)[:200]}")
+        super().restore(state)
+
+
+def _reopened_all(call: Callable[[Any], Any] | None, slots: list[dict[str, Any]]) -> list[tuple[Any, Any, Any, int]]:
+    return [_reopened(call, s) for s in slots]
+
+
+def _shuffled_flatmap_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+    """A ``shuffled_flatmap`` pass's state, read from its generator's locals between two outputs:
+    its generator's state, the index drawn, the buffered iterators (each as the outputs it has left,
+    or as its item and the count of outputs yielded), the item read but not yet buffered."""
+    state: dict[str, Any] = {
+        "rng": _rng_state(local["rng"]),
+        "idx": local["idx"],
+        "next": local["n"],
+        "draining": local["draining"],
+        "slots": [_slot_state(s) for s in local["buf"]],
+    }
+    if local["held"] is not _END:
+        state["held"] = local["held"]
+    return state
+
+
+def _shuffled_flatmap(pipe: ShuffledFlatMapper, it: Iterator[Any], run: _ShuffledFlatMapRun, size: int,
+                      call: Callable[[Any], Any] | None) -> Iterator[Any]:
+    # The draws are torchdata's: an index drawn first, then one after each output while the buffer
+    # is full (none when an iterator runs out), and one before each output once the source is done.
+    rng = run.rng
+    randint = rng.randint
+    run.started = True
+    resume = run.resume
+    buf: list[tuple[Any, Any, Any, int]] = []
+    held: Any = _END  # an item read from the source and not yet in the buffer
+    draining = False
+    n = 0  # the position of the next item read from the source
+    slot: Any = None
+    try:
+        if resume is not None:
+            if "ended" in resume:
+                return
+            _set_rng_state(rng, resume["rng"])
+            n, draining = int(resume["next"]), bool(resume["draining"])
+            buf = _reopened_all(call, resume["slots"])
+            held = resume.get("held", _END)
+        if resume is None or resume["idx"] is None:
+            idx = randint(0, size - 1)
+        else:
+            idx = int(resume["idx"])
+        if not draining:
+            for x in it if held is _END else chain((held,), it):
+                held = x
+                while len(buf) == size:
+                    slot = buf[idx]
+                    try:
+                        y = next(slot[0])
+                    except StopIteration:
+                        del buf[idx]
+                        continue
+                    idx = randint(0, size - 1)
+                    yield y
+                buf.append(_opened(call, x, n))
+                held = _END
+                n += 1
+            draining = True
+        while buf:
+            idx = randint(0, len(buf) - 1)
+            slot = buf[idx]
+            try:
+                y = next(slot[0])
+            except StopIteration:
+                del buf[idx]
+                continue
+            yield y
+    except Exception as e:
+        if raised_at(e, _SFM_CALL_LINES):
+            add_stage_note(e, stage_label(pipe), n)
+        elif raised_at(e, _SFM_NEXT_LINES):
+            add_stage_note(e, stage_label(pipe), slot[3])
+        abandon(it)
+        raise
+    except BaseException:
+        abandon(it)
+        raise
+
+
+_SFM_CALL_LINES = call_lines(_shuffled_flatmap, "call")
+_SFM_NEXT_LINES = call_lines(_shuffled_flatmap, "slot")
+
+
+def _count_outputs(pipe: Any, source: IterDataPipe[Any]) -> int:
+    """The sum of ``len(item)`` over a pass of ``source``, run as a pass of its own: a pass that
+    is live and contains ``source`` is not joined (its position stays its own)."""
+    pass_ = _pass.Pass(source)
+    with pass_.building():
+        it = iter(source)
+    try:
+        return sum(map(len, it))
+    except TypeError as e:
+        raise len_unknown(pipe, f"an item of its source has no length ({len_root(e)})", NO_LEN) from None
+    finally:
+        pass_.ended = True
+        close_iterator(it)
+
+
+@functional_datapipe("shuffled_flatmap")
+class ShuffledFlatMapper(IterDataPipe[Any]):
+    """Apply ``fn`` to every item and yield the elements of the iterables it returns, drawn at
+    random from a buffer of ``buffer_size`` of them (functional name: ``shuffled_flatmap``).
+
+    Once the buffer holds ``buffer_size`` iterables, each output is the next element of one of them
+    chosen at random; an iterable that runs out leaves the buffer and the next item's takes its
+    place. When the source ends, the buffered iterables are drained the same way. Each iterable's
+    own elements keep their order.
+
+    Args:
+        datapipe: the source pipe.
+        fn: a function returning an iterable (a list, a string, a generator ...). ``None``
+            (default): each item (or its ``input_col`` column) is itself the iterable.
+        input_col: apply ``fn`` to this column (or these columns, as positional arguments) of
+            each item. With ``fn=None``, the column (several: the tuple of them) is flattened.
+        buffer_size: how many iterables are held at once (default 100), at least 1.
+
+    Yields:
+        Every element of every iterable exactly once, in a random interleaving.
+
+    Raises:
+        Whatever ``fn`` (or iterating its result) raises, as the same object, with a note naming
+        the stage and the item's position.
+
+    Seeds: a random stage, as :class:`~datapipes.iter.Shuffler`: same seed, same order;
+    ``set_epoch(n)`` reshuffles; unseeded passes draw from torch's global generator.
+    ``set_shuffle(False)`` makes it a plain ``flatmap`` (source order).
+
+    ``len()``: with ``fn=None`` and no ``input_col``, the sum of the items' lengths, which reads
+    the whole source (as torchdata does); otherwise ``TypeError``.
+
+    Checkpoint: the state holds the generator's state and the buffer: for an iterable that is a
+    list, tuple or str, the elements it has left; for any other (a generator), its item and the
+    count of elements yielded, and a resumed pass calls ``fn`` on the item again and skips them,
+    which is exact for a ``fn`` that gives the same elements for the same item.
+
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> source = IterableWrapper([[1, 2, 3, 4], "abcd", "ABCD"])
+        >>> pipe = source.shuffled_flatmap(buffer_size=2).set_seed(0)
+        >>> out = list(pipe)
+        >>> sorted(map(str, out)) == sorted("1234abcdABCD"), out == list(pipe)
+        (True, True)
+        >>> [x for x in out if x in list("abcd")]  # each iterable keeps its order
+        ['a', 'b', 'c', 'd']
+        >>> list(IterableWrapper([(0, "ab"), (1, "cd")]).shuffled_flatmap(str.upper, input_col=1).set_shuffle(False))
+        ['A', 'B', 'C', 'D']
+
+    See also: :class:`~datapipes.iter.FlatMapper`, :class:`InBatchShuffler`.
+    """
+
+    _is_random = True
+    _repr_fields = ("fn",)
+
+    def __init__(
+        self,
+        datapipe: IterDataPipe[Any],
+        fn: Callable[..., Iterable[Any]] | None = None,
+        input_col: _Col = None,
+        buffer_size: int = 100,
+    ) -> None:
+        stage = "ShuffledFlatMapper"
+        require_pipe(datapipe, stage)
+        require_callable(fn, stage, "fn", optional=True)
+        _check_cols(input_col, None, stage)
+        if fn is not None:
+            check_arity(fn, input_col, stage)
+        require_int(buffer_size, stage, "buffer_size", minimum=1, torch_assert="buffer_size should be larger than 0")
+        self.datapipe = datapipe
+        self.fn = fn
+        self.input_col = input_col
+        self.buffer_size = buffer_size
+        self._enabled = True
+
+    def set_shuffle(self, shuffle: bool = True) -> ShuffledFlatMapper:
+        """Turn the shuffle on or off (off: a plain ``flatmap``, in source order); returns the pipe."""
+        self._enabled = bool(shuffle)
+        return self
+
+    def __iter__(self) -> Iterator[Any]:
+        call: Callable[[Any], Any] | None
+        if self.input_col is None:
+            call = self.fn
+        else:
+            call = _selected_fn(_no_op if self.fn is None else self.fn, self.input_col)
+        if self._enabled:
+            # The seed first, then the source: unseeded passes draw from torch's generator in this order.
+            rng, size = random.Random(self._pass_seed()), self.buffer_size
+        else:  # one iterable at a time: flatmap's order (the draws are all 0)
+            rng, size = random.Random(0), 1
+        run = _ShuffledFlatMapRun(rng)
+        it = _shuffled_flatmap(self, iter(self.datapipe), run, size, call)
+        return _pass.track_generator(self, it, run)
+
+    def __len__(self) -> int:
+        if self.fn is None and self.input_col is None:
+            return _count_outputs(self, self.datapipe)
+        raise len_unknown(self, f"{type(self).__name__}'s {_RELIES}.", _RELIES)
