@@ -14,6 +14,11 @@ from datapipes import IterDataPipe, MapDataPipe
 from datapipes.iter import FileOpener, Filter, FlatMapper, IterableWrapper, Mapper
 from datapipes.map import SequenceWrapper
 
+# names exported from the subpackages of datapipes.iter, as mypy sees them
+from datapipes.iter import Demultiplexer, Forker, HashChecker, HttpReader, OnDiskCacheHolder, TFRecordLoader  # noqa: E402
+
+assert all(isinstance(c, type) for c in (Demultiplexer, Forker, HashChecker, HttpReader, OnDiskCacheHolder, TFRecordLoader))
+
 ints = IterableWrapper([1, 2, 3, 4])
 assert_type(ints, IterableWrapper[int])
 

@@ -4,8 +4,9 @@
 resumes) is :mod:`.hub`'s; UnZipper [unzip] (:mod:`datapipes.iter.zipping`) runs on it too.
 """
 
-from . import demux as _demux, fork as _fork
 from .demux import *  # noqa: F401,F403
 from .fork import *  # noqa: F401,F403
 
-__all__ = sorted({*_demux.__all__, *_fork.__all__})
+# Written out, not computed from the modules' lists: mypy reads only a literal ``__all__`` to see
+# the names ``from datapipes.iter import ...`` re-exports (tests/test_typing.py checks the union).
+__all__ = ["Demultiplexer", "Forker", "RoundRobinDemultiplexer"]
