@@ -15,7 +15,7 @@ each stream found in its stages' states *as it started*:
 - any other stream makes ``state_dict()`` raise ``TypeError`` naming the stage that holds it.
 
 A loaded stream is at its start. Which streams are known, how they are copied and opened again is
-the business of the package's stream stages: :mod:`datapipes.iter.parsing` registers a
+the business of the package's stream stages: :mod:`datapipes.iter._readers` registers a
 :class:`StreamCodec` here when it is imported. This module only walks the states (dicts, lists and
 tuples, 32 levels deep) and copies a container only where something in it changed.
 """

@@ -19,8 +19,8 @@ from .iter.archive import TarArchiveLoader, ZipArchiveLoader
 from .iter.fileio import FileOpener
 from .iter.image import ImageDecoder
 from .iter.io.http import HttpReader, OnlineReader
+from .iter.io.json import JsonParser
 from .iter.mapping import FlatMapper, Filter, Mapper
-from .iter.parsing import JsonParser
 from .iter.remote import FSSpecFileOpener
 from .iter.parquet import ParquetDataFrameLoader
 from .iter.s3 import S3FileLoader
@@ -253,7 +253,7 @@ class IterMethods(Generic[T_co]):
         flatten: bool = ...,
     ) -> IterDataPipe[Any]: ...
 
-    # -- grouping.py -------------------------------------------------------------------------------
+    # -- batching.py, grouping.py ------------------------------------------------------------------
     @overload
     def batch(self, batch_size: int, drop_last: bool = ...) -> IterDataPipe[list[T_co]]: ...
     @overload
@@ -615,7 +615,7 @@ class IterMethods(Generic[T_co]):
     ) -> IterDataPipe[tuple[str, Any]]: ...
     def read_from_stream(self, chunk: int | None = ...) -> IterDataPipe[tuple[str, Any]]: ...
 
-    # -- util.py, sharding.py ----------------------------------------------------------------------
+    # -- util.py, cache/memory.py, sharding.py -----------------------------------------------------
     def header(self, limit: int | None = ...) -> IterDataPipe[T_co]: ...
     def cycle(self, count: int | None = ...) -> IterDataPipe[T_co]: ...
     def enumerate(self, starting_index: int = ...) -> IterDataPipe[tuple[int, T_co]]: ...
@@ -678,7 +678,7 @@ class IterMethods(Generic[T_co]):
         **storage_options: Any,
     ) -> IterDataPipe[str]: ...
 
-    # -- parsing.py: (path, stream) pairs -> records -----------------------------------------------
+    # -- io/csv.py, io/json.py, io/lines.py: (path, stream) pairs -> records -----------------------
     @overload
     def parse_csv(
         self,

@@ -6,6 +6,7 @@ Importing this package registers every pipe's functional name on :class:`IterDat
 from ..datapipe import IterDataPipe
 from . import (
     archive as _archive,
+    batching as _batching,
     broadcast as _broadcast,
     bucketing as _bucketing,
     cache as _cache,
@@ -20,7 +21,6 @@ from . import (
     mapping as _mapping,
     muxing as _muxing,
     parquet as _parquet,
-    parsing as _parsing,
     prefetch as _prefetch,
     remote as _remote,
     reshaping as _reshaping,
@@ -32,6 +32,7 @@ from . import (
     zipping as _zipping,
 )
 from .archive import *  # noqa: F401,F403
+from .batching import *  # noqa: F401,F403
 from .broadcast import *  # noqa: F401,F403
 from .bucketing import *  # noqa: F401,F403
 from .cache import *  # noqa: F401,F403
@@ -46,7 +47,6 @@ from .io import *  # noqa: F401,F403
 from .mapping import *  # noqa: F401,F403
 from .muxing import *  # noqa: F401,F403
 from .parquet import *  # noqa: F401,F403
-from .parsing import *  # noqa: F401,F403
 from .prefetch import *  # noqa: F401,F403
 from .remote import *  # noqa: F401,F403
 from .reshaping import *  # noqa: F401,F403
@@ -62,8 +62,8 @@ __all__ = sorted(
         *(
             m.__all__
             for m in (
-                _archive, _broadcast, _bucketing, _cache, _combinatorics, _decoding, _device, _distributed, _fileio,
-                _grouping, _image, _io, _mapping, _muxing, _parquet, _parsing, _prefetch, _remote, _reshaping, _s3,
+                _archive, _batching, _broadcast, _bucketing, _cache, _combinatorics, _decoding, _device, _distributed,
+                _fileio, _grouping, _image, _io, _mapping, _muxing, _parquet, _prefetch, _remote, _reshaping, _s3,
                 _sharding, _shuffling, _text, _util, _zipping,
             )
         )

@@ -18,7 +18,7 @@ does not open, with the next member for a zip member that does not read. Members
 stay yielded.
 
 **Checkpoints** (``it.state_dict()``). A loader stopped inside an archive saves its path and the
-entries read, as the readers of :mod:`datapipes.iter.parsing` do (a resumed pass reads past them in
+entries read, as the text readers (``readlines``, ``parse_csv``) do (a resumed pass reads past them in
 a tar, jumps to them in a zip); ``webdataset`` saves the sample it has begun (its in-memory files
 copied); ``decompress`` keeps no position (one reader per item).
 
@@ -52,8 +52,9 @@ from .. import _pass
 from .._positions import Enumerated, skip as skip_items
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
 from .._engine import abandon
+from .._engine import close_iterator as _close
 from ..errors import WARN_FAILURES, add_stage_note, policy_and_log
-from .parsing import _REWRAP, _close, _item, _on_fail, _open_item, _pair, _read_run, _ReadRun, _reopener, _STARTED, set_origin
+from ._readers import _REWRAP, _item, _on_fail, _open_item, _pair, _read_run, _ReadRun, _reopener, _STARTED, set_origin
 
 __all__ = ["Decompressor", "TarArchiveLoader", "WebDataset", "WebDatasetGrouper", "ZipArchiveLoader"]
 
@@ -233,7 +234,7 @@ class TarArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures)
 
     def __iter__(self) -> Iterator[tuple[str, io.BytesIO]]:
-        # The archive being read and the entries of it read (see parsing._ReadRun).
+        # The archive being read and the entries of it read (see _readers._ReadRun).
         return _tar(self, iter(self.datapipe), _read_run(self, self.datapipe))
 
     def __len__(self) -> int:
@@ -352,7 +353,7 @@ class ZipArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures)
 
     def __iter__(self) -> Iterator[tuple[str, io.BytesIO]]:
-        # The archive being read and the entries of it read (see parsing._ReadRun).
+        # The archive being read and the entries of it read (see _readers._ReadRun).
         return _zip(self, iter(self.datapipe), _read_run(self, self.datapipe))
 
     def __len__(self) -> int:
@@ -684,7 +685,7 @@ def _decompressing(fmt: str, stream: Any) -> Any:
         _close(stream)
         raise
     reader._dp_source = stream
-    reader._dp_format = fmt  # with _dp_source: how a reader's state copies it when in memory (parsing._memory_copy)
+    reader._dp_format = fmt  # with _dp_source: how a reader's state copies it when in memory (_readers._memory_copy)
     return reader
 
 

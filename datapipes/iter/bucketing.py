@@ -1,5 +1,6 @@
 """MaxTokenBucketizer [max_token_bucketize]: batches of items of similar length, each within a
-budget of tokens. Batches by count (``batch``, ``bucketbatch``) are :mod:`datapipes.iter.grouping`'s.
+budget of tokens. Batches by count are :mod:`datapipes.iter.batching`'s (``batch``) and
+:mod:`datapipes.iter.grouping`'s (``bucketbatch``).
 
 Names, parameters, defaults and outputs follow torchdata 0.9; the differences are listed in the
 docstring. ``__iter__`` creates its source's iterator at once, as part of the pass being built

@@ -28,7 +28,7 @@ from .._engine import close_iterator as _close
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note
 from ..utils.decoder import Decoder, basichandlers, extension_extract_fn, imagehandler
-from .parsing import _from_memory, _inner, _memory_copy, _pair, _reopener
+from ._readers import _from_memory, _inner, _memory_copy, _pair, _reopener
 from .util import IterableWrapper
 
 __all__ = ["RoutedDecoder", "StreamReader"]

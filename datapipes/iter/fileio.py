@@ -221,7 +221,7 @@ class _OpenPass:
             self._n = n + 1
             try:
                 stream = StreamWrapper(self._open(path), path)
-                # where it came from: a pass state holding it saves that, not the open file (parsing.set_origin)
+                # where it came from: a pass state holding it saves that, not the open file (_readers.set_origin)
                 stream.__dict__["_dp_origin"] = (self._pipe, path, n)
             except Exception as e:
                 if self._failures is None:

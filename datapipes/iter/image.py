@@ -15,9 +15,10 @@ from PIL import Image, ImageMode
 
 from .._checks import require_bool
 from .._engine import abandon
+from .._engine import close_iterator as _close
 from ..datapipe import IterDataPipe, functional_datapipe, require_pipe, source_len, stage_label
 from ..errors import WARN_FAILURES, policy_and_log
-from .parsing import _budget_stateless, _close, _count_run, _CountRun, _on_fail
+from ._readers import _budget_stateless, _count_run, _CountRun, _on_fail
 
 __all__ = ["ImageDecoder"]
 

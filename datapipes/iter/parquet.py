@@ -25,7 +25,7 @@ in ``pipe.failures``.
 **Checkpoints** (``it.state_dict()``). A reader stopped inside a file saves its path, the row group
 it was in and the rows of that row group consumed; the resumed pass opens the file again (by its
 path, through the opener upstream, or from a copy of an in-memory stream kept in the state, as the
-readers of :mod:`datapipes.iter.parsing` do), reads from that row group on and skips those rows.
+text readers (``readlines``, ``parse_csv``) do), reads from that row group on and skips those rows.
 """
 
 from __future__ import annotations
@@ -39,9 +39,10 @@ from typing import Any, Callable, Iterator, Sequence
 from .._checks import require_bool
 from .. import _pass
 from .._engine import abandon
+from .._engine import close_iterator as _close
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
 from ..errors import WARN_FAILURES, call_lines, policy_and_log, raised_at
-from .parsing import _FileRun, _close, _file_where, _from_memory, _inner, _memory_copy, _on_fail, _pair, _reopener
+from ._readers import _FileRun, _file_where, _from_memory, _inner, _memory_copy, _on_fail, _pair, _reopener
 
 __all__ = ["ParquetDataFrameLoader", "ParquetParser"]
 

@@ -8,7 +8,7 @@ from .._chunk import DataChunk
 from ..datapipe import MapDataPipe, functional_datapipe, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note
 from .._checks import require_bool
-from ..iter.grouping import _BATCH_SIZE_ASSERT, _batch_drop, _batch_keep, _batch_wrap, _count_batches
+from ..iter.batching import _BATCH_SIZE_ASSERT, _batch_drop, _batch_keep, _batch_wrap, _count_batches
 from ._index import position
 
 __all__ = ["Batcher"]

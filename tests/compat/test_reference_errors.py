@@ -17,7 +17,7 @@ from datapipes import IterDataPipe, MapDataPipe
 from datapipes._checks import ArgumentError, ArgumentTypeError, require_int
 from datapipes.datapipe import lacks_len, source_len
 from datapipes.iter import Filter, IterableWrapper, Sampler
-from datapipes.iter.grouping import UnbatchLevelError
+from datapipes.iter.batching import UnbatchLevelError
 from datapipes.map import SequenceWrapper
 from datapipes.testing import check_datapipe
 

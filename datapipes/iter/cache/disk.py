@@ -68,11 +68,11 @@ except ImportError:  # pragma: no cover - Windows: no inter-process lock (see th
 from ... import _pass
 from ..._checks import require_bool
 from ..._engine import abandon
+from ..._engine import close_iterator as _close
 from ...datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_pipe, stage_label
 from ...errors import add_stage_note
 from ...graph import sources_of
 from ..fileio import _pair as _meta_data
-from ..parsing import _close
 from .hash import _CHUNK, _check_hash_args, _file_digest, _mismatch, _unspecified
 
 __all__ = ["EndOnDiskCacheHolder", "OnDiskCacheHolder"]

@@ -12,10 +12,11 @@ from typing import Any, Callable, Iterator, Mapping
 
 from ..._checks import phrased, require_bool
 from ..._engine import abandon
+from ..._engine import close_iterator as _close
 from ...datapipe import IterDataPipe, functional_datapipe, require_pipe, source_len, stage_label
 from ...errors import add_stage_note
 from ..fileio import StreamWrapper
-from ..parsing import _close, _pair, _reopener
+from .._readers import _pair, _reopener
 
 __all__ = ["HashChecker"]
 

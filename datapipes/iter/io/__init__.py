@@ -1,11 +1,19 @@
-"""Reading whole files from elsewhere and unpacking them: HTTP (:mod:`.http`), single compressed
-files and archives by kind (:mod:`.compression`), TFRecord files (:mod:`.tfrecord`).
+"""Reading files: from elsewhere over HTTP (:mod:`.http`), unpacking single compressed files and
+archives by kind (:mod:`.compression`), and reading formats out of ``(path, stream)`` pairs: TFRecord
+(:mod:`.tfrecord`), CSV (:mod:`.csv`), JSON (:mod:`.json`) and lines of text (:mod:`.lines`). The
+readers share the runtime of :mod:`datapipes.iter._readers` (failures, checkpoints, reopening).
 """
 
 from .compression import *  # noqa: F401,F403
+from .csv import *  # noqa: F401,F403
 from .http import *  # noqa: F401,F403
+from .json import *  # noqa: F401,F403
+from .lines import *  # noqa: F401,F403
 from .tfrecord import *  # noqa: F401,F403
 
 # Written out, not computed from the modules' lists: mypy reads only a literal ``__all__`` to see
 # the names ``from datapipes.iter import ...`` re-exports (tests/test_typing.py checks the union).
-__all__ = ["Bz2FileLoader", "Extractor", "HttpReader", "OnlineReader", "TFRecordExample", "TFRecordExampleSpec", "TFRecordLoader", "XzFileLoader"]
+__all__ = [
+    "Bz2FileLoader", "CSVDictParser", "CSVFilesParser", "CSVParser", "Extractor", "HttpReader", "JsonParser",
+    "LineReader", "OnlineReader", "TFRecordExample", "TFRecordExampleSpec", "TFRecordLoader", "XzFileLoader",
+]

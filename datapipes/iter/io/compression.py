@@ -11,11 +11,12 @@ import os
 from typing import Any, Callable, Iterator
 
 from ..._engine import abandon
+from ..._engine import close_iterator as _close
 from ...datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
 from ...errors import add_stage_note, policy_and_log
 from ..archive import _decompressing, _tar, _zip
 from ..fileio import StreamWrapper
-from ..parsing import _close, _pair, _read_run, _reopener, set_origin
+from .._readers import _pair, _read_run, _reopener, set_origin
 
 __all__ = ["Bz2FileLoader", "Extractor", "XzFileLoader"]
 
@@ -263,7 +264,7 @@ class Extractor(IterDataPipe[tuple[Any, Any]]):
         self._stateless = kind not in (None, "tar", "zip")
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
-        # The archive being read and its entries read (parsing._ReadRun), as the archive loaders keep.
+        # The archive being read and its entries read (_readers._ReadRun), as the archive loaders keep.
         run = _read_run(self, self.source_datapipe) if not self._stateless else _NoRun()
         return _extract(self, iter(self.source_datapipe), run)
 

@@ -14,10 +14,11 @@ if TYPE_CHECKING:  # the aliases below name torch types; importing torch here at
 
 from ..._checks import require_bool
 from ..._engine import abandon
+from ..._engine import close_iterator as _close
 from ..._positions import Enumerated
 from ...datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
 from ...errors import add_stage_note
-from ..parsing import _close, _item, _open_item, _read_run
+from .._readers import _item, _open_item, _read_run
 
 __all__ = ["TFRecordExample", "TFRecordExampleSpec", "TFRecordLoader"]
 
@@ -363,7 +364,7 @@ class TFRecordLoader(IterDataPipe[dict[str, Any]]):
 
     Checkpoint: a pass stopped inside a file saves its path and the records read; the resumed
     pass opens it again through the opener upstream (or copies an in-memory stream into the
-    state, as the readers of :mod:`datapipes.iter.parsing` do) and reads past them.
+    state, as the text readers (``readlines``, ``parse_csv``) do) and reads past them.
 
     Example:
         >>> import io, struct
@@ -408,7 +409,7 @@ class TFRecordLoader(IterDataPipe[dict[str, Any]]):
         self.length_check = length_check
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        # The file being read and the records of it read (see parsing._ReadRun).
+        # The file being read and the records of it read (see _readers._ReadRun).
         return _tfrecords(self, iter(self.datapipe), _read_run(self, self.datapipe))
 
     def __len__(self) -> int:

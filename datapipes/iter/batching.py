@@ -1,0 +1,395 @@
+"""Stages that cut a stream into lists and take lists apart: Batcher [batch], Unbatcher [unbatch]
+(``UnBatcher``, torch's spelling). Batches of a sorted buffer and groups by key are
+:mod:`datapipes.iter.grouping`'s.
+
+The hot loops are bare generators chosen once at construction. ``Batcher`` cuts batches with
+``list(islice(it, batch_size))``, which builds each batch in C: about 12 ns per item here against
+about 30 ns for a Python loop appending item by item.
+
+Every ``__iter__`` creates its source's iterator (and reads its pass seed) at once, as part of the pass
+being built (:mod:`datapipes._pass`), and hands it to the generator that does the work; a generator
+left by an exception (or closed early) closes that iterator, so the upstream is released at once.
+
+Checkpoint and resume (docs/howto/checkpoint.rst): ``Batcher`` keeps nothing (at a batch boundary it has
+consumed exactly the batched items). ``Unbatcher`` writes nothing per item: its runs read the position
+from the suspended generator when a state is taken (its locals, with
+:func:`inspect.getgeneratorlocals`, and the list iterator it yields from, ``gi_yieldfrom``, whose
+items left a copy of it reads).
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+from typing import Any, Callable, Iterable, Iterator, TypeVar, cast
+
+from .. import _pass
+from .._chunk import DataChunk
+from .._engine import abandon
+from .._checks import require_bool
+from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
+from ..errors import add_stage_note, call_lines, raised_at
+
+__all__ = ["Batcher", "Unbatcher", "UnBatcher"]
+
+T = TypeVar("T")
+
+#: The containers :class:`Unbatcher` treats as batches.
+_BATCH = (list, tuple)
+
+#: torch DataPipes' words where they assert on the batch size (iterable- and map-style ``batch``).
+_BATCH_SIZE_ASSERT = "Batch size is required to be larger than 0!"
+
+
+def _count_batches(n: int, batch_size: int, drop_last: bool) -> int:
+    return n // batch_size if drop_last else -(-n // batch_size)
+
+
+# -- Batcher ---------------------------------------------------------------------------------------
+
+
+def _batches(it: Iterator[Any], n: int) -> Iterator[list[Any]]:
+    # Stops at the first short batch, so an exhausted source is not asked again.
+    while len(batch := list(islice(it, n))) == n:
+        yield batch
+    if batch:
+        yield batch
+
+
+def _full_batches(it: Iterator[Any], n: int) -> Iterator[list[Any]]:
+    while len(batch := list(islice(it, n))) == n:
+        yield batch
+
+
+def _batch_keep(pipe: Batcher, it: Iterator[Any] | None = None) -> Iterator[list[Any]]:
+    n = pipe.batch_size
+    # DataChunk or list: each batch built in C from the source (both take any iterable)
+    make = cast("Callable[[Iterable[Any]], list[Any]]", pipe.wrapper_class)
+    if it is None:  # the map-style Batcher's iteration, which reads its source by position
+        it = iter(pipe.datapipe)
+    try:
+        while len(batch := make(islice(it, n))) == n:
+            yield batch
+        if batch:
+            yield batch
+    except BaseException:
+        abandon(it)  # this frame names the upstream: release it now, not at collection
+        raise
+
+
+def _batch_drop(pipe: Batcher, it: Iterator[Any] | None = None) -> Iterator[list[Any]]:
+    n = pipe.batch_size
+    make = cast("Callable[[Iterable[Any]], list[Any]]", pipe.wrapper_class)  # DataChunk or list
+    if it is None:  # the map-style Batcher's iteration, which reads its source by position
+        it = iter(pipe.datapipe)
+    try:
+        while len(batch := make(islice(it, n))) == n:
+            yield batch
+    except BaseException:
+        abandon(it)
+        raise
+
+
+def _batch_wrap(pipe: Batcher, it: Iterator[Any] | None = None) -> Iterator[Any]:
+    fn = pipe.wrapper_class
+    if it is None:  # the map-style Batcher's iteration, which reads its source by position
+        it = iter(pipe.datapipe)
+    batches = _full_batches if pipe.drop_last else _batches
+    b = 0
+    try:
+        for batch in batches(it, pipe.batch_size):
+            yield fn(batch)
+            b += 1
+    except Exception as e:
+        if raised_at(e, _WRAP_FN_LINES):
+            add_stage_note(e, stage_label(pipe), b, pipe._batch_what)
+        abandon(it)
+        raise
+    except BaseException:
+        abandon(it)
+        raise
+
+
+_WRAP_FN_LINES = call_lines(_batch_wrap)
+
+
+@functional_datapipe("batch")
+class Batcher(IterDataPipe[Any]):
+    """Gather consecutive items into lists of ``batch_size`` (functional name: ``batch``).
+
+    Args:
+        datapipe: the source pipe.
+        batch_size: the number of items per batch, at least 1 (else a ``ValueError`` that is also the
+            ``AssertionError`` torch DataPipes raise).
+        drop_last: drop the last batch when it holds fewer than ``batch_size`` items.
+        wrapper_class: what each batch is made as: :class:`~datapipes.DataChunk` (the default, as
+            torch's: a ``list`` with torch's ``DataChunk`` methods) or ``list``, built directly
+            from the source; any other callable (e.g. ``tuple``) is called on each batch (a new
+            ``list``) before it is yielded.
+
+    Yields:
+        Lists of ``batch_size`` items in source order; the last one may be shorter unless
+        ``drop_last``.
+
+    Raises:
+        Whatever the source raises, unchanged; whatever ``wrapper_class`` raises, as the same object
+        with a note naming the stage and the batch's position.
+
+    ``len()`` is ``ceil(len(datapipe) / batch_size)`` (``floor`` with ``drop_last``), computed from
+    the source at call time.
+
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper(range(7)).batch(3))
+        [[0, 1, 2], [3, 4, 5], [6]]
+        >>> list(IterableWrapper(range(7)).batch(3, drop_last=True, wrapper_class=tuple))
+        [(0, 1, 2), (3, 4, 5)]
+
+    See also: :class:`Unbatcher`, :class:`BucketBatcher`, :class:`Grouper`.
+    """
+
+    _repr_fields = ("batch_size",)
+    _batch_what = "batch"  # what the note on a wrapper_class error calls the failing batch
+    _stateless = True  # at a batch boundary it has consumed exactly the batched items: its source's position
+
+    def __init__(
+        self,
+        datapipe: IterDataPipe[T],
+        batch_size: int,
+        drop_last: bool = False,
+        wrapper_class: Callable[[list[T]], Any] = DataChunk,
+    ) -> None:
+        require_pipe(datapipe, "Batcher")
+        require_int(batch_size, "Batcher", "batch_size", minimum=1, torch_assert=_BATCH_SIZE_ASSERT)
+        require_callable(wrapper_class, "Batcher", "wrapper_class")
+        self.datapipe = datapipe
+        self.batch_size = batch_size
+        self.drop_last = require_bool(drop_last, "Batcher", "drop_last", ints=True)
+        self.wrapper_class = wrapper_class
+        self._run: Callable[[Batcher, Iterator[Any] | None], Iterator[Any]]
+        if wrapper_class is list or wrapper_class is DataChunk:
+            self._run = _batch_drop if self.drop_last else _batch_keep
+        else:
+            self._run = _batch_wrap
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._run(self, iter(self.datapipe))
+
+    def __len__(self) -> int:
+        return _count_batches(source_len(self, self.datapipe), self.batch_size, self.drop_last)
+
+
+# -- Unbatcher -------------------------------------------------------------------------------------
+
+
+class UnbatchLevelError(TypeError, IndexError):
+    """Raised by :class:`Unbatcher` when an item at a level to flatten is not a list or tuple: a
+    ``TypeError`` (the item is of the wrong kind) that is also the ``IndexError`` torch DataPipes
+    raise there, its message ending with theirs ("unbatch_level 5 exceeds the depth of the
+    DataPipe")."""
+
+
+def _not_a_batch(pipe: Unbatcher, value: Any, path: tuple[int, ...]) -> UnbatchLevelError:
+    where = f"item {path[0]}" + "".join(f"[{j}]" for j in path[1:])
+    kind = type(value).__name__
+    article = "an" if kind[:1].lower() in "aeiou" else "a"
+    return UnbatchLevelError(
+        f"{stage_label(pipe)}: {where} is {article} {kind}, not a list or tuple: unbatch_level {pipe.unbatch_level} "
+        "exceeds the depth of the DataPipe"
+    )
+
+
+def _unbatch_none(pipe: Unbatcher, it: Iterator[Any]) -> Iterator[Any]:
+    return it  # items pass as they are: the source's own iterator, no generator in between
+
+
+# The unbatching loops keep ``n``, the position of the source item whose elements they yield, and
+# yield them from a list iterator (the batch itself, or its elements gathered into a list), whose
+# index tells the rest: see _unbatch_state. A resumed pass yields that rest first.
+
+
+def _unbatch_one(pipe: Unbatcher, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
+    run.started = True
+    n = 0
+    try:
+        resume = run.resume
+        if resume is not None:
+            if "ended" in resume:
+                return
+            n = resume["next"]
+            if resume.get("rest"):
+                n -= 1
+                yield from list(resume["rest"])
+                n += 1
+        for batch in it:
+            if type(batch) is not list and type(batch) is not DataChunk and type(batch) is not tuple:
+                if not isinstance(batch, _BATCH):
+                    raise _not_a_batch(pipe, batch, (n,))
+                batch = list(batch)  # a subclass's own __iter__ (torch's DataChunk), once: its rest stays readable
+            yield from batch
+            n += 1
+    except BaseException:
+        abandon(it)
+        raise
+
+
+def _dive(batch: Any, level: int, path: tuple[int, ...], out: list[Any]) -> tuple[tuple[int, ...], Any] | None:
+    """Append the elements ``level`` levels down ``batch`` to ``out``; at the first item that should
+    be a batch and is not, stop and return its path and value (the error to raise once the elements
+    before it are yielded)."""
+    if not isinstance(batch, _BATCH):
+        return path, batch
+    if level == 1:
+        out.extend(batch)
+        return None
+    for j, inner in enumerate(batch):
+        bad = _dive(inner, level - 1, (*path, j), out)
+        if bad is not None:
+            return bad
+    return None
+
+
+def _unbatch_deep(pipe: Unbatcher, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
+    level = pipe.unbatch_level
+    run.started = True
+    n = 0
+    bad: tuple[tuple[int, ...], Any] | None = None
+    try:
+        resume = run.resume
+        if resume is not None:
+            if "ended" in resume:
+                return
+            n = resume["next"]
+            if resume.get("rest") or "bad" in resume:
+                n -= 1
+                if "bad" in resume:
+                    path, value = resume["bad"]
+                    bad = (tuple(path), value)
+                yield from list(resume["rest"])
+                if bad is not None:
+                    raise _not_a_batch(pipe, bad[1], bad[0])
+                n += 1
+        for batch in it:
+            elements: list[Any] = []
+            bad = _dive(batch, level, (n,), elements)
+            yield from elements
+            if bad is not None:
+                raise _not_a_batch(pipe, bad[1], bad[0])
+            n += 1
+    except BaseException:
+        abandon(it)
+        raise
+
+
+def _flatten(batch: Any, out: list[Any]) -> None:
+    for x in batch:
+        if isinstance(x, _BATCH):
+            _flatten(x, out)
+        else:
+            out.append(x)
+
+
+def _unbatch_all(pipe: Unbatcher, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
+    run.started = True
+    n = 0
+    try:
+        resume = run.resume
+        if resume is not None:
+            if "ended" in resume:
+                return
+            n = resume["next"]
+            if resume.get("rest"):
+                n -= 1
+                yield from list(resume["rest"])
+                n += 1
+        for x in it:
+            if isinstance(x, _BATCH):
+                elements: list[Any] = []
+                _flatten(x, elements)
+                yield from elements
+            else:
+                yield x
+            n += 1
+    except BaseException:
+        abandon(it)
+        raise
+
+
+def _unbatch_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+    """An unbatching pass's state: the position of the source's next item, the elements of the
+    current one not yet yielded, and the error found in it that is still to be raised."""
+    rest = [] if yielding_from is None else _pass.remaining(yielding_from)
+    state: dict[str, Any] = {"next": local["n"] + 1, "rest": rest}
+    bad = local.get("bad")
+    if bad is not None:
+        state["bad"] = [list(bad[0]), bad[1]]
+    return state
+
+
+@functional_datapipe("unbatch")
+class Unbatcher(IterDataPipe[Any]):
+    """Undo batching: yield the elements of each batch (functional name: ``unbatch``).
+
+    Lists and tuples are batches; anything else is an element.
+
+    Args:
+        datapipe: the source pipe, yielding batches.
+        unbatch_level: how many levels of nesting to flatten: ``1`` (default) the top level, ``2``
+            the top two, ``0`` none (items pass as they are), ``-1`` every level (elements that are
+            not lists or tuples, at whatever depth, are yielded as they are).
+
+    Yields:
+        The elements, in order.
+
+    Raises:
+        UnbatchLevelError: an item at a level to flatten is not a list or tuple. It is a
+            ``TypeError`` and, as torch DataPipes raise there, an ``IndexError``; the message names
+            the stage and the item's position (``item 3[0]``: element 0 of the stage's item 3), then
+            ends with torch's words ("unbatch_level 2 exceeds the depth of the DataPipe").
+
+    ``len()`` is the source's length with ``unbatch_level=0``; otherwise it raises ``TypeError``
+    (the batch sizes are known only after iterating).
+
+    Deeper than one level, the elements of each source item are gathered into a list before the
+    first is yielded (an item that should be a batch and is not is still raised in its place, after
+    the elements before it). A list or tuple subclass with an ``__iter__`` of its own (torch's
+    ``DataChunk``) is iterated once into a list. A pass's state holds the position of the source's
+    next item and the elements of the current one not yet yielded (at most one item's elements).
+
+    Example:
+        >>> from datapipes.iter import IterableWrapper
+        >>> list(IterableWrapper([[0, 1], [2]]).unbatch())
+        [0, 1, 2]
+        >>> list(IterableWrapper([[[0, 1], [2]], [[3]]]).unbatch(unbatch_level=-1))
+        [0, 1, 2, 3]
+
+    See also: :class:`Batcher`, :class:`~datapipes.iter.FlatMapper`.
+    """
+
+    _repr_fields = ("unbatch_level",)
+
+    def __init__(self, datapipe: IterDataPipe[Any], unbatch_level: int = 1) -> None:
+        require_pipe(datapipe, "Unbatcher")
+        require_int(unbatch_level, "Unbatcher", "unbatch_level", minimum=-1)
+        self.datapipe = datapipe
+        self.unbatch_level = unbatch_level
+        runs = {-1: _unbatch_all, 1: _unbatch_one}
+        self._run: Callable[[Unbatcher, Iterator[Any], _pass.FrameRun], Iterator[Any]]
+        self._run = runs.get(unbatch_level, _unbatch_deep)
+        # unbatch_level=0 passes the source's iterator itself: its position is the source's.
+        self._stateless = unbatch_level == 0
+
+    def __iter__(self) -> Iterator[Any]:
+        it = iter(self.datapipe)
+        if self.unbatch_level == 0:
+            return _unbatch_none(self, it)
+        run = _pass.FrameRun(_unbatch_state)
+        return _pass.track_generator(self, self._run(self, it, run), run)
+
+    def __len__(self) -> int:
+        if self.unbatch_level == 0:
+            return source_len(self, self.datapipe)
+        raise len_unknown(self, "the sizes of the batches are known only after iterating", NO_LEN)
+
+
+#: torch's spelling of :class:`Unbatcher` (``torch.utils.data.datapipes.iter.UnBatcher``)
+UnBatcher = Unbatcher
