@@ -322,6 +322,8 @@ class RayExecutor(Executor):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         """Run ``fn(*args, **kwargs)`` on the cluster; the future holds the call's ``ObjectRef``."""
+        if self._shut:  # checked again below, under the lock; nothing is sent to Ray after shutdown
+            raise RuntimeError("RayExecutor: cannot submit after shutdown()")
         payload = (self._ship(fn), tuple(self._ship(a) if callable(a) else a for a in args), kwargs)
         with self._lock:
             if self._shut:
