@@ -19,11 +19,11 @@
 #      the other tests of the modules that behave differently where CUDA is present
 #      (tests/iter/test_device.py, tests/test_demo.py, tests/test_loader.py; slow ones left out);
 #   2. benchmarks/gpu_overlap.py with its defaults (--device cpu: 40 images, 1 repeat);
-#   3. benchmarks/end_to_end.py (it has no option for cores: --concurrency 2 (the judged figure)
-#      and the host's CPU count, 500 images, 3 repeats, tuned malloc; --device cpu: 64 images,
-#      1 repeat, 3 systems).
+#   3. benchmarks/end_to_end.py --cores <the host's CPU count> (every system given every core: the
+#      many-core figures of the process stage), --concurrency 2 (the judged thread figure) and the
+#      CPU count, 2000 images, 3 repeats, tuned malloc; --device cpu: 64 images, 1 repeat, 3 systems.
 # Each part runs under a time limit (SIGINT, then SIGKILL) inside a budget of DEVICE_CHECK_BUDGET_S
-# seconds for all the parts (default 330: the check fits in 6 minutes with the set-up of a built .venv).
+# seconds for all the parts (default 380: the check fits in 7 minutes with the set-up of a built .venv).
 #
 # Everything goes to stdout; with $OUT set, also to $OUT/device-check.log, with the tests' JUnit
 # XML ($OUT/gpu-tests.xml, $OUT/device-tests.xml) and end_to_end.py's figures ($OUT/end_to_end.json).
@@ -160,7 +160,7 @@ PY
     junit2=(--junitxml "$OUT/device-tests.xml")
     e2e_json=(--json "$OUT/end_to_end.json")
   fi
-  deadline=$(( SECONDS + ${DEVICE_CHECK_BUDGET_S:-330} ))
+  deadline=$(( SECONDS + ${DEVICE_CHECK_BUDGET_S:-380} ))
   local pytest=("$PY" -m pytest -q -rs -p no:cacheprovider)
 
   run_part "1. GPU tests (pytest -m gpu)" 120 150 tests "${pytest[@]}" -m gpu tests ${junit[@]+"${junit[@]}"}
@@ -170,8 +170,9 @@ PY
     run_part "2. benchmarks/gpu_overlap.py" 110 90 bench "$PY" benchmarks/gpu_overlap.py --device "$device"
     local conc=2
     [ "$ncpu" -gt 2 ] && conc="2,$ncpu"
-    run_part "3. benchmarks/end_to_end.py ($ncpu CPUs)" 150 0 bench "$PY" benchmarks/end_to_end.py \
-      --images 500 --repeats 3 --malloc tuned --concurrency "$conc" --wait-idle 5 ${e2e_json[@]+"${e2e_json[@]}"}
+    run_part "3. benchmarks/end_to_end.py --cores $ncpu" 200 0 bench "$PY" benchmarks/end_to_end.py \
+      --images 2000 --repeats 3 --malloc tuned --cores "$ncpu" --concurrency "$conc" --wait-idle 5 \
+      ${e2e_json[@]+"${e2e_json[@]}"}
   else
     run_part "2. benchmarks/gpu_overlap.py (smoke)" 60 30 bench "$PY" benchmarks/gpu_overlap.py --device cpu \
       --images 40 --repeats 1 --concurrency 2

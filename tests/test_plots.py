@@ -77,10 +77,10 @@ def end_to_end_doc(e2e):
     """end_to_end.py's JSON writer on a tiny in-memory result (what its children would return)."""
     def child(system, k):
         return {"system": system, "images": 40, "seconds": 0.1 + 0.01 * k, "first_s": 0.05 + 0.01 * k,
-                "steady_ips": 300.0, "rss_mb": 250.0 + k, "workers": 2 if system == "dataloader2" else 0,
+                "steady_ips": 300.0, "rss_mb": 250.0 + k, "workers": 2 if system == "dataloaderN" else 0,
                 "cpu_s": 0.2}
 
-    order = [("datapipes", 2), ("dataloader0", 0), ("dataloader2", 0), ("spdl", 2), ("limit", 0)]
+    order = [("datapipes", 2), ("dataloader0", 0), ("dataloaderN", 0), ("spdl", 2), ("limit", 0)]
     results = {f"{s}:{c}": [child(s, k) for k in range(3)] for s, c in order}
     failed = {"spdl:2": "RuntimeError: boom"}
     del results["spdl:2"]
@@ -137,7 +137,7 @@ def test_end_to_end_json(results, capsys):
     assert ours["peak_rss_mb"] == 251.0 and ours["peak_rss_runs"] == [250.0, 251.0, 252.0]
     assert systems["limit: ThreadPoolExecutor(2), bytes in memory"]["role"] == "limit"
     assert systems["spdl.pipeline (2 threads)"]["status"] == "failed"
-    assert systems["torchdata.nodes (- threads)"]["status"] == "not installed"
+    assert systems["torchdata.nodes (- threads, Prefetcher)"]["status"] == "not installed"
     assert {t["text"].split(":")[0] for t in w["targets"]} >= {"ahead of every peer", ">= 75% of the limit"}
     # the same figures as the printed table
     end_to_end_doc(script("end_to_end"))

@@ -17,6 +17,18 @@ Protocol over two pipes (length-framed messages of ``multiprocessing.connection.
    ``None``), usually an empty dict;
 4. parent -> worker: an empty message, or end of file: the worker exits.
 
+Results without copies (docs/architecture.rst, "Process stages"): when the setup says ``"oob"``,
+the worker -> parent channel is a Unix socket, and a result message whose pickle (protocol 5) has
+buffers of ``OOB_MIN`` bytes or more (numpy arrays, and torch CPU tensors, which are pickled as the
+arrays they share memory with) is sent as ``b"B"``, the count and ``(offset, size)`` of each such
+buffer (``"<I"`` then ``"<QQ"`` each), then the pickle with those buffers left out; the buffers
+themselves are written into one memfd that follows the message over the socket (``SCM_RIGHTS``).
+The parent maps it and hands the arrays out as views of that mapping, which is unmapped when the
+last of them is dropped. A descriptor in flight is owned by the socket, so nothing outlives the two
+processes whatever stops them (no named shared memory to clean up). Without ``memfd_create`` or
+descriptor passing (not Linux), or when the memfd cannot be written (memory full), the message
+carries its buffers in band, as ever.
+
 A worker outlives the pass that started it when its stage keeps a warm pool
 (:mod:`datapipes._engine.process`): step 2 then comes again for the next pass, and each pass calls
 the ``fn`` it sent (a fresh copy), never a previous pass's.
@@ -26,15 +38,23 @@ SIGINT is ignored in the worker: Ctrl-C reaches the parent, which stops its work
 
 from __future__ import annotations
 
+import copyreg
+import io
 import os
 import pickle
 import signal
+import struct
 import sys
 import time
 import traceback
 from typing import Any, Callable
 
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
+#: the smallest buffer that a result sends out of band (a smaller one is copied into the message)
+OOB_MIN = 32 << 10
+_ALIGN = 64  # each buffer's offset in the memfd, so that arrays of any dtype are aligned
+#: whether this system can pass results' buffers in a memfd (Linux)
+OOB_SUPPORTED = hasattr(os, "memfd_create") and sys.platform.startswith("linux")
 
 
 def make_rng(kind: str, seed: int) -> Any:
@@ -95,7 +115,101 @@ def portable(exc: BaseException) -> BaseException:
         return stand_in
 
 
-def _results_payload(chunk_id: int, seconds: float, values: list[Any], failures: dict[int, BaseException]) -> bytes:
+def _reduce_tensor(t: Any) -> Any:
+    """Pickle a torch CPU tensor as ``torch.from_numpy`` of the array sharing its memory, so that
+    its data is a protocol-5 buffer (torch's own pickling copies it into the message)."""
+    import torch
+
+    if (t.device.type == "cpu" and t.layout == torch.strided and not t.requires_grad and type(t) is torch.Tensor
+            and not t.is_conj() and not t.is_neg()):
+        try:
+            return torch.from_numpy, (t.contiguous().numpy(),)
+        except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16, ...)
+            pass
+    return t.__reduce_ex__(_PROTOCOL)
+
+
+def _dumps_out_of_band(obj: Any) -> tuple[bytes, list[pickle.PickleBuffer]]:
+    """``obj`` pickled with its buffers of ``OOB_MIN`` bytes or more left out (returned apart)."""
+    big: list[pickle.PickleBuffer] = []
+
+    def keep(buf: pickle.PickleBuffer) -> bool:
+        if buf.raw().nbytes < OOB_MIN:
+            return True  # in band
+        big.append(buf)
+        return False
+
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, _PROTOCOL, buffer_callback=keep)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        table = copyreg.dispatch_table.copy()
+        table[torch.Tensor] = _reduce_tensor
+        pickler.dispatch_table = table
+    pickler.dump(obj)
+    return out.getvalue(), big
+
+
+def _to_memfd(buffers: list[pickle.PickleBuffer]) -> tuple[int, bytes]:
+    """A memfd holding ``buffers`` one after the other (aligned), and the header that places them."""
+    spans = []
+    offset = 0
+    for buf in buffers:
+        size = buf.raw().nbytes
+        spans.append((offset, size))
+        offset += (size + _ALIGN - 1) // _ALIGN * _ALIGN
+    fd = os.memfd_create("datapipes-result", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, offset)
+        for buf, (at, size) in zip(buffers, spans):
+            raw = buf.raw()
+            done = 0
+            while done < size:
+                done += os.pwrite(fd, raw[done:], at + done)
+    except BaseException:
+        os.close(fd)
+        raise
+    header = b"B" + struct.pack("<I", len(spans)) + b"".join(struct.pack("<QQ", at, size) for at, size in spans)
+    return fd, header
+
+
+def load_out_of_band(message: bytes, fd: int) -> tuple[Any, int]:
+    """The parent's side of a ``b"B"`` message: the object, its arrays viewing a mapping of ``fd``
+    (closed here; the mapping lives as long as the arrays), and the bytes of the mapping."""
+    import mmap
+
+    try:
+        (count,) = struct.unpack_from("<I", message, 1)
+        spans = [struct.unpack_from("<QQ", message, 5 + 16 * k) for k in range(count)]
+        size = max(at + n for at, n in spans)
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+        mapped = mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    view = memoryview(mapped)
+    return pickle.loads(memoryview(message)[5 + 16 * count:], buffers=[view[at:at + n] for at, n in spans]), size
+
+
+def _results_payload(chunk_id: int, seconds: float, values: list[Any], failures: dict[int, BaseException],
+                     oob: bool = False) -> tuple[bytes, int | None]:
+    """The message of a chunk's results, and the memfd holding its large buffers (or ``None``)."""
+    if oob and not failures:
+        try:
+            data, big = _dumps_out_of_band((chunk_id, seconds, values, failures))
+        except Exception:  # noqa: BLE001 - what pickle cannot take goes the general way below
+            pass
+        else:
+            if not big:
+                return data, None
+            try:
+                fd, header = _to_memfd(big)
+            except OSError:  # memory full, or memfds refused: the buffers go in band
+                return dumps((chunk_id, seconds, values, failures)), None
+            return header + data, fd
+    return _results_bytes(chunk_id, seconds, values, failures), None
+
+
+def _results_bytes(chunk_id: int, seconds: float, values: list[Any], failures: dict[int, BaseException]) -> bytes:
     try:
         return _cloud_dumps((chunk_id, seconds, values, failures)) if failures else dumps((chunk_id, seconds, values, failures))
     except Exception:  # noqa: BLE001 - find the results that do not pickle and fail only those
@@ -150,6 +264,11 @@ def main(rfd: int, wfd: int) -> None:
     tx = Connection(wfd, readable=False)
     setup = pickle.loads(rx.recv_bytes())
     sys.path[:] = setup["sys_path"]
+    sock = None
+    if setup.get("oob"):
+        import socket
+
+        sock = socket.socket(fileno=os.dup(wfd))
     tx.send_bytes(pickle.dumps(("hello", "torch" in sys.modules)))
     fn: Callable[[Any], Any] | None = None
     clock = time.perf_counter
@@ -176,8 +295,17 @@ def main(rfd: int, wfd: int) -> None:
         values, failures = run_chunk(fn, items)
         seconds = clock() - t
         items = None  # type: ignore[assignment]
-        tx.send_bytes(_results_payload(chunk_id, seconds, values, failures))
+        message, fd = _results_payload(chunk_id, seconds, values, failures, sock is not None)
         values = failures = None  # type: ignore[assignment]
+        tx.send_bytes(message)
+        if fd is not None and sock is not None:
+            import socket
+
+            try:
+                socket.send_fds(sock, [b"F"], [fd])
+            finally:
+                os.close(fd)
+        message = None  # type: ignore[assignment]
 
 
 if __name__ == "__main__":

@@ -54,7 +54,8 @@ class TestProcessMapper:
         assert sorted(pipe) == sorted(-x for x in range(3000))
         assert pipe.stats.kind == "process" and pipe.stats.items_out == 3000
 
-    def test_runs_in_other_processes_that_did_not_import_torch(self):
+    def test_runs_in_other_processes_that_did_not_import_torch(self, monkeypatch):
+        monkeypatch.setenv("DATAPIPES_PROCESS_START", "spawn")  # a forked worker has what the parent imported
         w = ProcessWorkers(lambda x: os.getpid(), 2, "S")
         on_fail, count = failure_handler("S", ErrorPolicy(), FailureLog())
         stats = StageStats("S", "process", 2, 4)

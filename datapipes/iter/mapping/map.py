@@ -321,7 +321,11 @@ class Mapper(IterDataPipe[U]):
             used, never shut down). With ``executor="process"`` the worker processes start at the
             first ``next()`` of the first pass and stay warm for the pipe's next passes (epochs);
             they stop when the pipe is garbage-collected, after 60 s unused, or at exit. A failing
-            pass stops them.
+            pass stops them. On Linux they are forked from this process where that is clean (no
+            other thread running), so ``fn`` finds every module already imported; otherwise, or with
+            ``DATAPIPES_PROCESS_START=spawn`` in the environment, they are fresh interpreters.
+            Arrays and CPU tensors in the results come back through shared memory, not copied
+            through a pipe (docs/architecture.rst, "Process stages").
         timeout: seconds one item may spend in ``fn`` (threads, async, an ``Executor``). An item past it fails
             with a ``TimeoutError`` naming the stage and its position; its worker thread is abandoned
             (a daemon: it ends when ``fn`` returns and never blocks interpreter exit). An async

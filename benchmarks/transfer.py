@@ -1,0 +1,179 @@
+"""Result transfer from worker processes (issue 22): MB/s of arrays handed from workers to the consumer.
+
+    .venv-bench/bin/python benchmarks/transfer.py                  # 150 KB, 1 MB and 8 MB arrays, 5 runs
+    .venv-bench/bin/python benchmarks/transfer.py --sizes 150528 --repeats 3 --workers 4
+
+Workload: each worker makes an array of the given size by copying one it made at start (about the
+cost of a memcpy: what is measured is the way back, not the work) and returns it; the consumer
+touches each result (sums one byte per page, so a lazily mapped result pays for its mapping) and
+drops it. 1 GB of results per run (at least 200 items). Every system runs in a fresh process, one
+after the other, repeat by repeat (a run side by side); the figures are medians over the runs and
+the target is judged in every run.
+
+Systems, all with ``--workers`` worker processes:
+
+- ``datapipes``: ``IterableWrapper(range(n)).map(make, executor="process", concurrency=W)``: large
+  buffers come back in a memfd that the consumer maps (docs/architecture.rst, "Process stages");
+- ``datapipes, in band``: the same with the buffers copied through the pipe, as before;
+- ``torch DataLoader``: ``DataLoader(dataset, batch_size=None, num_workers=W)`` over a dataset
+  returning the same arrays as tensors (torch's shared-memory tensor storage, one item at a time);
+- ``torch DataLoader, batches``: the same with ``batch_size=32`` (the workers collate into shared
+  memory: one copy in the worker, none in the consumer).
+
+Target: datapipes' MB/s >= torch DataLoader's (item by item) in every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Iterator
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+SYSTEMS = {
+    "datapipes": "datapipes (memfd)",
+    "inband": "datapipes, in band (before)",
+    "dataloader": "torch DataLoader (shared-memory tensors)",
+    "dataloader_batch": "torch DataLoader, batches of 32",
+}
+_ARRAY: list[Any] = []
+
+
+def make(i: int, size: int) -> Any:
+    import numpy as np
+
+    if not _ARRAY:
+        _ARRAY.append(np.arange(size, dtype=np.uint8))
+    return _ARRAY[0].copy()
+
+
+class Arrays:
+    """A map-style dataset of ``n`` tensors of ``size`` bytes (torch's DataLoader)."""
+
+    def __init__(self, n: int, size: int) -> None:
+        self.n, self.size = n, size
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        import torch
+
+        return torch.from_numpy(make(i, self.size))
+
+
+def items(system: str, n: int, size: int, workers: int) -> Iterator[Any]:
+    if system in ("datapipes", "inband"):
+        import functools
+
+        from datapipes._engine import _procworker
+        from datapipes.iter import IterableWrapper
+
+        if system == "inband":
+            _procworker.OOB_SUPPORTED = False  # the pools started from here copy buffers through their pipes
+        return iter(IterableWrapper(range(n)).map(functools.partial(make, size=size), executor="process",
+                                                  concurrency=workers))
+    from torch.utils.data import DataLoader
+
+    if system == "dataloader":
+        return iter(DataLoader(Arrays(n, size), batch_size=None, num_workers=workers))  # type: ignore[arg-type]
+    return iter(DataLoader(Arrays(n, size), batch_size=32, num_workers=workers))  # type: ignore[arg-type]
+
+
+def child(system: str, size: int, workers: int) -> dict[str, Any]:
+    import numpy as np
+    import torch
+
+    n = max(200, (1 << 30) // size)
+    page = 4096
+    t0 = time.perf_counter()
+    total = 0
+    check = 0
+    for x in items(system, n, size, workers):
+        a = x.numpy() if isinstance(x, torch.Tensor) else x
+        flat = a.reshape(-1)
+        check += int(flat[::page].sum())  # touch every page of the result
+        total += flat.nbytes
+        del x, a, flat
+    seconds = time.perf_counter() - t0
+    expected = int(np.arange(size, dtype=np.uint8)[::page].astype(np.int64).sum())
+    per_item = expected * n
+    if total != n * size or check != per_item:
+        raise SystemExit(f"{system}: got {total} bytes (checksum {check}), expected {n * size} ({per_item})")
+    return {"system": system, "seconds": seconds, "mb_s": total / seconds / 1e6, "items": n}
+
+
+def run_child(system: str, size: int, workers: int) -> dict[str, Any] | str:
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", system, "--sizes", str(size), "--workers", str(workers)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        return (r.stderr.strip().splitlines() or ["failed"])[-1][:120]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="150528,1048576,8388608",
+                        help="comma list of array sizes in bytes (default: a 3x224x224 uint8 image, 1 MiB, 8 MiB)")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes of every system (default 2)")
+    parser.add_argument("--repeats", type=int, default=5, help="runs, each running every system once (default 5)")
+    parser.add_argument("--only", default=None, help="comma list of systems: " + ",".join(SYSTEMS))
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    sizes = [int(x) for x in args.sizes.split(",")]
+    if args.child:
+        print(json.dumps(child(args.child, sizes[0], args.workers)))
+        return 0
+    systems = list(SYSTEMS) if args.only is None else args.only.split(",")
+    for s in systems:
+        if s not in SYSTEMS:
+            parser.error(f"--only: unknown system {s!r}; choose from {','.join(SYSTEMS)}")
+    import torch
+
+    print(f"python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} CPUs; {args.workers} worker "
+          f"processes; medians of {args.repeats} fresh-process runs, 1 GB of results each")
+    ok = True
+    for size in sizes:
+        runs: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
+        failed: dict[str, str] = {}
+        for _ in range(args.repeats):
+            for s in systems:
+                if s in failed:
+                    continue
+                out = run_child(s, size, args.workers)
+                if isinstance(out, str):
+                    failed[s] = out
+                else:
+                    runs[s].append(out)
+        print(f"\n### arrays of {size:,} bytes\n")
+        print("| system | MB/s | vs torch DataLoader |")
+        print("|---|---:|---:|")
+        base = runs.get("dataloader") or []
+        base_med = statistics.median(r["mb_s"] for r in base) if base else None
+        for s in systems:
+            if s in failed:
+                print(f"| {SYSTEMS[s]} | failed: {failed[s]} | |")
+                continue
+            med = statistics.median(r["mb_s"] for r in runs[s])
+            print(f"| {SYSTEMS[s]} | {med:,.0f} | {f'{med / base_med:.2f}x' if base_med else '-'} |")
+        ours = runs.get("datapipes") or []
+        if ours and base:
+            ratios = [a["mb_s"] / b["mb_s"] for a, b in zip(ours, base)]
+            held = sum(r >= 1.0 for r in ratios)
+            passed = held == len(ratios)
+            ok &= passed
+            print(f"\n  {'PASS' if passed else 'FAIL'}  datapipes >= torch DataLoader's MB/s in every run: run ratios min "
+                  f"{min(ratios):.2f}, median {statistics.median(ratios):.2f}, max {max(ratios):.2f}, held in "
+                  f"{held}/{len(ratios)}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

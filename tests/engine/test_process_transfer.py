@@ -1,0 +1,264 @@
+"""Process stages: how workers start (forked where the fork is clean) and how results come back
+(large buffers in a memfd, mapped by the consumer, freed with the last item that views them)."""
+
+import gc
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from datapipes._engine import _procworker
+from datapipes._engine.process import start_method
+from datapipes.iter import IterableWrapper
+
+from engine_helpers import no_child_left  # noqa: F401 - a fixture
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+linux_only = pytest.mark.skipif(not _procworker.OOB_SUPPORTED, reason="memfds and fork checks are Linux's")
+
+
+def run_script(body: str, env: dict[str, str] | None = None) -> dict:
+    """Run ``body`` in a fresh interpreter (one thread, unlike this test process) with warnings as
+    errors; return the JSON it prints last."""
+    code = "import sys\nsys.path.insert(0, %r)\n" % ROOT + textwrap.dedent(body)
+    full_env = {k: v for k, v in os.environ.items() if k != "DATAPIPES_PROCESS_START"}
+    full_env.update(env or {})
+    r = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", code], capture_output=True, text=True,
+                       timeout=120, env=full_env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def memfd_mappings() -> int:
+    """Mappings of result memfds in this process."""
+    with open("/proc/self/maps") as f:
+        return sum("datapipes-result" in line for line in f)
+
+
+def memfd_descriptors() -> int:
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += "datapipes-result" in os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass
+    return n
+
+
+STAGE = """
+import json, os, threading
+from datapipes.iter import IterableWrapper
+
+def where(x):
+    return os.getpid(), os.getppid(), "numpy" in sys.modules
+
+pipe = IterableWrapper(range(40)).map(where, executor="process", concurrency=2, chunksize=2)
+it = iter(pipe)
+rows = list(it)
+print(json.dumps({"me": os.getpid(), "rows": rows}))
+"""
+
+
+@linux_only
+class TestStart:
+    def test_forks_where_the_fork_is_clean_with_numpy_loaded(self):
+        # numpy's OpenBLAS runs a thread pool, and stops it at a fork: the fork is clean, no warning
+        got = run_script("import numpy\n" + STAGE)
+        pids = {pid for pid, _, _ in got["rows"]}
+        assert len(pids) == 2 and got["me"] not in pids
+        assert all(ppid == got["me"] and has_numpy for _, ppid, has_numpy in got["rows"])
+
+    def test_forked_workers_draw_their_own_global_random_numbers(self):
+        # a fork copies numpy's and torch's global generators: each worker gets fresh ones, as a fresh
+        # interpreter would (else every worker repeats the same "random" augmentations)
+        body = """
+        import json, os, random
+        import numpy as np, torch
+        from datapipes.iter import IterableWrapper
+
+        def draw(x):
+            return os.getpid(), os.getppid(), float(np.random.random()), float(torch.rand(1)), random.random()
+
+        rows = list(IterableWrapper(range(40)).map(draw, executor="process", concurrency=2, chunksize=1))
+        print(json.dumps({"me": os.getpid(), "rows": rows, "parent": [float(np.random.random()), float(torch.rand(1))]}))
+        """
+        got = run_script(body)
+        firsts = {}
+        for pid, ppid, *draws in got["rows"]:
+            assert ppid == got["me"]  # forked
+            firsts.setdefault(pid, draws)
+        assert len(firsts) == 2
+        a, b = firsts.values()
+        assert all(x != y for x, y in zip(a, b))
+        assert a[:2] != got["parent"] and b[:2] != got["parent"]
+
+    def test_a_native_thread_running_at_the_fork_makes_fresh_interpreters(self):
+        # a thread threading does not know of (as a C library's): the fork is not clean, the worker is
+        # told to exit unused and a fresh interpreter runs instead; Python's fork warning is not raised
+        body = "import _thread, time, numpy\n_thread.start_new_thread(time.sleep, (30,))\n" + STAGE
+        got = run_script(body)
+        assert all(ppid == got["me"] and not has_numpy for _, ppid, has_numpy in got["rows"])
+
+    def test_a_python_thread_makes_fresh_interpreters_without_trying(self):
+        body = "import threading, time\nthreading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n" + STAGE
+        got = run_script(body)
+        assert len({pid for pid, _, _ in got["rows"]}) == 2
+
+    def test_spawn_asked_for(self):
+        got = run_script("import numpy\n" + STAGE, env={"DATAPIPES_PROCESS_START": "spawn"})
+        assert not any(has_numpy for _, _, has_numpy in got["rows"])
+
+    def test_bad_setting_is_named(self, monkeypatch):
+        monkeypatch.setenv("DATAPIPES_PROCESS_START", "forkserver")
+        with pytest.raises(ValueError, match="DATAPIPES_PROCESS_START must be one of auto, spawn, got 'forkserver'"):
+            start_method()
+
+    def test_forked_workers_exit_when_their_parent_is_killed(self):
+        # each forked worker closes the parent's ends of the others' channels, so every one of them
+        # sees the end of its input when the parent dies, not only the last one started
+        code = "import sys\nsys.path.insert(0, %r)\n" % ROOT + textwrap.dedent("""
+            import os, time
+            import numpy
+            from datapipes.iter import IterableWrapper
+            it = iter(IterableWrapper(range(1000)).map(lambda x: (os.getpid(), time.sleep(0.01)), executor="process",
+                                                       concurrency=3, chunksize=1))
+            pids = {next(it)[0] for _ in range(60)}
+            print(" ".join(map(str, sorted(pids))), flush=True)
+            time.sleep(60)
+            """)
+        env = {k: v for k, v in os.environ.items() if k != "DATAPIPES_PROCESS_START"}
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+        try:
+            pids = [int(x) for x in p.stdout.readline().split()]
+        finally:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+            p.stdout.close()
+        assert len(pids) == 3
+
+        def alive(pid):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            except OSError:
+                return False
+
+        deadline = time.monotonic() + 10
+        while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [pid for pid in pids if alive(pid)] == []
+
+
+def arrays(i):
+    import numpy as np
+
+    big = np.arange(50_000, dtype=np.float64) + i  # 400 KB: out of band
+    return {"big": big, "small": np.full(4, i, np.int16), "view": big[::2], "pair": (big.reshape(100, 500), i)}
+
+
+def tensors(i):
+    import torch
+
+    return [torch.full((256, 256), float(i)), torch.arange(10) + i, torch.ones(300, 300, dtype=torch.bfloat16) * i,
+            torch.ones(200, 200, requires_grad=True)]
+
+
+@linux_only
+@pytest.mark.usefixtures("no_child_left")
+class TestResults:
+    def test_arrays_come_back_equal_writable_and_mapped(self):
+        pipe = IterableWrapper(range(12)).map(arrays, executor="process", concurrency=2, chunksize=3)
+        got = list(pipe)
+        for i, out in enumerate(got):
+            want = arrays(i)
+            assert out["big"].dtype == np.float64 and np.array_equal(out["big"], want["big"])
+            assert np.array_equal(out["small"], want["small"]) and np.array_equal(out["view"], want["view"])
+            assert out["pair"][1] == i and np.array_equal(out["pair"][0], want["pair"][0])
+            assert out["big"].flags.writeable and out["big"].ctypes.data % 64 == 0
+            out["big"][0] = -1  # writable, and only this item's copy changes
+            assert got[0]["big"][0] == -1 and (i == 0 or got[i - 1]["big"][0] == -1)
+        assert memfd_mappings() > 0
+        del got, out
+        gc.collect()
+        assert memfd_mappings() == 0 and memfd_descriptors() == 0
+
+    def test_tensors(self):
+        got = list(IterableWrapper(range(3)).map(tensors, executor="process", concurrency=2, chunksize=1))
+        for i, out in enumerate(got):
+            for have, want in zip(out, tensors(i)):
+                assert type(have) is torch.Tensor and have.dtype == want.dtype and torch.equal(have, want)
+                assert have.requires_grad == want.requires_grad
+        del got, out
+        gc.collect()
+        assert memfd_mappings() == 0
+
+    def test_an_early_close_or_a_failure_leaves_nothing_mapped(self):
+        it = iter(IterableWrapper(range(100)).map(arrays, executor="process", concurrency=2, chunksize=2))
+        first = next(it)
+        it.close()
+        del first, it
+        gc.collect()
+        assert memfd_mappings() == 0 and memfd_descriptors() == 0
+
+        def boom(i):
+            if i == 9:
+                raise ValueError(i)
+            return arrays(i)
+
+        with pytest.raises(ValueError):
+            list(IterableWrapper(range(100)).map(boom, executor="process", concurrency=2, chunksize=2))
+        gc.collect()
+        assert memfd_mappings() == 0 and memfd_descriptors() == 0
+
+    def test_a_worker_killed_mid_pass_leaves_nothing_mapped(self):
+        def die_at_20(i):
+            if i == 20:
+                os.kill(os.getpid(), 9)
+            return arrays(i)
+
+        with pytest.raises(RuntimeError, match="died unexpectedly"):
+            list(IterableWrapper(range(100)).map(die_at_20, executor="process", concurrency=2, chunksize=2))
+        gc.collect()
+        assert memfd_mappings() == 0 and memfd_descriptors() == 0
+
+
+class TestPayload:
+    """The worker's side of a results message, run here."""
+
+    def test_large_buffers_leave_the_message_small_ones_stay(self):
+        values = [np.ones(100_000, np.uint8), np.ones(10, np.uint8), b"x" * 100]
+        message, fd = _procworker._results_payload(3, 0.5, values, {}, oob=_procworker.OOB_SUPPORTED)
+        if not _procworker.OOB_SUPPORTED:
+            assert fd is None
+            return
+        assert message[:1] == b"B" and fd is not None and len(message) < 1000
+        (chunk_id, seconds, back, failures), mapped = _procworker.load_out_of_band(message, fd)
+        assert mapped >= 100_000
+        assert (chunk_id, seconds, failures) == (3, 0.5, {})
+        assert np.array_equal(back[0], values[0]) and np.array_equal(back[1], values[1]) and back[2] == values[2]
+
+    def test_no_large_buffer_is_an_ordinary_pickle(self):
+        message, fd = _procworker._results_payload(1, 0.0, [np.ones(10), "a"], {}, oob=True)
+        assert fd is None and pickle.loads(message)[2][1] == "a"
+
+    def test_memory_full_sends_the_buffers_in_band(self, monkeypatch):
+        def full(*args):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(_procworker.os, "memfd_create", full, raising=False)
+        message, fd = _procworker._results_payload(1, 0.0, [np.ones(100_000)], {}, oob=True)
+        assert fd is None and np.array_equal(pickle.loads(message)[2][0], np.ones(100_000))
+
+    def test_failures_and_what_only_cloudpickle_takes_go_in_band(self):
+        message, fd = _procworker._results_payload(1, 0.0, [None, np.ones(100_000)], {0: ValueError("x")}, oob=True)
+        assert fd is None and isinstance(pickle.loads(message)[3][0], ValueError)
+        message, fd = _procworker._results_payload(1, 0.0, [lambda: 1, np.ones(100_000)], {}, oob=True)
+        assert fd is None and pickle.loads(message)[2][0]() == 1
