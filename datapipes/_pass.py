@@ -52,12 +52,12 @@ from . import _held
 from ._engine.stats import StageStats
 from ._positions import remaining
 from ._observe import Observer, TaskHooks, observing, pending_observation
-from ._tuning import AUTO, Budget, Tuner, auto_start, usable_cpus
+from ._tuning import AUTO, Budget, Tuner, auto_start, process_workers, usable_cpus
 from ._seeds import derive_seed, draw_seed
 from ._worker import base_seed, is_sharding_stage, unseeded_across_ranks
 from .graph import sources_of, stage_label, stages, walk
 
-__all__ = ["observing", "inherited", "task_hooks", "concurrency_for", "cpus_for", "budgeted", "FrameRun", "Pass", "PassConfig", "PassIterator", "STARTED", "configured", "current", "remaining", "stage_keys", "state_of",
+__all__ = ["observing", "inherited", "task_hooks", "concurrency_for", "processes_for", "cpus_for", "budgeted", "FrameRun", "Pass", "PassConfig", "PassIterator", "STARTED", "configured", "current", "remaining", "stage_keys", "state_of",
            "track", "track_generator", "no_position", "latest_stats", "owner", "start", "stats_for"]
 
 _local = threading.local()
@@ -209,7 +209,7 @@ class Pass:
     """The runtime of one pass of ``root``'s graph (see the module's docstring)."""
 
     def __init__(self, root: Any, config: PassConfig | None = None, observe: tuple[Any, ...] | None = None,
-                 budget: tuple[int | None, int | None] | None = None) -> None:
+                 budget: tuple[int | None, ...] | None = None) -> None:
         self.root = root
         self.budget_limits = budget
         self.config = config
@@ -321,12 +321,13 @@ class Pass:
         the tightest ``set_budget`` of its graph's stages and of the loader that runs it."""
         with self._lock:
             if self._budget is None:
-                limits = [s._budget for s in self.graph if getattr(s, "_budget", (None, None)) != (None, None)]
+                # (max_threads, max_memory, max_processes); a pipe pickled before max_processes has two
+                limits = [(*s._budget, None, None)[:3] for s in self.graph if any(getattr(s, "_budget", ()))]
                 if self.budget_limits is not None:
-                    limits.append(self.budget_limits)
-                threads = [t for t, _ in limits if t is not None]
-                memory = [m for _, m in limits if m is not None]
-                self._budget = Budget(self.graph, min(threads) if threads else None, min(memory) if memory else None)
+                    limits.append((*self.budget_limits, None, None)[:3])
+                tightest = [min((v for v in column if v is not None), default=None) for column in zip(*limits)]
+                threads, memory, processes = tightest if limits else (None, None, None)
+                self._budget = Budget(self.graph, threads, memory, max_processes=processes)
             return self._budget
 
     def tuner(self) -> Tuner:
@@ -708,13 +709,15 @@ def start(pipe: Any, iter_fn: Callable[[Any], Iterator[Any]], config: PassConfig
 
 
 class budgeted:  # noqa: N801 - used as a context manager, like contextlib's
-    """``with budgeted(max_threads, max_memory): it = iter(pipe)``: the next pass started on this
-    thread inside the block takes this budget too (the loaders' ``max_threads``/``max_memory``)."""
+    """``with budgeted(max_threads, max_memory, max_processes): it = iter(pipe)``: the next pass
+    started on this thread inside the block takes this budget too (the loaders' ``max_threads``/
+    ``max_memory``, and what a loader's pass hands the passes it runs)."""
 
     __slots__ = ("limits", "saved")
 
-    def __init__(self, max_threads: int | None = None, max_memory: int | None = None) -> None:
-        self.limits = (max_threads, max_memory)
+    def __init__(self, max_threads: int | None = None, max_memory: int | None = None,
+                 max_processes: int | None = None) -> None:
+        self.limits = (max_threads, max_memory, max_processes)
 
     def __enter__(self) -> budgeted:
         self.saved = getattr(_local, "budget", None)
@@ -725,7 +728,7 @@ class budgeted:  # noqa: N801 - used as a context manager, like contextlib's
         _local.budget = self.saved
 
 
-def _pending_budget() -> tuple[int | None, int | None] | None:
+def _pending_budget() -> tuple[int | None, ...] | None:
     limits = getattr(_local, "budget", None)
     if limits is not None:
         _local.budget = None
@@ -758,6 +761,27 @@ def concurrency_for(stage: Any, requested: int | str, threads: bool) -> tuple[in
     return pass_.budget().threads_for(stage, requested), None
 
 
+def processes_for(stage: Any, requested: int | str) -> tuple[int, Callable[..., None] | None]:
+    """``(processes, tune)`` for process ``stage`` in the pass building it: its worker processes within
+    the pass's ``max_processes``, and for ``concurrency="auto"`` the function that registers it with
+    the pass's tuner (which then runs from 1 to that many of them). Outside any pass: the requested
+    value (auto: one process per CPU, at most :data:`~datapipes._tuning.PROCESS_MAXIMUM`), untuned."""
+    pass_ = current() or owner(stage)
+    if pass_ is None:
+        return (process_workers(usable_cpus()) if requested == AUTO else requested), None  # type: ignore[return-value]
+    budget = pass_.budget()
+    wanted = process_workers(budget.cpus) if requested == AUTO else requested
+    n = budget.take_processes(stage, wanted)  # type: ignore[arg-type]
+    if requested != AUTO:
+        return n, None
+    tuner = pass_.tuner()
+
+    def tune(stats: StageStats, run: Any, backend: Any) -> None:
+        tuner.register(stage, stats, run, backend, False, n, maximum=n)
+
+    return n, tune
+
+
 def cpus_for(stage: Any) -> int:
     """The usable CPUs as the pass building ``stage`` read them when its budget was decided (once per
     pass; see :class:`~datapipes._tuning.Budget`); outside any pass, read now."""
@@ -765,7 +789,7 @@ def cpus_for(stage: Any) -> int:
     return usable_cpus() if pass_ is None else pass_.budget().cpus
 
 
-def inherited(stage: Any) -> tuple[tuple[Any, ...] | None, tuple[int | None, int | None] | None]:
+def inherited(stage: Any) -> tuple[tuple[Any, ...] | None, tuple[int | None, ...] | None]:
     """``(hooks, budget)`` that a stage running its sources as a pass of their own in this process
     (the loader's ``InProcess``) hands to that pass: the hooks watching it (None: not observed) and
     the budget of the pass building it (None: none)."""
@@ -774,8 +798,8 @@ def inherited(stage: Any) -> tuple[tuple[Any, ...] | None, tuple[int | None, int
         return None, None
     hooks = None if pass_.observer is None else tuple(pass_.observer.watchers.get(id(stage), ()))
     budget = pass_.budget()
-    limits = (budget.max_threads, budget.max_memory)
-    return hooks, None if limits == (None, None) else limits
+    limits = (budget.max_threads, budget.max_memory, budget.max_processes)
+    return hooks, None if limits == (None, None, None) else limits
 
 
 def task_hooks(stage: Any) -> TaskHooks | None:

@@ -26,8 +26,13 @@ running tasks; the window of items in flight follows (twice the concurrency). Th
 reason for it are in the stage's statistics (``stats.workers``, ``stats.tuning``) and in
 ``profile``. The tuner thread ends with the pass.
 
-A process stage with ``concurrency="auto"`` runs one worker per usable CPU (work sent to processes
-is CPU-bound: that is the tuned optimum), at most :data:`PROCESS_MAXIMUM`, without online tuning.
+Processes. The process stages of a pass share its ``max_processes`` (none: no bound), first come
+first served as they start, each one process at least. A process stage with ``concurrency="auto"``
+starts one worker process per usable CPU, at most :data:`PROCESS_MAXIMUM` and what the budget left
+it, and is tuned like a thread stage within them: the tuner sets how many of them are given chunks
+(the others wait, started), so a consumer-bound or source-bound stage gives its CPUs back and a
+stage near ``max_memory`` sheds work in flight. For ``max_memory`` the tuner counts this process's
+RSS and the proportional share (PSS) of every worker process it started, read each interval.
 
 CPUs. A pass reads the usable CPUs once, when its budget is decided (:attr:`Budget.cpus`), and
 every decision of the pass uses that reading: the defaults below, and the tuner's CPU-saturation
@@ -51,12 +56,13 @@ import time
 import weakref
 from typing import Any
 
+from ._engine.process import live_worker_pids
 from ._engine.tune import HillClimber, Observation
 from ._observe import Reporter
 from .hooks import Hook
 
 __all__ = ["AUTO", "INTERVAL", "PROCESS_MAXIMUM", "START_MAXIMUM", "THREAD_MAXIMUM", "Budget", "Tuner", "auto_maximum",
-           "auto_start", "process_workers", "rss_bytes", "thread_demand", "usable_cpus"]
+           "auto_start", "process_workers", "rss_bytes", "thread_demand", "usable_cpus", "workers_memory"]
 
 AUTO = "auto"
 #: seconds between two tuning decisions
@@ -115,6 +121,26 @@ def rss_bytes() -> int | None:
         return None
 
 
+def workers_memory() -> int:
+    """The memory of the worker processes this process started (process stages' pools, parked ones
+    included): each one's proportional share (PSS, so pages a forked worker shares with this process
+    count once among them), or its RSS where PSS cannot be read; 0 without workers or ``/proc``."""
+    total = 0
+    for pid in live_worker_pids():
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("Pss:")) * 1024
+            continue
+        except (OSError, StopIteration, ValueError, IndexError):
+            pass
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
 def thread_demand(stage: Any) -> int | str | None:
     """What a stage asks of the thread budget: its fixed concurrency, ``"auto"``, or None (no
     worker threads of its own: serial, async, processes, an executor the user built)."""
@@ -136,9 +162,11 @@ class Budget:
     """
 
     def __init__(self, graph: list[Any], max_threads: int | None, max_memory: int | None,
-                 cpus: int | None = None) -> None:
+                 cpus: int | None = None, max_processes: int | None = None) -> None:
         self.max_threads = max_threads
         self.max_memory = max_memory
+        self.max_processes = max_processes
+        self.processes: dict[int, int] = {}  # id(stage) -> worker processes it runs in this pass
         self.cpus = usable_cpus() if cpus is None else cpus
         self.maximum = auto_maximum(self.cpus)
         self.lock = threading.Lock()
@@ -200,6 +228,17 @@ class Budget:
         with self.lock:
             self.current[id(stage)] = n
 
+    def take_processes(self, stage: Any, wanted: int) -> int:
+        """The worker processes process stage ``stage`` runs in this pass: ``wanted``, or what
+        ``max_processes`` has left for it, one at least (a process stage has no inline fallback)."""
+        with self.lock:
+            n = wanted
+            if self.max_processes is not None:
+                others = sum(v for k, v in self.processes.items() if k != id(stage))
+                n = max(1, min(wanted, self.max_processes - others))
+            self.processes[id(stage)] = n
+        return n
+
     def release(self, stage: Any) -> None:
         """The stage's pass ended: its threads are free for the others."""
         with self.lock:
@@ -227,10 +266,11 @@ class _Entry:
     the newest position in flight when the surplus threads were told to stop (None: none pending).
     """
 
-    __slots__ = ("stage", "stats", "run", "backend", "climber", "threads", "last", "live", "drain")
+    __slots__ = ("stage", "stats", "run", "backend", "climber", "threads", "last", "live", "drain", "maximum")
 
     def __init__(self, stage: Any, stats: Any, run: Any, backend: Any, climber: HillClimber, threads: bool,
-                 live: int) -> None:
+                 live: int, maximum: int = 0) -> None:
+        self.maximum = maximum  # the most workers it may run (not threads: the budget bounds those)
         self.stage = stage
         self.stats = stats
         self.run = run
@@ -325,20 +365,24 @@ class Tuner(Hook):
         self.cpu_set = cpu_set()  # the CPUs whose /proc/stat times count, read once for the pass
 
     def initial(self, threads: bool, stage: Any) -> int:
-        """Where an auto stage starts: one worker per usable CPU (tf.data's guess), at most
-        :data:`START_MAXIMUM`; a thread stage takes it from the budget (held from now on; 0: the
-        budget has no thread left for it, it runs inline)."""
+        """Where an auto thread or async stage starts: one worker per usable CPU (tf.data's guess), at
+        most :data:`START_MAXIMUM`; a thread stage takes it from the budget (held from now on; 0:
+        the budget has no thread left for it, it runs inline). (A process stage starts at its
+        processes: :func:`datapipes._pass.processes_for`.)"""
         if not threads:
             return max(2, auto_start(self.cpus))
         return self.budget.take(stage, auto_start(self.cpus))
 
-    def register(self, stage: Any, stats: Any, run: Any, backend: Any, threads: bool, start: int) -> None:
+    def register(self, stage: Any, stats: Any, run: Any, backend: Any, threads: bool, start: int,
+                 maximum: int | None = None) -> None:
         """Tune ``stage`` (its statistics, engine run and backend) from now on; a thread stage holds
-        ``start`` threads of the budget (:meth:`initial`)."""
-        maximum = self.budget.maximum if threads else ASYNC_MAXIMUM
+        ``start`` threads of the budget (:meth:`initial`). ``maximum``: the most workers it may run
+        (a process stage: its processes); by default the thread or async stages' own."""
+        if maximum is None:
+            maximum = self.budget.maximum if threads else ASYNC_MAXIMUM
         climber = HillClimber(initial=max(1, min(start, maximum)), minimum=1, maximum=maximum)
         stats.tuning = climber.reason
-        entry = _Entry(stage, stats, run, backend, climber, threads, start)
+        entry = _Entry(stage, stats, run, backend, climber, threads, start, maximum)
         with self.lock:
             self.entries = [e for e in self.entries if e.stage is not stage] + [entry]
             reporter = self.reporter
@@ -380,6 +424,8 @@ class Tuner(Hook):
         high = False
         if self.budget.max_memory is not None:
             rss = rss_bytes()
+            if rss is not None:
+                rss += workers_memory()
             high = rss is not None and rss >= 0.9 * self.budget.max_memory
         with self.lock:
             entries = list(self.entries)
@@ -412,7 +458,7 @@ class Tuner(Hook):
         # workers, they idle only when the consumer does not take the results (downstream limits).
         blocked = min(1.0, max(0.0, 1.0 - busy - starved))
         # the budget less what the others hold, less this stage's own threads still stopping
-        limit = self.budget.room_for(e.stage) - (e.live - c) if e.threads else ASYNC_MAXIMUM
+        limit = self.budget.room_for(e.stage) - (e.live - c) if e.threads else e.maximum
         obs = Observation(concurrency=c, items=max(0, reading[1] - last[1]), seconds=dt, busy=busy, starved=starved,
                           blocked=blocked, cpu_saturated=saturated, memory_high=high, limit=max(1, limit))
         new = e.climber.update(obs)

@@ -275,7 +275,7 @@ class IterDataPipe(IterableDataset[T_co], IterMethods[T_co], _DataPipeMixin):
 
     # -- watching and budgets: recorded on the pipe, read when a pass starts -----------------------
     _hooks: tuple[tuple[Any, bool], ...] = ()
-    _budget: tuple[int | None, int | None] = (None, None)
+    _budget: tuple[int | None, ...] = (None, None, None)
 
     def add_hook(self, hook: Any, *, stage_only: bool = False) -> Any:
         """Attach ``hook`` (a :class:`datapipes.hooks.Hook`) to this stage and every stage upstream
@@ -308,7 +308,8 @@ class IterDataPipe(IterableDataset[T_co], IterMethods[T_co], _DataPipeMixin):
         self._hooks = kept
         return self
 
-    def set_budget(self, max_threads: int | None = None, max_memory: int | None = None) -> Any:
+    def set_budget(self, max_threads: int | None = None, max_memory: int | None = None,
+                   max_processes: int | None = None) -> Any:
         """Bound what a pass of this pipe's graph may use; returns the pipe.
 
         Args:
@@ -318,8 +319,15 @@ class IterDataPipe(IterableDataset[T_co], IterMethods[T_co], _DataPipeMixin):
                 left no thread runs ``fn`` on the consumer's thread. Prefetch producer threads and
                 the event-loop thread of async stages are not counted. ``None``: no bound (auto
                 stages then stay within ``min(128, max(32, 4 x CPUs))`` threads each).
-            max_memory: bytes of resident memory (the process's RSS) the autotuner keeps below: it
-                takes workers away from auto stages when RSS comes near it. ``None``: no bound.
+            max_memory: bytes of resident memory the autotuner keeps below: it takes workers away
+                from auto stages when memory comes near it. It counts this process's RSS and the
+                proportional share (PSS) of each worker process of its process stages. ``None``: no
+                bound.
+            max_processes: the most worker processes all process stages of the graph
+                (``executor="process"``) run together. An auto process stage starts that many at
+                most (one per CPU, at most 32, without a budget) and is tuned within them; a fixed
+                one gets what is left, at most its ``concurrency``; each gets one at least.
+                ``None``: no bound.
 
         The tightest budget set on any stage of a graph applies to its passes;
         ``datapipes.DataLoader(max_threads=..., max_memory=...)`` sets one for the loader's passes.
@@ -329,10 +337,11 @@ class IterDataPipe(IterableDataset[T_co], IterMethods[T_co], _DataPipeMixin):
         >>> it = iter(pipe); list(it), it.stats()[0][1].workers
         ([0, 1, 2, 3, 4, 5], 2)
         """
-        for name, value in (("max_threads", max_threads), ("max_memory", max_memory)):
+        for name, value in (("max_threads", max_threads), ("max_memory", max_memory),
+                            ("max_processes", max_processes)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"set_budget: {name} must be an int >= 1 or None, got {value!r}")
-        self._budget = (max_threads, max_memory)
+        self._budget = (max_threads, max_memory, max_processes)
         return self
 
 

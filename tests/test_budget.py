@@ -120,7 +120,8 @@ def test_auto_outside_a_budget_and_with_processes():
     assert it.stats()[0][1].auto
     it = iter(IterableWrapper(range(20)).map(abs, concurrency="auto", executor="process"))
     assert list(it) == list(range(20))
-    assert not it.stats()[0][1].auto and it.stats()[0][1].workers >= 1
+    stats = it.stats()[0][1]
+    assert stats.auto and stats.tuning and 1 <= stats.workers <= os.cpu_count()  # tuned within its processes
 
 
 def test_bad_concurrency_and_budget_values():
@@ -130,6 +131,8 @@ def test_bad_concurrency_and_budget_values():
         IterableWrapper([1]).set_budget(max_threads=0)
     with pytest.raises(ValueError, match="max_memory"):
         IterableWrapper([1]).set_budget(max_memory=-5)
+    with pytest.raises(ValueError, match="max_processes must be an int >= 1 or None, got 0"):
+        IterableWrapper([1]).set_budget(max_processes=0)
 
 
 def test_loader_budget():
@@ -460,3 +463,67 @@ def test_a_stage_stepping_down_holds_its_threads_until_they_have_stopped(cpus):
     step(ea)  # a: 1 -> 2 while two threads may still be stopping: holds 3 + 1
     assert ea.climber.limits[-1] == room - 2 and held()[id(a)] == 4 and ea.backend.sizes == [1, 3, 1, 2]
     assert sum(held().values()) <= 6
+
+
+# -- process stages: the process budget and the tuner ----------------------------------------------
+
+
+def _pid(x):
+    return os.getpid()
+
+
+def test_budget_shares_max_processes_first_come_one_each_at_least():
+    a, b, c = object(), object(), object()
+    budget = Budget([], None, None, max_processes=5)
+    assert budget.take_processes(a, 4) == 4
+    assert budget.take_processes(b, 4) == 1  # what is left
+    assert budget.take_processes(c, 2) == 1  # none left: one at least
+    assert budget.take_processes(a, 4) == 3  # a again (a later pass of the same stage): the others hold 2
+    assert Budget([], None, None).take_processes(a, 64) == 64  # no bound
+
+
+def test_max_processes_bounds_the_process_stages_of_a_pass(simulate_cpus):
+    simulate_cpus(4)
+    pipe = (IterableWrapper(range(60)).map(_pid, concurrency=2, executor="process", chunksize=1)
+            .map(lambda pid: (pid, os.getpid()), concurrency=3, executor="process", chunksize=1)
+            .set_budget(max_processes=3))
+    it = iter(pipe)
+    rows = list(it)
+    workers = {s.label: s.workers for _, s in it.stats()}
+    # the stage that starts first takes what it asks for; the other gets the rest, one at least
+    assert sorted(workers.values()) in ([1, 2], [1, 3])
+    assert len({a for a, _ in rows}) <= workers["Mapper(_pid)"] and len({b for _, b in rows}) <= workers["Mapper(<lambda>)"]
+    auto = iter(IterableWrapper(range(20)).map(_pid, concurrency="auto", executor="process").set_budget(max_processes=1))
+    assert len(set(auto)) == 1 and auto.stats()[0][1].workers == 1
+
+
+def test_an_auto_process_stage_backs_off_when_its_workers_memory_nears_max_memory(simulate_cpus, monkeypatch):
+    from datapipes import _tuning
+
+    simulate_cpus(4)
+    # this process's own RSS counts for nothing here: only the worker processes' memory can be high
+    monkeypatch.setattr(_tuning, "rss_bytes", lambda: 0)
+    slow = Counting(delay=0.0)
+    pipe = IterableWrapper(range(100_000)).map(_pid, concurrency="auto", executor="process", chunksize=1)
+    pipe.set_budget(max_memory=1 << 20)  # 1 MB: a worker process alone is over it
+    it = iter(pipe)
+    stats = None
+    deadline = time.monotonic() + WAIT
+    for _ in it:
+        stats = it.stats()[0][1]
+        if stats.workers == 1 or time.monotonic() > deadline:
+            break
+        slow(0)
+    it.close()
+    assert stats is not None and stats.auto and stats.workers == 1, stats.tuning
+    assert "memory" in stats.tuning
+
+
+def test_workers_memory_counts_live_worker_processes():
+    from datapipes import _tuning
+
+    before = _tuning.workers_memory()
+    it = iter(IterableWrapper(range(10)).map(_pid, concurrency=2, executor="process"))
+    next(it)
+    assert _tuning.workers_memory() > before  # two more interpreters' pages
+    it.close()

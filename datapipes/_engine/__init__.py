@@ -120,11 +120,13 @@ def concurrent_map(
     run.attach_budget(on_fail)
     kind = _kind(fn, executor)
     if kind == "process":
+        workers = ProcessWorkers(fn, concurrency, label, rng_kind, owner)
+        if tune is not None:  # the tuner sets how many of the processes get chunks (resize); registered
+            # once the pool has started, since its thread would make forking the workers unclean
+            workers.started = lambda: tune(stats, run, workers)
         if hooks:
-            return _process_hooked(source, fn, concurrency, label, rng_kind, ordered, chunksize, on_fail, count,
-                                   stats, run, hooks, owner)
-        return run_process_stage(ProcessWorkers(fn, concurrency, label, rng_kind, owner), source, ordered, chunksize,
-                                 on_fail, count, stats, run)
+            return _process_hooked(source, workers, ordered, chunksize, on_fail, count, stats, run, hooks)
+        return run_process_stage(workers, source, ordered, chunksize, on_fail, count, stats, run)
     if hooks and isinstance(executor, ProcessPoolExecutor):
         hooks = None  # fn travels to the user's processes by pickle: the hooks stay here, uncalled
     if hooks:
@@ -208,9 +210,8 @@ class _Positioned:
         self.inner.close()
 
 
-def _process_hooked(source: Iterable[Any], fn: Callable[[Any], Any], concurrency: int, label: str,
-                    rng_kind: str | None, ordered: bool, chunksize: int | None, on_fail: Any, count: Any,
-                    stats: StageStats, run: EngineRun, hooks: Any, owner: Any = None) -> Iterator[Any]:
+def _process_hooked(source: Iterable[Any], workers: ProcessWorkers, ordered: bool, chunksize: int | None,
+                    on_fail: Any, count: Any, stats: StageStats, run: EngineRun, hooks: Any) -> Iterator[Any]:
     """A process stage with task hooks, called on the consumer's thread: ``task_start`` when an item
     is handed to the pool, ``task_end`` when its result (or failure) comes back."""
     starts, ends = hooks.starts, hooks.ends
@@ -234,8 +235,7 @@ def _process_hooked(source: Iterable[Any], fn: Callable[[Any], Any], concurrency
         on_fail(exc, position)
 
     inputs = run.inputs
-    out = run_process_stage(ProcessWorkers(fn, concurrency, label, rng_kind, owner), pulled(), ordered, chunksize,
-                            failing, count, stats, run)
+    out = run_process_stage(workers, pulled(), ordered, chunksize, failing, count, stats, run)
     try:
         for y in out:
             for k in [k for k in started if k not in inputs]:

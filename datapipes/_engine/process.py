@@ -102,12 +102,12 @@ def in_dataloader_worker() -> bool:
     return False
 
 
-def _writer(conn: Any, inq: Any, slots: threading.Semaphore, spec: list[Any]) -> None:
-    """Feed one worker: the pass's ``fn`` before the first chunk of each pass, then chunks."""
+def _writer(conn: Any, inq: Any, spec: list[Any]) -> None:
+    """Feed one worker from its own queue: the pass's ``fn`` before the first chunk of each pass,
+    then chunks (the pass puts at most ``_IN_FLIGHT_PER_WORKER`` on it at a time)."""
     sent = None
     try:
         while True:
-            slots.acquire()
             payload = inq.get()
             if payload is _STOP:
                 conn.send_bytes(b"")
@@ -124,8 +124,7 @@ def _writer(conn: Any, inq: Any, slots: threading.Semaphore, spec: list[Any]) ->
         conn.close()
 
 
-def _reader(conn: Any, outq: Any, slots: threading.Semaphore, info: dict[str, Any], closing: threading.Event,
-            sock: Any) -> None:
+def _reader(conn: Any, outq: Any, k: int, info: dict[str, Any], closing: threading.Event, sock: Any) -> None:
     try:
         while True:
             data = conn.recv_bytes()
@@ -142,8 +141,7 @@ def _reader(conn: Any, outq: Any, slots: threading.Semaphore, info: dict[str, An
             if type(rec[0]) is str:  # ("hello" | "fn", torch_imported): the worker started / loaded fn
                 info["torch_imported"] = rec[1]
                 continue
-            slots.release()
-            outq.put((*rec, nbytes))  # (chunk_id, seconds, values, failures, bytes of the results)
+            outq.put((*rec, nbytes, k))  # (chunk_id, seconds, values, failures, bytes of the results, worker)
             rec = None  # the consumer alone holds the results (and their mappings) from here
     except (EOFError, OSError):
         if not closing.is_set():
@@ -156,20 +154,19 @@ def _reader(conn: Any, outq: Any, slots: threading.Semaphore, info: dict[str, An
             sock.close()
 
 
-def _shutdown(parent: int, procs: list[Any], inq: Any, slots: list[threading.Semaphore],
-              threads: list[threading.Thread], closing: threading.Event, idle: _Idle) -> None:
+def _shutdown(parent: int, procs: list[Any], inqs: list[Any], threads: list[threading.Thread],
+              closing: threading.Event, idle: _Idle) -> None:
     if os.getpid() != parent:  # a forked child inherited this pool: the workers are not its own
         return
     closing.set()
     idle.stop()
-    while True:
-        try:
-            inq.get_nowait()
-        except queue.Empty:
-            break
-    for s in slots:
+    for inq in inqs:
+        while True:
+            try:
+                inq.get_nowait()
+            except queue.Empty:
+                break
         inq.put(_STOP)
-        s.release()
     deadline = time.monotonic() + GRACE_S
     for p in procs:
         try:
@@ -419,7 +416,8 @@ def _start_worker(fork: bool, oob: bool, parent_ends: list[Any]) -> tuple[Any, A
 
 class _Pool(Closeable):
     """``n`` worker processes, each fed by a writer thread and read by a reader thread; the pass
-    using the pool sets ``spec[0]`` (its pickled ``fn``) before putting chunks on ``inq``.
+    using the pool sets ``spec[0]`` (its pickled ``fn``) before putting chunks on a worker's queue
+    (``inqs[k]``); results come back on ``outq``, each naming its worker.
 
     Owner of its processes and threads (a writer and a reader per worker, and an idle thread that
     shuts the pool down once it has been parked for ``IDLE_S``): :meth:`close` is
@@ -430,17 +428,16 @@ class _Pool(Closeable):
     def __init__(self, n: int, label: str) -> None:
         self.n = n
         self.parent = os.getpid()
-        self.inq: Any = queue.SimpleQueue()
+        self.inqs: list[Any] = [queue.SimpleQueue() for _ in range(n)]
         self.outq: Any = queue.SimpleQueue()
         self.spec: list[Any] = [None]
         self.infos: list[dict[str, Any]] = []
         self.procs: list[Any] = []  # subprocess.Popen or _ForkedWorker
         self.idle = _Idle()
         self._closing = threading.Event()
-        slots: list[threading.Semaphore] = []
         threads: list[threading.Thread] = []
         self._finalizer: weakref.finalize | None = weakref.finalize(
-            self, _shutdown, self.parent, self.procs, self.inq, slots, threads, self._closing, self.idle)
+            self, _shutdown, self.parent, self.procs, self.inqs, threads, self._closing, self.idle)
         oob = _procworker.OOB_SUPPORTED
         setup = pickle.dumps({"sys_path": list(sys.path), "oob": oob})
         fork = start_method() == "fork"
@@ -464,10 +461,8 @@ class _Pool(Closeable):
             forked = isinstance(self.procs[k], _ForkedWorker)
             info: dict[str, Any] = {"pid": self.procs[k].pid, "torch_imported": None, "forked": forked}
             self.infos.append(info)
-            sem = threading.Semaphore(_IN_FLIGHT_PER_WORKER)
-            slots.append(sem)
-            for target, args, role in ((_writer, (tx, self.inq, sem, self.spec), "writer"),
-                                       (_reader, (rx, self.outq, sem, info, self._closing, sock), "reader")):
+            for target, args, role in ((_writer, (tx, self.inqs[k], self.spec), "writer"),
+                                       (_reader, (rx, self.outq, k, info, self._closing, sock), "reader")):
                 t = threading.Thread(target=target, args=args, name=f"datapipes {label} {role} {k}", daemon=True)
                 threads.append(t)
                 t.start()
@@ -483,13 +478,14 @@ class _Pool(Closeable):
     def drain(self, in_flight: int) -> bool:
         """Drop the chunks of an ended pass: those not handed to a worker yet, and the results of
         the ``in_flight`` others (waited for, ``GRACE_S`` at most). True when the pool is clean."""
-        inq, outq = self.inq, self.outq
-        while in_flight > 0:
-            try:
-                inq.get_nowait()
-            except queue.Empty:
-                break
-            in_flight -= 1
+        outq = self.outq
+        for inq in self.inqs:
+            while in_flight > 0:
+                try:
+                    inq.get_nowait()
+                except queue.Empty:
+                    break
+                in_flight -= 1
         deadline = time.monotonic() + GRACE_S
         while in_flight > 0:
             try:
@@ -605,17 +601,26 @@ class ProcessWorkers(Closeable):
                  owner: Any = None) -> None:
         self.fn = fn
         self.n = n
+        #: the workers that are given chunks (``concurrency="auto"``: the tuner sets it, at most ``n``)
+        self.active = n
         self.label = label
         self.rng_kind = rng_kind
         self.busy: list[float] = [0.0]
         self.infos: list[dict[str, Any]] = []
         self.tally = _Tally()
         self.warm = False  # whether this pass took a pool parked by a previous one
+        #: called once the pool is running (the tuner's registration: a thread, so after the forks)
+        self.started: Callable[[], None] | None = None
         try:
             self._owner_ref: weakref.ref[Any] | None = None if owner is None else weakref.ref(owner)
         except TypeError:
             self._owner_ref = None
         self._finalizer: weakref.finalize | None = None
+
+    def resize(self, n: int) -> None:
+        """Give chunks to ``n`` of the pool's workers from now on (1 to the pool's size): the others
+        finish what they hold and wait, started and warm, for a later step up."""
+        self.active = max(1, min(n, self.n))
 
     def start(self) -> None:
         if in_dataloader_worker():
@@ -638,10 +643,12 @@ class ProcessWorkers(Closeable):
             pool = _Pool(self.n, self.label)
         pool.spec[0] = spec
         self.infos = pool.infos
-        self._inq: Any = pool.inq
+        self._inqs: list[Any] = pool.inqs
         self._outq: Any = pool.outq
         self._finalizer = weakref.finalize(self, _end_pass, pool, self._owner_ref, self.tally)
         self._finalizer.atexit = False  # at exit the pool's own finaliser stops it; nothing is parked
+        if self.started is not None:
+            self.started()
 
 
 def _encode(chunk_id: int, items: list[Any], first: int, label: str) -> bytes:
@@ -679,8 +686,9 @@ def run_process_stage(
 ) -> Iterator[Any]:
     """Yield ``fn(x)`` for each source item, computed on worker processes in chunks.
 
-    Bound: at most ``2 * concurrency`` chunks in flight plus the chunk being yielded, so at most
-    ``(2 * concurrency + 1) * chunksize`` items pulled ahead of the consumer. ``run`` tracks the
+    Bound: at most ``2 * concurrency`` chunks in flight (two per active worker, each worker fed from a
+    queue of its own) plus the chunk being yielded, so at most ``(2 * concurrency + 1) * chunksize``
+    items pulled ahead of the consumer. ``run`` tracks the
     inputs pulled and not yet yielded, as for threads (:class:`~datapipes._engine.core.EngineRun`).
     """
     label = workers.label
@@ -696,15 +704,26 @@ def run_process_stage(
         src, n_in = resumed_source(run, iter(source))
         workers.start()
         stats.begin(workers.busy, run.live(count))
-        put, get, ready = workers._inq.put, workers._outq.get, workers._outq.qsize
-        max_chunks = _IN_FLIGHT_PER_WORKER * workers.n
+        inqs, get, ready = workers._inqs, workers._outq.get, workers._outq.qsize
+        held = [0] * workers.n  # chunks each worker holds (sent, results not back yet)
         starts: dict[int, int] = {}  # chunk id -> position of its first item
         sent = 0
         deferred: BaseException | None = None
         more = True
         bytes_per_item = 0.0
 
-        def send_one() -> None:
+        def free_worker() -> int:
+            """The active worker holding the fewest chunks, if one holds fewer than its share and the
+            chunks not yielded yet (results stashed for order included) are under the bound; else -1."""
+            if sent - done >= _IN_FLIGHT_PER_WORKER * workers.active:
+                return -1
+            best = -1
+            for k in range(workers.active):
+                if held[k] < _IN_FLIGHT_PER_WORKER and (best < 0 or held[k] < held[best]):
+                    best = k
+            return best
+
+        def send_one(k: int) -> None:
             nonlocal n_in, sent, more, deferred, bytes_per_item, pulling
             items: list[Any] = []
             t = time.perf_counter()
@@ -715,6 +734,7 @@ def run_process_stage(
             if len(items) < size:
                 more = False
             pulling += time.perf_counter() - t
+            stats.source_s = pulling
             if not items:
                 return
             payload = _encode(sent, items, n_in, label)
@@ -724,10 +744,14 @@ def run_process_stage(
             n_in += len(items)
             sent += 1
             tally.in_flight += 1
-            put(payload)
+            held[k] += 1
+            inqs[k].put(payload)
 
-        while more and sent < max_chunks:
-            send_one()
+        def fill_up() -> None:
+            while more and (k := free_worker()) >= 0:
+                send_one(k)
+
+        fill_up()
         while done < sent:
             rec = stash.pop(done, None) if ordered else None
             if rec is None:
@@ -737,14 +761,17 @@ def run_process_stage(
                     why = f": {rec[2]!r}" if rec[2] is not None else ""
                     raise RuntimeError(f"stage {label}: worker process {rec[1]} died unexpectedly{why}")
                 tally.in_flight -= 1
+                held[rec[5]] -= 1
                 while ordered and rec[0] != done:
                     stash[rec[0]] = rec
                     rec = get()
                     if rec[0] is _DIED:
                         raise RuntimeError(f"stage {label}: worker process {rec[1]} died unexpectedly")
                     tally.in_flight -= 1
+                    held[rec[5]] -= 1
                 waiting += time.perf_counter() - t
-            chunk_id, seconds, values, failures, result_bytes = rec
+                stats.wait_s = waiting
+            chunk_id, seconds, values, failures, result_bytes, _ = rec
             rec = None
             workers.busy[0] += seconds
             done += 1
@@ -756,8 +783,7 @@ def run_process_stage(
                 # large results too: a chunk's results come back whole, so a smaller chunk overlaps more
                 want = min(want, int(_MAX_CHUNK_BYTES * len(values) / max(1, result_bytes)))
                 size = max(1, min(_MAX_CHUNK, want))
-            if more:
-                send_one()
+            fill_up()
             first = starts.pop(chunk_id)
             fill += ready() + len(stash)
             run.pulled = n_in

@@ -16,7 +16,6 @@ from ... import _pass
 from ..._checks import phrased
 from ..._engine import is_async_callable
 from ..._engine.rng import check_rng
-from ..._tuning import process_workers
 from ...datapipe import require_int, stage_label
 from ...errors import PassFailures, add_stage_note
 
@@ -236,9 +235,8 @@ def _end_pass(fail: Callable[[Exception, int], None], seen: int) -> None:
 
 def _stage_concurrency(pipe: Any) -> tuple[int, Callable[..., None] | None]:
     """``(workers, tune)`` of a concurrent map/flatmap's pass: its concurrency within the pass's
-    thread budget (0: inline), and for ``concurrency="auto"`` its registration with the tuner
-    (a process stage with "auto" runs one worker per usable CPU as the pass read them, at most
-    ``PROCESS_MAXIMUM``, untuned)."""
-    if pipe.executor == "process" and pipe.concurrency == "auto":
-        return process_workers(_pass.cpus_for(pipe)), None
+    thread budget (0: inline), and for ``concurrency="auto"`` its registration with the tuner; a
+    process stage's worker processes within the pass's process budget (``_pass.processes_for``)."""
+    if pipe.executor == "process":
+        return _pass.processes_for(pipe, pipe.concurrency)
     return _pass.concurrency_for(pipe, pipe.concurrency, pipe._thread_demand() is not None)

@@ -307,9 +307,10 @@ class Mapper(IterDataPipe[U]):
             :meth:`~datapipes.iter.IterDataPipe.set_budget`); the value chosen, and why, are in the
             pass's statistics (``workers``, ``tuning``); a thread stage starts at one worker per
             usable CPU, at most 16, and takes at most ``min(128, max(32, 4 x CPUs))`` without a
-            budget. With ``executor="process"``, ``"auto"`` runs one process per usable CPU, at most
-            32 (``min(CPUs, 32)``). A thread stage's workers count against the pass's budget:
-            beyond it the stage gets fewer (with none left, ``fn`` runs on the consumer's thread).
+            budget. With ``executor="process"``, ``"auto"`` starts one process per usable CPU, at
+            most 32 (``min(CPUs, 32)``) and the pass's ``max_processes``, and is tuned within them.
+            A thread stage's workers count against the pass's budget: beyond it the stage gets
+            fewer (with none left, ``fn`` runs on the consumer's thread).
             A generator function run with ``concurrency`` above 1, or any async generator function,
             yields the items it generates, as :class:`FlatMapper` does (SPDL's ``pipe()``); serially
             a generator function's result is the generator object, as in torch.
