@@ -22,6 +22,8 @@ Workloads:
 - decode: Pillow decode + resize to 224x224 of in-memory ~500x375 JPEGs (the workload of
   ``concurrency.py``), 2,000 images a run, each run in a fresh process (the clock starts when the
   JPEGs are in memory), so no run inherits another's allocator state or thread pools.
+- process: the same decode on worker processes (``executor="process"``): ``auto`` starts one
+  process per CPU and is tuned within them; each run starts its pool inside the clock.
 - e2e: the end-to-end image pipeline of ``end_to_end.py`` (a generated JPEG folder -> read ->
   decode/resize -> batch 32 -> uint8 tensor), 1,000 images, each run in a fresh process
   (``--malloc tuned`` pins ``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_`` there).
@@ -33,7 +35,7 @@ Workloads:
   steady state, taken as the best fixed concurrency's rate at 20 ms (what the tuner can reach;
   a tuner stuck at a poor setting never gets there), and the workers it chose over time.
 
-Targets (printed PASS/FAIL): on decode and e2e, ``auto`` >= 95% of the sweep's best fixed
+Targets (printed PASS/FAIL): on decode, process and e2e, ``auto`` >= 95% of the sweep's best fixed
 concurrency; on io, ``auto`` re-tunes within 3 s. No torch call sits in a measuring loop.
 """
 
@@ -146,8 +148,9 @@ def target(name: str, text: str, value: float, passed: bool) -> None:
 # -- (a) Pillow decode, in this process -------------------------------------------------------------------
 
 
-def decode_child(n: int, c: int | str) -> dict[str, Any]:
-    """One decode run in this (fresh) process: ``n`` in-memory JPEGs through ``map(decode, concurrency=c)``."""
+def decode_child(n: int, c: int | str, executor: str = "thread") -> dict[str, Any]:
+    """One decode run in this (fresh) process: ``n`` in-memory JPEGs through ``map(decode, concurrency=c)``
+    on threads, or on worker processes (``executor="process"``: their start is inside the clock)."""
     from benchmarks.concurrency import decode, make_jpegs
     from datapipes.iter import IterableWrapper
 
@@ -155,7 +158,7 @@ def decode_child(n: int, c: int | str) -> dict[str, Any]:
     items = [pool[k % len(pool)] for k in range(n)]
     decode(items[0])
     t = time.perf_counter()
-    it = iter(IterableWrapper(items).map(decode, concurrency=c))
+    it = iter(IterableWrapper(items).map(decode, concurrency=c, executor=executor))
     count = sum(1 for _ in it)
     out = {"seconds": time.perf_counter() - t, "items": count}
     out.update(auto_stats(it))
@@ -177,16 +180,17 @@ def child_run(args: list[str], env: dict[str, str] | None = None) -> dict[str, A
     return out
 
 
-def bench_decode(n: int, repeats: int, sweep: list[int], cores: int) -> None:
-    print(f"\ndecode: {n:,} JPEG decode + resize to 224x224, fixed {sweep} and 'auto' ({cores} CPUs), a fresh "
-          "process per run", flush=True)
+def bench_decode(n: int, repeats: int, sweep: list[int], cores: int, name: str = "decode") -> None:
+    where = "worker processes (executor='process')" if name == "process" else "threads"
+    print(f"\n{name}: {n:,} JPEG decode + resize to 224x224 on {where}, fixed {sweep} and 'auto' ({cores} CPUs), a "
+          "fresh process per run", flush=True)
     runs: dict[Any, Callable[[], dict[str, Any]]] = {
-        c: (lambda c=c: child_run(["decode", "--images", str(n), "--concurrency", str(c)])) for c in [*sweep, AUTO]}
+        c: (lambda c=c: child_run([name, "--images", str(n), "--concurrency", str(c)])) for c in [*sweep, AUTO]}
     results = interleaved(runs, repeats)
-    rate = report("decode", f"decode: {n:,} JPEG decode + resize, fixed concurrency sweep vs 'auto'", "images/s",
-                  lambda r: r["items"], results, cores)
+    rate = report(name, f"{name}: {n:,} JPEG decode + resize on {where}, fixed concurrency sweep vs 'auto'",
+                  "images/s", lambda r: r["items"], results, cores)
     best = max(v for c, v in rate.items() if c != AUTO)
-    target("decode", f"'auto' >= 95% of the best fixed concurrency: {rate[AUTO] / best:.1%}", rate[AUTO] / best,
+    target(name, f"'auto' >= 95% of the best fixed concurrency: {rate[AUTO] / best:.1%}", rate[AUTO] / best,
            rate[AUTO] >= 0.95 * best)
 
 
@@ -352,7 +356,7 @@ def bench_io(repeats: int, sweep: list[int], cores: int, switch_s: float, after_
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", action="append", choices=["decode", "e2e", "io"])
+    parser.add_argument("--only", action="append", choices=["decode", "process", "e2e", "io"])
     parser.add_argument("--quick", action="store_true", help="fewer items, values and repeats: a smoke run")
     parser.add_argument("--repeats", type=int, default=3, help="runs per setting, interleaved (default 3)")
     parser.add_argument("--images", type=int, default=None, help="decode: images a run (default 2000); e2e: "
@@ -376,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         c = args.concurrency if args.concurrency == AUTO else int(args.concurrency)
-        out = e2e_child(args.root, c) if args.child == "e2e" else decode_child(args.images, c)
+        out = (e2e_child(args.root, c) if args.child == "e2e"
+               else decode_child(args.images, c, "process" if args.child == "process" else "thread"))
         print(json.dumps(out))
         return 0
     WAIT_IDLE[0] = 0.0 if args.quick else args.wait_idle
@@ -385,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     q = args.quick
     reps = 1 if q else args.repeats
     cores = usable_cpus()
-    only = set(args.only or ["decode", "e2e", "io"])
+    only = set(args.only or ["decode", "process", "e2e", "io"])
     sweep = [int(x) for x in args.sweep.split(",")] if args.sweep else (
         sorted({1, 2, cores}) if q else cpu_sweep(cores))
     io_sweep = [int(x) for x in args.io_sweep.split(",")] if args.io_sweep else (
@@ -395,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"python {sys.version.split()[0]}, {cores} usable CPUs; medians of {reps} interleaved runs", flush=True)
     if "decode" in only:
         bench_decode(args.images or (300 if q else 2000), reps, sweep, cores)
+    if "process" in only:
+        bench_decode(args.images or (300 if q else 2000), reps, sweep, cores, "process")
     if "e2e" in only:
         bench_e2e(args.images or (200 if q else 1000), reps, sweep, cores, args.malloc)
     if "io" in only:

@@ -118,13 +118,14 @@ def test_autotune_smoke_run(tmp_path):
          "--switch", "0.5", "--after", "1", "--json", str(out)],
         capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode in (0, 1), proc.stderr  # 1: a target missed (a smoke run's figures mean nothing)
-    for title in ("decode: 48 JPEG decode", "e2e: 48 JPEGs on disk", "io: fn sleeps 2 ms, then 20 ms"):
+    for title in ("decode: 48 JPEG decode", "process: 48 JPEG decode + resize to 224x224 on worker processes",
+                  "e2e: 48 JPEGs on disk", "io: fn sleeps 2 ms, then 20 ms"):
         assert title in proc.stdout
-    assert proc.stdout.count("datapipes map(concurrency='auto')") == 3
+    assert proc.stdout.count("datapipes map(concurrency='auto')") == 4
     assert "re-tunes within 3 s" in proc.stdout
     doc = json.loads(out.read_text())
     assert doc["benchmark"] == "autotune" and doc["settings"]["quick"] is True
-    assert [w["name"] for w in doc["workloads"]] == ["decode", "e2e", "io"]
+    assert [w["name"] for w in doc["workloads"]] == ["decode", "process", "e2e", "io"]
     for w in doc["workloads"]:
         names = [s["name"] for s in w["systems"]]
         assert "datapipes map(concurrency='auto')" in names and w["baseline"] in names

@@ -183,7 +183,16 @@ def load_out_of_band(message: bytes, fd: int) -> tuple[Any, int]:
         spans = [struct.unpack_from("<QQ", message, 5 + 16 * k) for k in range(count)]
         size = max(at + n for at, n in spans)
         flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-        mapped = mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        try:
+            mapped: Any = mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError:  # out of mappings (vm.max_map_count) or address space: copy the buffers instead
+            mapped = bytearray(size)
+            done = 0
+            while done < size:
+                got = os.preadv(fd, [memoryview(mapped)[done:]], done)
+                if got == 0:
+                    raise EOFError("a result's memfd ended early") from None
+                done += got
     finally:
         os.close(fd)
     view = memoryview(mapped)

@@ -245,6 +245,20 @@ class TestPayload:
         assert (chunk_id, seconds, failures) == (3, 0.5, {})
         assert np.array_equal(back[0], values[0]) and np.array_equal(back[1], values[1]) and back[2] == values[2]
 
+    @pytest.mark.skipif(not _procworker.OOB_SUPPORTED, reason="memfds are Linux's")
+    def test_out_of_mappings_copies_the_buffers_instead(self, monkeypatch):
+        import mmap
+
+        values = [np.arange(100_000, dtype=np.int32)]
+        message, fd = _procworker._results_payload(1, 0.0, values, {}, oob=True)
+
+        def no_more(*args, **kwargs):
+            raise OSError(12, "Cannot allocate memory")
+
+        monkeypatch.setattr(mmap, "mmap", no_more)
+        (_, _, back, _), size = _procworker.load_out_of_band(message, fd)
+        assert np.array_equal(back[0], values[0]) and back[0].flags.writeable and size >= 400_000
+
     def test_no_large_buffer_is_an_ordinary_pickle(self):
         message, fd = _procworker._results_payload(1, 0.0, [np.ones(10), "a"], {}, oob=True)
         assert fd is None and pickle.loads(message)[2][1] == "a"
