@@ -276,8 +276,10 @@ class TestConcurrentMapper:
             return x
 
         # a real SIGINT, as Ctrl-C sends (``_thread.interrupt_main`` only sets Python's flag, which a
-        # thread blocked waiting for a lock sees once the lock is released)
+        # thread blocked waiting for a lock sees once the lock is released), with Python's own
+        # handler: a process started in the background by a shell (nohup ... &) ignores SIGINT
         timer = threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT))
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
         t0 = time.monotonic()
         try:
             with pytest.raises(KeyboardInterrupt):
@@ -288,6 +290,7 @@ class TestConcurrentMapper:
             waited = time.monotonic() - t0
         finally:
             release.set()
+            signal.signal(signal.SIGINT, previous)
         timer.join(1)
         del it
         assert waited < 8  # delivered while the consumer waited, not once item 1 came back
