@@ -102,12 +102,34 @@ def in_dataloader_worker() -> bool:
     return False
 
 
-def _writer(conn: Any, inq: Any, spec: list[Any]) -> None:
-    """Feed one worker from its own queue: the pass's ``fn`` before the first chunk of each pass,
-    then chunks (the pass puts at most ``_IN_FLIGHT_PER_WORKER`` on it at a time)."""
+class _Gate:
+    """Which workers take chunks from the pool's queue: those numbered below ``active`` (all of them,
+    unless the tuner of a ``concurrency="auto"`` stage set fewer)."""
+
+    def __init__(self, n: int) -> None:
+        self.cond = threading.Condition(threading.Lock())
+        self.active = n
+
+    def set(self, n: int) -> None:
+        with self.cond:
+            self.active = n
+            self.cond.notify_all()
+
+    def wait(self, k: int) -> None:
+        with self.cond:
+            while k >= self.active:
+                self.cond.wait()
+
+
+def _writer(conn: Any, inq: Any, slots: threading.Semaphore, gate: _Gate, k: int, spec: list[Any]) -> None:
+    """Feed worker ``k`` from the pool's queue, ``_IN_FLIGHT_PER_WORKER`` chunks at most at a time
+    (a free worker takes the next chunk, whichever it is), while the gate lets it: the pass's ``fn``
+    before the first chunk of each pass, then chunks."""
     sent = None
     try:
         while True:
+            slots.acquire()
+            gate.wait(k)
             payload = inq.get()
             if payload is _STOP:
                 conn.send_bytes(b"")
@@ -124,7 +146,8 @@ def _writer(conn: Any, inq: Any, spec: list[Any]) -> None:
         conn.close()
 
 
-def _reader(conn: Any, outq: Any, k: int, info: dict[str, Any], closing: threading.Event, sock: Any) -> None:
+def _reader(conn: Any, outq: Any, slots: threading.Semaphore, k: int, info: dict[str, Any],
+            closing: threading.Event, sock: Any) -> None:
     try:
         while True:
             data = conn.recv_bytes()
@@ -141,6 +164,7 @@ def _reader(conn: Any, outq: Any, k: int, info: dict[str, Any], closing: threadi
             if type(rec[0]) is str:  # ("hello" | "fn", torch_imported): the worker started / loaded fn
                 info["torch_imported"] = rec[1]
                 continue
+            slots.release()
             outq.put((*rec, nbytes, k))  # (chunk_id, seconds, values, failures, bytes of the results, worker)
             rec = None  # the consumer alone holds the results (and their mappings) from here
     except (EOFError, OSError):
@@ -154,19 +178,21 @@ def _reader(conn: Any, outq: Any, k: int, info: dict[str, Any], closing: threadi
             sock.close()
 
 
-def _shutdown(parent: int, procs: list[Any], inqs: list[Any], threads: list[threading.Thread],
-              closing: threading.Event, idle: _Idle) -> None:
+def _shutdown(parent: int, procs: list[Any], inq: Any, slots: list[threading.Semaphore], gate: _Gate,
+              threads: list[threading.Thread], closing: threading.Event, idle: _Idle) -> None:
     if os.getpid() != parent:  # a forked child inherited this pool: the workers are not its own
         return
     closing.set()
     idle.stop()
-    for inq in inqs:
-        while True:
-            try:
-                inq.get_nowait()
-            except queue.Empty:
-                break
+    while True:
+        try:
+            inq.get_nowait()
+        except queue.Empty:
+            break
+    gate.set(len(slots))  # every writer takes its stop
+    for s in slots:
         inq.put(_STOP)
+        s.release()
     deadline = time.monotonic() + GRACE_S
     for p in procs:
         try:
@@ -416,8 +442,8 @@ def _start_worker(fork: bool, oob: bool, parent_ends: list[Any]) -> tuple[Any, A
 
 class _Pool(Closeable):
     """``n`` worker processes, each fed by a writer thread and read by a reader thread; the pass
-    using the pool sets ``spec[0]`` (its pickled ``fn``) before putting chunks on a worker's queue
-    (``inqs[k]``); results come back on ``outq``, each naming its worker.
+    using the pool sets ``spec[0]`` (its pickled ``fn``) before putting chunks on ``inq``; the gate
+    says how many of the workers take them; results come back on ``outq``, each naming its worker.
 
     Owner of its processes and threads (a writer and a reader per worker, and an idle thread that
     shuts the pool down once it has been parked for ``IDLE_S``): :meth:`close` is
@@ -428,7 +454,9 @@ class _Pool(Closeable):
     def __init__(self, n: int, label: str) -> None:
         self.n = n
         self.parent = os.getpid()
-        self.inqs: list[Any] = [queue.SimpleQueue() for _ in range(n)]
+        self.inq: Any = queue.SimpleQueue()
+        self.gate = _Gate(n)
+        slots: list[threading.Semaphore] = []
         self.outq: Any = queue.SimpleQueue()
         self.spec: list[Any] = [None]
         self.infos: list[dict[str, Any]] = []
@@ -437,7 +465,7 @@ class _Pool(Closeable):
         self._closing = threading.Event()
         threads: list[threading.Thread] = []
         self._finalizer: weakref.finalize | None = weakref.finalize(
-            self, _shutdown, self.parent, self.procs, self.inqs, threads, self._closing, self.idle)
+            self, _shutdown, self.parent, self.procs, self.inq, slots, self.gate, threads, self._closing, self.idle)
         oob = _procworker.OOB_SUPPORTED
         setup = pickle.dumps({"sys_path": list(sys.path), "oob": oob})
         fork = start_method() == "fork"
@@ -461,8 +489,10 @@ class _Pool(Closeable):
             forked = isinstance(self.procs[k], _ForkedWorker)
             info: dict[str, Any] = {"pid": self.procs[k].pid, "torch_imported": None, "forked": forked}
             self.infos.append(info)
-            for target, args, role in ((_writer, (tx, self.inqs[k], self.spec), "writer"),
-                                       (_reader, (rx, self.outq, k, info, self._closing, sock), "reader")):
+            sem = threading.Semaphore(_IN_FLIGHT_PER_WORKER)
+            slots.append(sem)
+            for target, args, role in ((_writer, (tx, self.inq, sem, self.gate, k, self.spec), "writer"),
+                                       (_reader, (rx, self.outq, sem, k, info, self._closing, sock), "reader")):
                 t = threading.Thread(target=target, args=args, name=f"datapipes {label} {role} {k}", daemon=True)
                 threads.append(t)
                 t.start()
@@ -478,14 +508,13 @@ class _Pool(Closeable):
     def drain(self, in_flight: int) -> bool:
         """Drop the chunks of an ended pass: those not handed to a worker yet, and the results of
         the ``in_flight`` others (waited for, ``GRACE_S`` at most). True when the pool is clean."""
-        outq = self.outq
-        for inq in self.inqs:
-            while in_flight > 0:
-                try:
-                    inq.get_nowait()
-                except queue.Empty:
-                    break
-                in_flight -= 1
+        inq, outq = self.inq, self.outq
+        while in_flight > 0:
+            try:
+                inq.get_nowait()
+            except queue.Empty:
+                break
+            in_flight -= 1
         deadline = time.monotonic() + GRACE_S
         while in_flight > 0:
             try:
@@ -621,6 +650,9 @@ class ProcessWorkers(Closeable):
         """Give chunks to ``n`` of the pool's workers from now on (1 to the pool's size): the others
         finish what they hold and wait, started and warm, for a later step up."""
         self.active = max(1, min(n, self.n))
+        gate = getattr(self, "_gate", None)
+        if gate is not None:
+            gate.set(self.active)
 
     def start(self) -> None:
         if in_dataloader_worker():
@@ -643,7 +675,9 @@ class ProcessWorkers(Closeable):
             pool = _Pool(self.n, self.label)
         pool.spec[0] = spec
         self.infos = pool.infos
-        self._inqs: list[Any] = pool.inqs
+        self._inq: Any = pool.inq
+        self._gate = pool.gate
+        pool.gate.set(self.active)  # a warm pool may come from a pass its tuner had narrowed
         self._outq: Any = pool.outq
         self._finalizer = weakref.finalize(self, _end_pass, pool, self._owner_ref, self.tally)
         self._finalizer.atexit = False  # at exit the pool's own finaliser stops it; nothing is parked
@@ -686,8 +720,8 @@ def run_process_stage(
 ) -> Iterator[Any]:
     """Yield ``fn(x)`` for each source item, computed on worker processes in chunks.
 
-    Bound: at most ``2 * concurrency`` chunks in flight (two per active worker, each worker fed from a
-    queue of its own) plus the chunk being yielded, so at most ``(2 * concurrency + 1) * chunksize``
+    Bound: at most ``2 * concurrency`` chunks in flight (two per active worker; a free worker takes
+    the next chunk, whichever it is) plus the chunk being yielded, so at most ``(2 * concurrency + 1) * chunksize``
     items pulled ahead of the consumer. ``run`` tracks the
     inputs pulled and not yet yielded, as for threads (:class:`~datapipes._engine.core.EngineRun`).
     """
@@ -704,26 +738,14 @@ def run_process_stage(
         src, n_in = resumed_source(run, iter(source))
         workers.start()
         stats.begin(workers.busy, run.live(count))
-        inqs, get, ready = workers._inqs, workers._outq.get, workers._outq.qsize
-        held = [0] * workers.n  # chunks each worker holds (sent, results not back yet)
+        put, get, ready = workers._inq.put, workers._outq.get, workers._outq.qsize
         starts: dict[int, int] = {}  # chunk id -> position of its first item
         sent = 0
         deferred: BaseException | None = None
         more = True
         bytes_per_item = 0.0
 
-        def free_worker() -> int:
-            """The active worker holding the fewest chunks, if one holds fewer than its share and the
-            chunks not yielded yet (results stashed for order included) are under the bound; else -1."""
-            if sent - done >= _IN_FLIGHT_PER_WORKER * workers.active:
-                return -1
-            best = -1
-            for k in range(workers.active):
-                if held[k] < _IN_FLIGHT_PER_WORKER and (best < 0 or held[k] < held[best]):
-                    best = k
-            return best
-
-        def send_one(k: int) -> None:
+        def send_one() -> None:
             nonlocal n_in, sent, more, deferred, bytes_per_item, pulling
             items: list[Any] = []
             t = time.perf_counter()
@@ -744,12 +766,12 @@ def run_process_stage(
             n_in += len(items)
             sent += 1
             tally.in_flight += 1
-            held[k] += 1
-            inqs[k].put(payload)
+            put(payload)
 
         def fill_up() -> None:
-            while more and (k := free_worker()) >= 0:
-                send_one(k)
+            # the chunks not yielded yet (results stashed for order included): two per active worker
+            while more and sent - done < _IN_FLIGHT_PER_WORKER * workers.active:
+                send_one()
 
         fill_up()
         while done < sent:
@@ -761,14 +783,12 @@ def run_process_stage(
                     why = f": {rec[2]!r}" if rec[2] is not None else ""
                     raise RuntimeError(f"stage {label}: worker process {rec[1]} died unexpectedly{why}")
                 tally.in_flight -= 1
-                held[rec[5]] -= 1
                 while ordered and rec[0] != done:
                     stash[rec[0]] = rec
                     rec = get()
                     if rec[0] is _DIED:
                         raise RuntimeError(f"stage {label}: worker process {rec[1]} died unexpectedly")
                     tally.in_flight -= 1
-                    held[rec[5]] -= 1
                 waiting += time.perf_counter() - t
                 stats.wait_s = waiting
             chunk_id, seconds, values, failures, result_bytes, _ = rec
