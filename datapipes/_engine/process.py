@@ -146,8 +146,8 @@ def _writer(conn: Any, inq: Any, slots: threading.Semaphore, gate: _Gate, k: int
         conn.close()
 
 
-def _reader(conn: Any, outq: Any, slots: threading.Semaphore, k: int, info: dict[str, Any],
-            closing: threading.Event, sock: Any) -> None:
+def _reader(conn: Any, outq: Any, slots: threading.Semaphore, info: dict[str, Any], closing: threading.Event,
+            sock: Any) -> None:
     try:
         while True:
             data = conn.recv_bytes()
@@ -165,7 +165,7 @@ def _reader(conn: Any, outq: Any, slots: threading.Semaphore, k: int, info: dict
                 info["torch_imported"] = rec[1]
                 continue
             slots.release()
-            outq.put((*rec, nbytes, k))  # (chunk_id, seconds, values, failures, bytes of the results, worker)
+            outq.put((*rec, nbytes))  # (chunk_id, seconds, values, failures, bytes of the results)
             rec = None  # the consumer alone holds the results (and their mappings) from here
     except (EOFError, OSError):
         if not closing.is_set():
@@ -443,7 +443,7 @@ def _start_worker(fork: bool, oob: bool, parent_ends: list[Any]) -> tuple[Any, A
 class _Pool(Closeable):
     """``n`` worker processes, each fed by a writer thread and read by a reader thread; the pass
     using the pool sets ``spec[0]`` (its pickled ``fn``) before putting chunks on ``inq``; the gate
-    says how many of the workers take them; results come back on ``outq``, each naming its worker.
+    says how many of the workers take them; results come back on ``outq``.
 
     Owner of its processes and threads (a writer and a reader per worker, and an idle thread that
     shuts the pool down once it has been parked for ``IDLE_S``): :meth:`close` is
@@ -492,7 +492,7 @@ class _Pool(Closeable):
             sem = threading.Semaphore(_IN_FLIGHT_PER_WORKER)
             slots.append(sem)
             for target, args, role in ((_writer, (tx, self.inq, sem, self.gate, k, self.spec), "writer"),
-                                       (_reader, (rx, self.outq, sem, k, info, self._closing, sock), "reader")):
+                                       (_reader, (rx, self.outq, sem, info, self._closing, sock), "reader")):
                 t = threading.Thread(target=target, args=args, name=f"datapipes {label} {role} {k}", daemon=True)
                 threads.append(t)
                 t.start()
@@ -640,6 +640,7 @@ class ProcessWorkers(Closeable):
         self.warm = False  # whether this pass took a pool parked by a previous one
         #: called once the pool is running (the tuner's registration: a thread, so after the forks)
         self.started: Callable[[], None] | None = None
+        self._gate: _Gate | None = None  # the pool's, once started (resize moves it)
         try:
             self._owner_ref: weakref.ref[Any] | None = None if owner is None else weakref.ref(owner)
         except TypeError:
@@ -650,9 +651,8 @@ class ProcessWorkers(Closeable):
         """Give chunks to ``n`` of the pool's workers from now on (1 to the pool's size): the others
         finish what they hold and wait, started and warm, for a later step up."""
         self.active = max(1, min(n, self.n))
-        gate = getattr(self, "_gate", None)
-        if gate is not None:
-            gate.set(self.active)
+        if self._gate is not None:
+            self._gate.set(self.active)
 
     def start(self) -> None:
         if in_dataloader_worker():
@@ -791,7 +791,7 @@ def run_process_stage(
                     tally.in_flight -= 1
                 waiting += time.perf_counter() - t
                 stats.wait_s = waiting
-            chunk_id, seconds, values, failures, result_bytes, _ = rec
+            chunk_id, seconds, values, failures, result_bytes = rec
             rec = None
             workers.busy[0] += seconds
             done += 1
