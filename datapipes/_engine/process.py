@@ -1,8 +1,7 @@
 """The process backend: ``fn`` on worker processes, items travelling in chunks.
 
-Workers are fresh interpreters (spawn semantics: fork-exec, safe however many threads the parent
-runs) running ``_procworker.py`` by path, so their start-up imports only the standard library and
-cloudpickle, not torch. Items travel in chunks to amortise the inter-process cost (about 50-100 us
+Workers are forked from the consumer's process where the fork is clean, else fresh interpreters
+running ``_procworker.py`` by path (``_start.py``; docs/architecture.rst, "Process stages"). Items travel in chunks to amortise the inter-process cost (about 50-100 us
 per message here, more than a small item's work). Each worker has two chunks in flight at most, so
 one is queued in its pipe while it works on the other.
 
@@ -39,12 +38,10 @@ worker's traceback as a note; an item or ``fn`` that cannot be pickled stops the
 
 from __future__ import annotations
 
-import gc
 import multiprocessing
 import os
 import pickle
 import queue
-import signal
 import socket
 import subprocess
 import sys
@@ -55,13 +52,13 @@ from itertools import islice
 from typing import Any, Callable, Iterable, Iterator
 
 from . import _procworker
+from ._start import ForkedWorker, start_method, start_worker
 from .core import EngineRun, resumed_source
 from .lifecycle import Closeable, abandon
 from .stats import StageStats
 
 __all__ = ["IDLE_S", "ProcessWorkers", "run_process_stage", "live_worker_pids"]
 
-_WORKER_PATH = os.path.abspath(_procworker.__file__)
 _TARGET_CHUNK_S = 0.010
 _MAX_CHUNK = 4096
 _MAX_CHUNK_BYTES = 4 << 20
@@ -250,196 +247,6 @@ def _idle_watch(idle: _Idle, pool: _Pool) -> None:
             return
 
 
-#: how worker processes start: ``"auto"`` forks them when that is safe (see :func:`start_method`),
-#: ``"spawn"`` always starts fresh interpreters; read from ``DATAPIPES_PROCESS_START`` when a pool starts
-START_METHODS = ("auto", "spawn")
-
-
-def _os_threads() -> int:
-    """The threads of this process, native ones included (0 where that cannot be read)."""
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 0
-
-
-def start_method() -> str:
-    """How the next pool tries to start its workers: ``"fork"`` or ``"spawn"`` (a fresh interpreter).
-
-    ``"fork"`` on Linux, where no other Python thread runs, unless ``DATAPIPES_PROCESS_START`` says
-    ``spawn``. Each fork is then checked (:func:`_fork_clean`): a worker is forked only where the
-    fork is clean, and started fresh otherwise.
-    """
-    wanted = os.environ.get("DATAPIPES_PROCESS_START", "auto")
-    if wanted not in START_METHODS:
-        raise ValueError(f"DATAPIPES_PROCESS_START must be one of {', '.join(START_METHODS)}, got {wanted!r}")
-    if (wanted == "auto" and sys.platform.startswith("linux") and hasattr(os, "fork")
-            and threading.active_count() == 1 and _os_threads() >= 1):
-        return "fork"
-    return "spawn"
-
-
-def _fork_clean() -> int | None:
-    """Fork a worker if the fork is clean; return its pid in the parent, ``None`` if it was not.
-
-    A fork is clean when this process ran one thread as it forked: the kernel's count, taken in the
-    parent just after the fork, after the libraries' at-fork handlers ran (OpenBLAS, which numpy
-    loads, stops its thread pool there and starts it again on its next call), which is what
-    Python 3.12+ checks before warning that a fork may deadlock. A thread still running then (an
-    OpenMP pool after a torch op, a library's own thread) may hold a lock the child would wait for
-    forever: that child is told to exit before it runs anything, and the caller starts a fresh
-    interpreter instead. In the child, returns 0 once the parent said the fork is clean.
-    """
-    import warnings
-
-    go_r, go_w = os.pipe()
-    for stream in (sys.stdout, sys.stderr):  # nothing buffered here is written twice
-        try:
-            stream.flush()
-        except (AttributeError, OSError, ValueError):
-            pass
-    with warnings.catch_warnings():  # no other Python thread runs (start_method), so this is safe
-        warnings.simplefilter("ignore", DeprecationWarning)  # the unclean case is handled below
-        pid = os.fork()
-    if pid == 0:
-        os.close(go_w)
-        if os.read(go_r, 1) != b"1":
-            os._exit(0)
-        os.close(go_r)
-        return 0
-    clean = _os_threads() == 1
-    os.close(go_r)
-    if clean:
-        os.write(go_w, b"1")
-    os.close(go_w)
-    if not clean:
-        os.waitpid(pid, 0)
-        return None
-    return pid
-
-
-class _ForkedWorker:
-    """A worker forked from this process: what the pool uses of ``subprocess.Popen`` (``pid``,
-    ``poll``, ``wait``, ``kill``), thread-safe as Popen is."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.returncode: int | None = None
-        self._lock = threading.Lock()
-
-    def _reap(self, flags: int) -> int | None:
-        with self._lock:
-            if self.returncode is None:
-                try:
-                    pid, status = os.waitpid(self.pid, flags)
-                except ChildProcessError:  # reaped elsewhere (a SIGCHLD handler set to ignore)
-                    self.returncode = -1
-                else:
-                    if pid:
-                        self.returncode = os.waitstatus_to_exitcode(status)
-            return self.returncode
-
-    def poll(self) -> int | None:
-        return self._reap(os.WNOHANG)
-
-    def wait(self, timeout: float | None = None) -> int:
-        if timeout is None:
-            code = self._reap(0)
-            assert code is not None
-            return code
-        deadline = time.monotonic() + timeout
-        delay = 0.0005
-        while (code := self.poll()) is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
-            time.sleep(min(delay, left))
-            delay = min(delay * 2, 0.02)
-        return code
-
-    def kill(self) -> None:
-        if self.poll() is None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
-def _reseed_global_generators() -> None:
-    """Give a forked worker fresh global generators, as a fresh interpreter has: otherwise every
-    worker would draw the parent's sequence from numpy's and torch's (Python's ``random`` reseeds
-    itself at a fork). ``fn``'s per-item generator (``rng=``) is seeded by position, not here."""
-    np = sys.modules.get("numpy")
-    if np is not None:
-        np.random.seed()
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.seed()
-
-
-def _forked_worker_main(rfd: int, wfd: int, close: list[int]) -> None:
-    """The body of a forked worker; never returns."""
-    code = 0
-    try:
-        for fd in close:  # the parent's ends of this pool's channels: EOF must reach each worker
-            os.close(fd)
-        gc.freeze()  # the collector of this process leaves the parent's objects (and their pages) alone
-        _reseed_global_generators()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
-        _procworker.main(rfd, wfd)
-    except BaseException:  # noqa: BLE001 - reported on stderr; the parent sees the worker die
-        import traceback
-
-        traceback.print_exc()
-        code = 1
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except BaseException:  # noqa: BLE001
-                pass
-        os._exit(code)
-
-
-def _start_worker(fork: bool, oob: bool, parent_ends: list[Any]) -> tuple[Any, Any, Any]:
-    """Start one worker, forked if ``fork`` and the fork is clean (:func:`_fork_clean`), else as a fresh
-    interpreter; return it and the parent's ends of its two channels (``multiprocessing`` connections):
-    a pipe to it, and from it a pipe, or a Unix socket when results pass memfds (``oob``).
-    ``parent_ends``: the parent's ends of the workers started before (a forked one closes them)."""
-    from multiprocessing.connection import Connection
-
-    to_child_r, to_child_w = os.pipe()
-    if oob:
-        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        from_child_r, from_child_w = a.detach(), b.detach()
-    else:
-        from_child_r, from_child_w = os.pipe()
-    proc: Any = None
-    try:
-        pid = _fork_clean() if fork else None
-        if pid == 0:
-            _forked_worker_main(to_child_r, from_child_w, [to_child_w, from_child_r, *(c.fileno() for c in parent_ends)])
-        if pid is not None:
-            proc = _ForkedWorker(pid)
-        else:
-            proc = subprocess.Popen(
-                [sys.executable, "-P", _WORKER_PATH, str(to_child_r), str(from_child_w)],
-                pass_fds=(to_child_r, from_child_w),
-                stdin=subprocess.DEVNULL,
-            )
-    except BaseException:
-        os.close(to_child_w)
-        os.close(from_child_r)
-        raise
-    finally:
-        os.close(to_child_r)
-        os.close(from_child_w)
-    return proc, Connection(to_child_w, readable=False), Connection(from_child_r, writable=False)
-
-
 class _Pool(Closeable):
     """``n`` worker processes, each fed by a writer thread and read by a reader thread; the pass
     using the pool sets ``spec[0]`` (its pickled ``fn``) before putting chunks on ``inq``; the gate
@@ -460,7 +267,7 @@ class _Pool(Closeable):
         self.outq: Any = queue.SimpleQueue()
         self.spec: list[Any] = [None]
         self.infos: list[dict[str, Any]] = []
-        self.procs: list[Any] = []  # subprocess.Popen or _ForkedWorker
+        self.procs: list[Any] = []  # subprocess.Popen or ForkedWorker
         self.idle = _Idle()
         self._closing = threading.Event()
         threads: list[threading.Thread] = []
@@ -472,7 +279,7 @@ class _Pool(Closeable):
         ends: list[tuple[Any, Any]] = []
         for _ in range(n):  # every worker first, then the threads: a fork must see this thread alone
             try:
-                proc, tx, rx = _start_worker(fork, oob, [end for pair in ends for end in pair])
+                proc, tx, rx = start_worker(fork, oob, [end for pair in ends for end in pair])
             except BaseException:
                 for tx, rx in ends:
                     tx.close()
@@ -486,7 +293,7 @@ class _Pool(Closeable):
         for k, (tx, rx) in enumerate(ends):
             sock = socket.socket(fileno=os.dup(rx.fileno())) if oob else None  # to receive the memfds
             tx.send_bytes(setup)
-            forked = isinstance(self.procs[k], _ForkedWorker)
+            forked = isinstance(self.procs[k], ForkedWorker)
             info: dict[str, Any] = {"pid": self.procs[k].pid, "torch_imported": None, "forked": forked}
             self.infos.append(info)
             sem = threading.Semaphore(_IN_FLIGHT_PER_WORKER)

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from datapipes._engine import _procworker
-from datapipes._engine.process import start_method
+from datapipes._engine._start import start_method
 from datapipes.iter import IterableWrapper
 
 from engine_helpers import no_child_left  # noqa: F401 - a fixture
