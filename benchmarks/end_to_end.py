@@ -31,6 +31,8 @@ N: DataLoader workers, process pools, the limit's threads, and the default ``--c
 peer runs in the form its documentation gives:
 
 - ``datapipes``: ``FileLister -> open_files("b") -> map(decode, concurrency=C) -> batch(32) -> collate()``;
+- ``datapipes_natural``: the pipe a user writes first, ``FileLister -> open_files("b") -> map(read) ->
+  map(decode, concurrency=C) -> batch(32) -> collate()``: the read as its own serial map;
 - ``datapipes_process``: ``FileLister -> map(load, executor="process", concurrency=N) -> batch(32) ->
   collate()``: the paths go to the worker processes, which read and decode;
 - ``torch DataLoader(num_workers=0)`` / ``(num_workers=N)``: a map-style ``Dataset`` over the file
@@ -55,7 +57,8 @@ only when it held in EVERY run: its line gives the min / median / max of the run
 runs it held in (``--json``: the target's ``run_values`` and ``runs_passed``).
 
 Targets (printed PASS/FAIL, measured with the tuned malloc and the default one):
-- datapipes ahead of every peer in images/s, and >= 75% of the limit;
+- datapipes ahead of every peer in images/s, and >= 75% of the limit; the natural pipe too ahead of
+  every peer;
 - datapipes' time to first batch <= 1/3 of torch DataLoader(num_workers=N)'s;
 - datapipes' peak RSS <= 1/2 of torch DataLoader(num_workers=N)'s (its workers included);
 - the process stage >= torch DataLoader(num_workers=N) and nodes' process mapper in images/s, with
@@ -91,11 +94,12 @@ SIZE = 224
 BATCH = 32
 TUNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": "1048576", "MALLOC_TRIM_THRESHOLD_": "268435456"}
 
-SYSTEMS = ["datapipes", "datapipes_process", "dataloader0", "dataloaderN", "datapipes_torch", "nodes", "nodes_process",
+SYSTEMS = ["datapipes", "datapipes_natural", "datapipes_process", "dataloader0", "dataloaderN", "datapipes_torch", "nodes", "nodes_process",
            "spdl", "spdl_process", "limit"]
 #: ``{c}``: the concurrency of the run; ``{n}``: the cores every system is given (``--cores``)
 LABELS = {
     "datapipes": "datapipes (concurrency={c})",
+    "datapipes_natural": "datapipes natural pipe: map(read) -> map(decode, concurrency={c})",
     "datapipes_process": "datapipes map(executor=\"process\", concurrency={n})",
     "dataloader0": "torch DataLoader(num_workers=0)",
     "dataloaderN": "torch DataLoader(num_workers={n})",
@@ -107,7 +111,8 @@ LABELS = {
     "limit": "limit: ThreadPoolExecutor({n}), bytes in memory",
 }
 #: systems whose concurrency is ``--concurrency`` (each value: one row); the others are given ``--cores``
-THREADED = ("datapipes", "nodes", "spdl")
+THREADED = ("datapipes", "datapipes_natural", "nodes", "spdl")
+OURS = ("datapipes", "datapipes_natural", "datapipes_process")
 PEERS = ["dataloader0", "dataloaderN", "datapipes_torch", "nodes", "nodes_process", "spdl", "spdl_process"]
 ALIASES = {"dataloader2": "dataloaderN"}  # the name of the row before --cores
 #: the cores every system is given (``--cores``): workers, processes, the limit's threads
@@ -228,6 +233,24 @@ class JpegFolder:
         return load(self.paths[i])
 
 
+def read_pair(item: tuple[str, Any]) -> bytes:
+    """A ``(path, stream)`` pair from ``open_files`` -> the file's bytes (the natural pipe's first map)."""
+    _, stream = item
+    try:
+        return stream.read()
+    finally:
+        stream.close()
+
+
+def run_datapipes_natural(root: str, c: int) -> Iterator[Any]:
+    """The pipe a user writes first: the read as its own (serial) map before the concurrent decode."""
+    from datapipes.iter import FileLister
+
+    pipe = (FileLister(root, "*.jpg", recursive=True).open_files(mode="b").map(read_pair)
+            .map(decode_bytes, concurrency=c).batch(BATCH).collate())
+    return iter(pipe)
+
+
 def run_datapipes_process(root: str, n: int) -> Iterator[Any]:
     """Our natural pipe for GIL-bound work: the paths go to ``n`` worker processes, which read and decode."""
     from datapipes.iter import FileLister
@@ -334,10 +357,11 @@ def child(system: str, root: str, c: int, n: int = 2) -> dict[str, Any]:
 
     Image.init()
     build: Callable[[], Iterator[Any]]
-    if system in ("datapipes", "datapipes_process"):
+    if system in ("datapipes", "datapipes_natural", "datapipes_process"):
         import datapipes.iter  # noqa: F401
 
-        build = (lambda: run_datapipes(root, c)) if system == "datapipes" else (lambda: run_datapipes_process(root, n))
+        build = {"datapipes": lambda: run_datapipes(root, c), "datapipes_natural": lambda: run_datapipes_natural(root, c),
+                 "datapipes_process": lambda: run_datapipes_process(root, n)}[system]
     elif system in ("dataloader0", "dataloaderN"):
         import torch.utils.data  # noqa: F401
 
@@ -487,12 +511,18 @@ def per_run(results: dict[str, list[dict[str, Any]]], c: int) -> dict[str, list[
     best peer of that run, images/s), ``limit`` (ours over the limit), ``first`` (our time to first batch
     over DataLoader(num_workers=N)'s), ``rss`` (our peak RSS over DataLoader(num_workers=N)'s); for the
     process stage: ``proc_peer`` (its images/s over the best of DataLoader(num_workers=N) and nodes'
-    process mapper), ``proc_first`` (its time to first batch over the thread stage's)."""
+    process mapper), ``proc_first`` (its time to first batch over the thread stage's); ``natural_peer``
+    (the natural pipe's images/s over the best peer of that run)."""
     ours = results.get(f"datapipes:{c}") or []
+    natural = results.get(f"datapipes_natural:{c}") or []
     peers = [rows for key, rows in results.items() if key.split(":")[0] in PEERS and rows]
     limit, dl2 = results.get("limit:0") or [], results.get("dataloaderN:0") or []
     ips = lambda r: r["images"] / r["seconds"]  # noqa: E731
-    out: dict[str, list[float]] = {"peer": [], "limit": [], "first": [], "rss": [], "proc_peer": [], "proc_first": []}
+    out: dict[str, list[float]] = {"peer": [], "limit": [], "first": [], "rss": [], "proc_peer": [], "proc_first": [],
+                                   "natural_peer": []}
+    for i, r in enumerate(natural):
+        if peers and all(i < len(rows) for rows in peers):
+            out["natural_peer"].append(ips(r) / max(ips(rows[i]) for rows in peers))
     proc = results.get("datapipes_process:0") or []
     proc_peers = [rows for key in ("dataloaderN:0", "nodes_process:0") if (rows := results.get(key))]
     for i, r in enumerate(proc):
@@ -520,7 +550,7 @@ def verdicts(med: dict[str, dict[str, float]], c: int, targets: list[dict[str, A
     min / median / max and how many runs it held in; without, it is judged on the medians."""
     ours = med.get(f"datapipes:{c}")
     proc = med.get("datapipes_process:0")
-    if ours is None and proc is None:
+    if ours is None and proc is None and f"datapipes_natural:{c}" not in med:
         print("datapipes did not run: no verdicts")
         return False
     ok = True
@@ -544,9 +574,16 @@ def verdicts(med: dict[str, dict[str, float]], c: int, targets: list[dict[str, A
 
     if proc is not None:
         ok &= process_verdicts(med, proc, ours, say)
+    peers = {k: v for k, v in med.items() if k.split(":")[0] in PEERS}
+    natural = med.get(f"datapipes_natural:{c}")
+    if natural is not None and peers:
+        best_key, best = max(peers.items(), key=lambda kv: kv[1]["ips"])
+        say(natural["ips"] > best["ips"],
+            f"the natural pipe (map(read) -> map(decode, concurrency={c})) ahead of every peer: {natural['ips']:,.0f} "
+            f"images/s vs the best peer's {best['ips']:,.0f} ({label(*best_key.split(':'))})",
+            natural["ips"] / best["ips"], "natural_peer", lambda v: v > 1.0)
     if ours is None:
         return ok
-    peers = {k: v for k, v in med.items() if k.split(":")[0] in PEERS}
     if peers:
         best_key, best = max(peers.items(), key=lambda kv: kv[1]["ips"])
         name = label(best_key.split(':')[0], best_key.split(':')[1])
@@ -615,7 +652,7 @@ def workload_json(malloc: str, env: dict[str, str], results: dict[str, list[dict
     systems = []
     for system, c in order:
         key = f"{system}:{c}"
-        role = "limit" if system == "limit" else "datapipes" if system in ("datapipes", "datapipes_process") else "peer"
+        role = "limit" if system == "limit" else "datapipes" if system in OURS else "peer"
         name = label(system, c)
         if key in failed:
             systems.append(_results.system(name, role, None, status="failed", key=key, note=failed[key]))
@@ -628,7 +665,7 @@ def workload_json(malloc: str, env: dict[str, str], results: dict[str, list[dict
                 steady_ips=m["steady_ips"], cpu_s=m["cpu_s"], cores=m["cores"], seconds=m["seconds"],
                 workers=max(r["workers"] for r in rows)))
     for system in skipped:
-        role = "datapipes" if system in ("datapipes", "datapipes_process") else "peer"
+        role = "datapipes" if system in OURS else "peer"
         systems.append(_results.system(label(system, "-"), role, None, status="not installed", key=system))
     what = "default malloc" if not env else "malloc pinned"
     baseline = LABELS["dataloader0"]
