@@ -67,7 +67,7 @@ WAIT_IDLE = [0.0]  # seconds to wait for an idle machine before each fresh-proce
 def usable_cpus() -> int:
     """The CPUs this process may use, counted as the library counts them (``os.process_cpu_count``
     where Python has it, else the affinity mask, else ``os.cpu_count``)."""
-    from datapipes._tuning import usable_cpus as library_count  # imported late: torch comes with it
+    from datapipes._runtime.tuning import usable_cpus as library_count  # imported late: torch comes with it
 
     return library_count()
 

@@ -225,7 +225,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace, root: str, generated: bool) -> int:
-    from ._tuning import usable_cpus
+    from ._runtime.tuning import usable_cpus
     from .profiling import profile
 
     device = _device(args.device)

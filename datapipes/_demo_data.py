@@ -36,7 +36,7 @@ from typing import Sequence
 import numpy as np
 from PIL import Image, ImageDraw, ImageOps
 
-from ._tuning import usable_cpus
+from ._runtime.tuning import usable_cpus
 
 __all__ = ["CLASSES", "DatasetInfo", "make_dataset", "read_labels"]
 

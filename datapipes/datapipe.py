@@ -30,11 +30,11 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 from torch.utils.data import graph_settings as _torch_graph_settings
 from torch.utils.data.datapipes import datapipe as _torch_datapipe
 
-from . import _pass, _worker
+from ._runtime import passes as _pass, worker as _worker
 from .hooks import Hook
 from ._checks import require_callable, require_int
 from ._methods import IterMethods, MapMethods
-from ._seeds import derive_seed, draw_seed
+from ._runtime.seeds import derive_seed, draw_seed
 from .graph import Node, chain_repr, sources_of, stage_label, traverse
 
 __all__ = [
@@ -221,7 +221,7 @@ class _DataPipeMixin(Node):
         return self
 
     def _pass_seed(self) -> int:
-        """The seed of this random stage in the pass being built (see :mod:`datapipes._pass`);
+        """The seed of this random stage in the pass being built (see :mod:`datapipes._runtime.passes`);
         outside any pass (a map-style pipe read by index), derived from (seed, epoch) or drawn."""
         pass_ = _pass.current() or _pass.owner(self)
         if pass_ is not None:
@@ -232,7 +232,7 @@ class _DataPipeMixin(Node):
 
 
 def _hook_pass(iter_fn: Callable[[Any], Iterator[Any]]) -> Callable[[Any], Iterator[Any]]:
-    """``iter_fn`` (a class's ``__iter__``) as part of a pass (:mod:`datapipes._pass`): a new pass
+    """``iter_fn`` (a class's ``__iter__``) as part of a pass (:mod:`datapipes._runtime.passes`): a new pass
     when the pipe is iterated from outside any pass, else this stage's iterator in the pass being
     built. Runs once per ``iter()``, never per item; inside a torch DataLoader worker it also checks
     the pipe (``_worker.worker_pass``)."""
@@ -556,7 +556,7 @@ def stateless(cls: C) -> C:
     """
     if not isinstance(cls, type):
         raise TypeError(f"stateless: decorates a class, got {type(cls).__name__}")
-    cls.stateless = True  # type: ignore[attr-defined]  # read by datapipes._pass
+    cls.stateless = True  # type: ignore[attr-defined]  # read by datapipes._runtime.passes
     return cls
 
 

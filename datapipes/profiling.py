@@ -67,12 +67,12 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from . import _pass
+from ._runtime import passes as _pass
 from ._trace import TraceRecorder, _write_json
-from ._tuning import cpu_times as _cpu_times  # noqa: F401 - read by the tests
-from ._tuning import machine_cores as _machine_cores
-from ._tuning import read_proc_stat as _read_proc_stat
-from ._tuning import usable_cpus
+from ._runtime.tuning import cpu_times as _cpu_times  # noqa: F401 - read by the tests
+from ._runtime.tuning import machine_cores as _machine_cores
+from ._runtime.tuning import read_proc_stat as _read_proc_stat
+from ._runtime.tuning import usable_cpus
 from .graph import chain_repr, sources_of
 from .graph import stages as _stages
 from .graph import to_mermaid as _to_mermaid

@@ -33,10 +33,10 @@ except ImportError as e:  # pragma: no cover - the [ray] extra is missing
         f"datapipes.ray needs Ray with Ray Data: pip install 'datapipes[ray]' (importing it failed: {e})"
     ) from e
 
-from . import _pass
+from ._runtime import passes as _pass
 from ._checks import require_int
-from ._seeds import draw_seed
-from ._worker import set_loader_seed
+from ._runtime.seeds import draw_seed
+from ._runtime.worker import set_loader_seed
 from .datapipe import IterDataPipe
 from .graph import stage_label, traverse
 from .iter.sharding import apply_sharding, is_sharding_stage

@@ -42,7 +42,7 @@ import time
 from collections import Counter
 from typing import Any, Callable, Iterable, Sized, cast
 
-from . import _pass
+from ._runtime import passes as _pass
 from ._engine import close_iterator
 from .datapipe import IterDataPipe, MapDataPipe
 from .graph import traverse

@@ -17,7 +17,8 @@ import zipfile
 import pytest
 from PIL import Image
 
-from datapipes import IterDataPipe, _worker
+from datapipes import IterDataPipe
+from datapipes._runtime import worker as _worker
 
 
 class Boom(Exception):

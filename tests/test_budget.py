@@ -12,7 +12,7 @@ import time
 import pytest
 
 from datapipes import DataLoader
-from datapipes._tuning import Budget, _scaled
+from datapipes._runtime.tuning import Budget, _scaled
 from datapipes.iter import IterableWrapper
 
 WAIT = 10.0
@@ -232,7 +232,7 @@ def test_loader_budget_reaches_worker_processes():
 def test_the_tuner_counts_other_processes_cpu_use(monkeypatch):
     # /proc/stat readings (busy, total, cpus): the machine's 2 usable CPUs 95% busy over the
     # interval, while this process used next to none of them: the interval is CPU-saturated
-    from datapipes import _tuning
+    from datapipes._runtime import tuning as _tuning
 
     class Pass:
         pass
@@ -281,7 +281,7 @@ def simulate_cpus(monkeypatch):
 @pytest.fixture
 def fast_tuner(monkeypatch):
     """The tuner decides every 10 ms: a short pass sees many of its decisions."""
-    from datapipes import _tuning
+    from datapipes._runtime import tuning as _tuning
 
     monkeypatch.setattr(_tuning.Tuner, "interval", 0.01)
 
@@ -358,7 +358,7 @@ class _SerialExecutor(concurrent.futures.Executor):
 @pytest.mark.parametrize("cpus, start, most, processes, threadpool", [
     (2, 2, 32, 2, 6), (16, 16, 64, 16, 20), (64, 16, 128, 32, 32), (128, 16, 128, 32, 32)])
 def test_the_defaults_on_many_cpus(simulate_cpus, cpus, start, most, processes, threadpool):
-    from datapipes import _tuning
+    from datapipes._runtime import tuning as _tuning
     from datapipes.iter.mapping.map import _default_workers
 
     simulate_cpus(cpus)
@@ -374,7 +374,7 @@ def test_the_defaults_on_many_cpus(simulate_cpus, cpus, start, most, processes, 
 @pytest.mark.parametrize("cpus", SIMULATED)
 def test_an_auto_process_stage_runs_one_process_per_cpu_within_its_cap(simulate_cpus, cpus):
     # what the stage would start with (starting 32 processes here would take longer than the test may)
-    from datapipes import _tuning
+    from datapipes._runtime import tuning as _tuning
     from datapipes.iter.mapping._shared import _stage_concurrency
 
     simulate_cpus(cpus)
@@ -418,7 +418,7 @@ def test_a_stage_stepping_down_holds_its_threads_until_they_have_stopped(cpus):
     # a step back up may use them. (The tuner's steps are called by hand, with scripted decisions.)
     from datapipes._engine.core import EngineRun
     from datapipes._engine.stats import StageStats
-    from datapipes._tuning import Tuner, _Entry
+    from datapipes._runtime.tuning import Tuner, _Entry
 
     a, b = _AutoStage(), _AutoStage()
     budget = Budget([a, b], max_threads=6, max_memory=None, cpus=cpus)
@@ -498,7 +498,7 @@ def test_max_processes_bounds_the_process_stages_of_a_pass(simulate_cpus):
 
 
 def test_an_auto_process_stage_backs_off_when_its_workers_memory_nears_max_memory(simulate_cpus, monkeypatch):
-    from datapipes import _tuning
+    from datapipes._runtime import tuning as _tuning
 
     simulate_cpus(4)
     # this process's own RSS counts for nothing here: only the worker processes' memory can be high
@@ -520,7 +520,7 @@ def test_an_auto_process_stage_backs_off_when_its_workers_memory_nears_max_memor
 
 
 def test_workers_memory_counts_live_worker_processes():
-    from datapipes import _tuning
+    from datapipes._runtime import tuning as _tuning
 
     before = _tuning.workers_memory()
     it = iter(IterableWrapper(range(10)).map(_pid, concurrency=2, executor="process"))

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data._utils import worker as torch_worker
 
-from datapipes import _worker
+from datapipes._runtime import worker as _worker
 from datapipes.iter import IterableWrapper
 from datapipes.iter.sharding import SHARDING_PRIORITIES
 

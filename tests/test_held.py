@@ -1,11 +1,12 @@
-"""datapipes._held: the walk that finds streams inside a pass state, saves them as plain data and opens
+"""datapipes._runtime.held: the walk that finds streams inside a pass state, saves them as plain data and opens
 them again, copying a container only where something in it changed."""
 
 import collections
 import io
 
-from datapipes import DataChunk, _held
-from datapipes._held import MARK
+from datapipes import DataChunk
+from datapipes._runtime import held as _held
+from datapipes._runtime.held import MARK
 
 Pair = collections.namedtuple("Pair", "path stream")
 

@@ -1,4 +1,4 @@
-"""Hooks, live statistics and periodic reports (datapipes.hooks, datapipes._observe)."""
+"""Hooks, live statistics and periodic reports (datapipes.hooks, datapipes._runtime.observe)."""
 
 from __future__ import annotations
 

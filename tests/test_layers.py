@@ -93,9 +93,8 @@ def test_no_import_circles():
             visit(m)
 
 
-@pytest.mark.parametrize("base", ["datapipes.datapipe", "datapipes.graph", "datapipes._pass", "datapipes._worker",
-                                  "datapipes.errors"])
-def test_the_bottom_layers_import_no_pipe(base):
+def _reached(base):
+    """Every package module ``base`` imports at its top level, directly or through others."""
     graph, _ = _imports()
     seen, todo = set(), [base]
     while todo:
@@ -104,8 +103,33 @@ def test_the_bottom_layers_import_no_pipe(base):
             if t not in seen:
                 seen.add(t)
                 todo.append(t)
-    pipes = sorted(m for m in seen if m.startswith(("datapipes.iter", "datapipes.map", "datapipes.loader")))
+    return seen
+
+
+RUNTIME = sorted(m for m in MODULES if m.startswith("datapipes._runtime."))
+
+
+@pytest.mark.parametrize("base", ["datapipes.datapipe", "datapipes.graph", "datapipes.errors", *RUNTIME])
+def test_the_bottom_layers_import_no_pipe(base):
+    pipes = sorted(m for m in _reached(base) if m.startswith(("datapipes.iter", "datapipes.map", "datapipes.loader")))
     assert pipes == [], f"{base} imports concrete pipes: {pipes}"
+
+
+def test_the_pass_runtime_is_one_package():
+    # the layer 3 modules that run a pass live in datapipes/_runtime/, none beside the public modules
+    assert {"passes", "shares", "held", "worker", "seeds", "observe", "tuning"} <= {m.rsplit(".", 1)[1] for m in RUNTIME}
+    top = {m for m in MODULES if m.count(".") == 1}
+    assert not top & {"datapipes._pass", "datapipes._held", "datapipes._worker", "datapipes._seeds",
+                      "datapipes._observe", "datapipes._tuning"}
+
+
+@pytest.mark.parametrize("base", sorted(m for m in MODULES if m.startswith("datapipes._engine")))
+def test_the_engine_knows_nothing_of_pipes_or_passes(base):
+    # layer 2 runs a function on workers: it imports no pass, no base class and no pipe (errors
+    # gives it the failure policy)
+    above = sorted(m for m in _reached(base) if not m.startswith("datapipes._engine")
+                   and m not in ("datapipes", "datapipes.errors", "datapipes._checks"))
+    assert above == [], f"{base} imports layers above the engine: {above}"
 
 
 def test_no_module_imports_the_optional_ray_bridge():

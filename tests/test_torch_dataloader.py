@@ -18,7 +18,8 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data._utils import worker as torch_worker
 
-from datapipes import IterDataPipe, _worker
+from datapipes import IterDataPipe
+from datapipes._runtime import worker as _worker
 from datapipes.iter import IterableWrapper
 from datapipes.iter.sharding import SHARDING_PRIORITIES
 

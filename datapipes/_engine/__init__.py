@@ -105,7 +105,7 @@ def concurrent_map(
 
     Nothing starts before the first ``next()``. ``rng_kind`` (process executor only) means the items
     are ``(x, seed)`` pairs and ``fn`` takes ``rng=``: the worker builds the generator (threads and
-    async get an ``fn`` that already does). ``hooks`` (a :class:`datapipes._observe.TaskHooks`):
+    async get an ``fn`` that already does). ``hooks`` (a :class:`datapipes._runtime.observe.TaskHooks`):
     the task hooks to call around each item (see :mod:`datapipes.hooks` for where they run).
     ``tune``: for an auto stage, registers the pass's statistics, run and backend with the tuner,
     which resizes the backend (``resize(n)``) and the window while the pass runs. ``owner``: the

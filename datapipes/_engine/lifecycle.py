@@ -6,7 +6,7 @@ import sys
 from typing import Any, Callable, Self
 
 
-#: what a run's restore() raises once its pass has yielded an item (checkpoints: datapipes._pass)
+#: what a run's restore() raises once its pass has yielded an item (checkpoints: datapipes._runtime.passes)
 STARTED = "load_state_dict: this pass has already started; call it before the first next()"
 
 

@@ -4,7 +4,7 @@ yields them: the text formats of :mod:`datapipes.iter.io` (:mod:`~datapipes.iter
 TFRecord, hash, image, decoding and Parquet stages import its private names: the check of the pairs,
 failure handling (``on_error``), the position a checkpoint saves (:class:`_ReadRun`, :class:`_CountRun`),
 the reopening or in-memory copy of a stream on resume, the streams a state holds (registered with
-:mod:`datapipes._held`), and the options of text (``skip_lines``, ``decode``, ``encoding``, ``errors``).
+:mod:`datapipes._runtime.held`), and the options of text (``skip_lines``, ``decode``, ``encoding``, ``errors``).
 
 In the text readers, streams are read lazily, line by line (JSON reads one whole file, as it must),
 and each stream is closed when the reader is done with it: at its end, on an error, or when the
@@ -37,7 +37,7 @@ import io
 from itertools import chain, islice, repeat
 from typing import Any, Callable, Iterator, Protocol
 
-from .. import _held, _pass
+from .._runtime import held as _held, passes as _pass
 from .._positions import Enumerated
 from .._checks import phrased, require_bool
 from ..datapipe import require_int, stage_label
@@ -155,7 +155,7 @@ def _from_memory(copy: list[Any]) -> Any:
     return _REWRAP[copy[0]](copy[1], _from_memory(copy[2]))
 
 
-# -- streams inside the items a state holds (datapipes._held) -------------------------------------
+# -- streams inside the items a state holds (datapipes._runtime.held) -------------------------------------
 
 
 def set_origin(stream: Any, stage: Any, path: Any, n: int) -> Any:
@@ -193,7 +193,7 @@ def _is_stream(value: Any) -> bool:
 
 
 class _StreamCodec:
-    """How a pass state saves the streams inside the items its stages hold (see datapipes._held)."""
+    """How a pass state saves the streams inside the items its stages hold (see datapipes._runtime.held)."""
 
     def freeze(self, value: Any, key_of: Callable[[Any], str | None], where: str) -> Any:
         if type(value) in _NOT_STREAMS or not _is_stream(value):

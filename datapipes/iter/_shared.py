@@ -14,7 +14,7 @@ import warnings
 import weakref
 from typing import Any, Iterator, Sequence
 
-from .. import _pass
+from .._runtime import passes as _pass
 from .._engine import abandon
 from ..datapipe import IterDataPipe, source_len
 

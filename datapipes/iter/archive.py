@@ -48,7 +48,7 @@ import zipfile
 from itertools import chain, islice
 from typing import Any, Callable, Iterator
 
-from .. import _pass
+from .._runtime import passes as _pass
 from .._positions import Enumerated, skip as skip_items
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
 from .._engine import abandon

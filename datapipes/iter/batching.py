@@ -7,7 +7,7 @@ The hot loops are bare generators chosen once at construction. ``Batcher`` cuts 
 about 30 ns for a Python loop appending item by item.
 
 Every ``__iter__`` creates its source's iterator (and reads its pass seed) at once, as part of the pass
-being built (:mod:`datapipes._pass`), and hands it to the generator that does the work; a generator
+being built (:mod:`datapipes._runtime.passes`), and hands it to the generator that does the work; a generator
 left by an exception (or closed early) closes that iterator, so the upstream is released at once.
 
 Checkpoint and resume (docs/howto/checkpoint.rst): ``Batcher`` keeps nothing (at a batch boundary it has
@@ -22,7 +22,7 @@ from __future__ import annotations
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, TypeVar, cast
 
-from .. import _pass
+from .._runtime import passes as _pass
 from .._chunk import DataChunk
 from .._engine import abandon
 from .._checks import require_bool

@@ -4,7 +4,7 @@ budget of tokens. Batches by count are :mod:`datapipes.iter.batching`'s (``batch
 
 Names, parameters, defaults and outputs follow torchdata 0.9; the differences are listed in the
 docstring. ``__iter__`` creates its source's iterator at once, as part of the pass being built
-(:mod:`datapipes._pass`), and hands it to the generator that does the work.
+(:mod:`datapipes._runtime.passes`), and hands it to the generator that does the work.
 
 Checkpoint and resume (docs/howto/checkpoint.rst): a pass keeps its heap and the batch being filled,
 read when a state is taken, at no cost per item.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 from typing import Any, Callable, Iterator, TypeVar
 
-from .. import _pass
+from .._runtime import passes as _pass
 from .._chunk import DataChunk
 from .._checks import phrased, require_bool
 from .._engine import abandon

@@ -6,7 +6,7 @@ epoch and a new order at every ``set_epoch(n)``; an unseeded pipe draws a fresh 
 global generator at every pass, so ``torch.manual_seed(n)`` reproduces a whole program. The pipe
 object itself holds no random state, so passes are independent and a pipe pickles to its
 description. Each ``__iter__`` reads its seed and creates its source's iterator at once, as part of
-the pass being built (:mod:`datapipes._pass`).
+the pass being built (:mod:`datapipes._runtime.passes`).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import torch
 from torch.utils.data import Sampler as TorchSampler
 from torch.utils.data import SequentialSampler
 
-from .. import _pass
+from .._runtime import passes as _pass
 from .._engine import abandon
 from .._checks import ArgumentTypeError
-from .._observe import Observed
+from .._runtime.observe import Observed
 from ..datapipe import IterDataPipe, functional_datapipe, lacks_len, len_root, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from .util import _STARTED, _deferred, _SourceRun
 
@@ -399,10 +399,10 @@ class Sampler(IterDataPipe[Any]):
     See also: :class:`Shuffler` for a buffer shuffle of the items themselves.
     """
 
-    #: the sampler decides whether (and when) the source is iterated: torch's only take its len() (see datapipes._pass.unbuilt)
+    #: the sampler decides whether (and when) the source is iterated: torch's only take its len() (see datapipes._runtime.passes.unbuilt)
     _builds_sources_later = True
     #: a resumed pass replays the sampler from its start, and with it any reading of the source it
-    #: does (a sampler yielding items): the source's stages save no position (datapipes._pass._replayed)
+    #: does (a sampler yielding items): the source's stages save no position (datapipes._runtime.passes._replayed)
     _replays_sources = True
 
     def __init__(

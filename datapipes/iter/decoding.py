@@ -22,7 +22,7 @@ import io
 from itertools import chain
 from typing import Any, Callable, Iterable, Iterator
 
-from .. import _pass
+from .._runtime import passes as _pass
 from .._engine import abandon
 from .._engine import close_iterator as _close
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label

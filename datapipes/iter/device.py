@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
 import torch
 from torch.utils.data import get_worker_info
 
-from .. import _pass
+from .._runtime import passes as _pass
 from .._collate import map_collated, map_converted, map_tensors
 from .._checks import phrased
 from .._engine import BackgroundRun, StageStats, abandon, background_iter

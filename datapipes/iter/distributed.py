@@ -29,10 +29,10 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
-from .. import _pass
+from .._runtime import passes as _pass
 from .._engine import close_iterator
 from .._engine.lifecycle import STARTED, Closeable
-from .._worker import rank_placement
+from .._runtime.worker import rank_placement
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
 from ..graph import traverse
 from .sharding import SHARDING_PRIORITIES, ShardingFilter, _group, _group_name

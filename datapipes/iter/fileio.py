@@ -49,7 +49,7 @@ import weakref
 from operator import length_hint
 from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
-from .. import _pass
+from .._runtime import passes as _pass
 from .._checks import require_bool
 from .._positions import skip as skip_items
 from .._engine import abandon

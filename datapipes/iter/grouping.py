@@ -2,7 +2,7 @@
 Grouper [groupby] (by key). Batches by count (``batch``, ``unbatch``) are :mod:`datapipes.iter.batching`'s.
 
 The hot loops are bare generators chosen once at construction. Every ``__iter__`` creates its source's
-iterator (and reads its pass seed) at once, as part of the pass being built (:mod:`datapipes._pass`), and
+iterator (and reads its pass seed) at once, as part of the pass being built (:mod:`datapipes._runtime.passes`), and
 hands it to the generator that does the work; a generator left by an exception (or closed early) closes
 that iterator, so the upstream is released at once.
 
@@ -19,7 +19,7 @@ import random
 from itertools import islice
 from typing import Any, Callable, Hashable, Iterable, Iterator, TypeVar
 
-from .. import _pass
+from .._runtime import passes as _pass
 from .._engine import abandon
 from .._checks import ArgumentError, phrased, require_bool
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label

@@ -5,9 +5,9 @@ They are plain generators over their inputs: every pass iterates each input afre
 through as the same object, and ``len()`` is computed from the inputs' lengths at call time.
 ``mux``, ``mux_longest`` and ``SampleMultiplexer`` create their inputs' iterators in ``iter()``;
 ``concat`` creates the first input's there and each later one's when the previous input ends, in
-the same pass (:mod:`datapipes._pass`).
+the same pass (:mod:`datapipes._runtime.passes`).
 
-Checkpoint and resume (``it.state_dict()``, :mod:`datapipes._pass`): ``concat`` saves which input
+Checkpoint and resume (``it.state_dict()``, :mod:`datapipes._runtime.passes`): ``concat`` saves which input
 it reads (a resumed pass builds that input at once and never reads the ones before it); ``mux``
 saves the items of the current round not yet yielded; ``mux_longest`` which input is next and which
 have ended; ``SampleMultiplexer`` its generator's state and the inputs not ended.
@@ -21,7 +21,7 @@ import random
 from bisect import bisect
 from typing import Any, Iterator, Mapping, TypeVar
 
-from .. import _pass
+from .._runtime import passes as _pass
 from .._positions import remaining
 from .._engine import abandon
 from .._engine import close_iterator as _close_iterator
@@ -123,7 +123,7 @@ class Concater(IterDataPipe[T]):
     See also: :class:`Multiplexer` to interleave instead, :class:`Zipper`.
     """
 
-    #: later inputs are built under the pass when the earlier ones end (see datapipes._pass.unbuilt)
+    #: later inputs are built under the pass when the earlier ones end (see datapipes._runtime.passes.unbuilt)
     _builds_sources_later = True
 
     def __init__(self, *datapipes: IterDataPipe[T]) -> None:

@@ -37,7 +37,7 @@ from operator import length_hint
 from typing import Any, Callable, Iterator, Sequence
 
 from .._checks import require_bool
-from .. import _pass
+from .._runtime import passes as _pass
 from .._engine import abandon
 from .._engine import close_iterator as _close
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, TypeVar
 
-from .. import _pass
+from .._runtime import passes as _pass
 from .._checks import phrased
 from .._engine import BackgroundRun, StageStats, background_iter
 from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, source_len, stage_label

@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable, Iterator, Sequence
 
 from .._checks import require_bool
-from .. import _pass
+from .._runtime import passes as _pass
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import WARN_FAILURES, add_stage_note, policy_and_log

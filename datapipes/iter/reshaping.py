@@ -4,7 +4,7 @@ torchdata's Rows2Columnar [rows2columnar] (each batch of rows as columns; torchd
 parameters and outputs, the differences listed in its docstring).
 
 Every ``__iter__`` creates its source's iterator at once, as part of the pass being built
-(:mod:`datapipes._pass`), and hands it to a module-level generator that does the work
+(:mod:`datapipes._runtime.passes`), and hands it to a module-level generator that does the work
 (``set_length`` returns the source's own iterator).
 
 Checkpoint and resume (``it.state_dict()``): ``slice``, ``flatten``, ``drop``, ``set_length`` and
@@ -20,7 +20,7 @@ from collections import defaultdict
 from operator import length_hint
 from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVar
 
-from .. import _pass
+from .._runtime import passes as _pass
 from .._positions import Enumerated
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, source_len, stage_label

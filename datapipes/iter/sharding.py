@@ -5,7 +5,7 @@ items whose position is ``i`` modulo ``n``, so ``n`` instances together see ever
 
 Which shard a pass reads is found at the start of the pass: inside a torch DataLoader worker of a
 distributed run, worker ``w`` of ``W`` on rank ``r`` of ``R`` reads shard ``r * W + w`` of ``R * W``
-(see :mod:`datapipes._worker`), so ``torch.utils.data.DataLoader(pipe, num_workers=W)`` on every rank
+(see :mod:`datapipes._runtime.worker`), so ``torch.utils.data.DataLoader(pipe, num_workers=W)`` on every rank
 sees each item exactly once. ``apply_sharding`` (on the stage, or on a whole graph with the module
 function) sets the shard explicitly instead, with torch DataPipes' names, sharding groups and
 semantics.
@@ -25,9 +25,9 @@ import itertools
 from itertools import islice
 from typing import Any, Iterator, TypeVar, cast
 
-from .. import _pass
+from .._runtime import passes as _pass
 from .._engine import close_iterator as _close
-from .._worker import capture_rank, is_sharding_stage, placement
+from .._runtime.worker import capture_rank, is_sharding_stage, placement
 from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, source_len, sources_of, stage_label
 
 __all__ = ["ShardingFilter", "is_sharding_stage"]
@@ -227,7 +227,7 @@ class ShardingFilter(IterDataPipe[T]):
     ones get a seed shared by the workers of a DataLoader (derived from its base seed, new each
     epoch) or agreed by ``datapipes.DataLoader``; seeded ones keep their seed. Inside a DataLoader
     worker each new pass counts as the next epoch, so persistent workers reshuffle too. Stages
-    downstream keep per-worker draws. See :mod:`datapipes._worker`.
+    downstream keep per-worker draws. See :mod:`datapipes._runtime.worker`.
 
     ``len()`` is the shard's length, from the source's length and the shard at call time:
     ``n // num_of_instances`` plus one for the first ``n % num_of_instances`` instances.
@@ -314,7 +314,7 @@ class ShardingFilter(IterDataPipe[T]):
     def _shard(self) -> tuple[int, int]:
         """``(num_of_instances, instance_id)`` for a pass starting now: the groups set by
         ``apply_sharding``, or else those found from the DataLoader worker and the distributed rank.
-        ``len()`` and the properties ask it; a pass asks its :class:`~datapipes._pass.Pass`, which
+        ``len()`` and the properties ask it; a pass asks its :class:`~datapipes._runtime.passes.Pass`, which
         decided the same way when it started (and also shared the upstream seeds)."""
         return self._combine(self.groups or self._found_groups())
 

@@ -5,7 +5,7 @@ they are seeded as it is.
 
 Names, parameters, defaults and outputs follow torchdata 0.9; the differences are listed in each
 docstring. Every ``__iter__`` reads its pass seed and creates its source's iterator at once, as part of
-the pass being built (:mod:`datapipes._pass`), and hands it to the generator that does the work.
+the pass being built (:mod:`datapipes._runtime.passes`), and hands it to the generator that does the work.
 
 Checkpoint and resume (docs/howto/checkpoint.rst), at no cost per item: ``in_batch_shuffle`` keeps its
 generator's state; ``shuffled_flatmap`` its generator's state and its buffer.
@@ -17,7 +17,7 @@ import random
 from itertools import chain
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
-from .. import _pass
+from .._runtime import passes as _pass
 from .._chunk import DataChunk
 from .._engine import abandon, close_iterator
 from .._positions import Counted, skip
@@ -33,7 +33,7 @@ T = TypeVar("T")
 
 _END = object()  # private marker: no item held (None is a valid item)
 
-#: iterators whose items not yet yielded can be read back (:func:`datapipes._pass.remaining`)
+#: iterators whose items not yet yielded can be read back (:func:`datapipes._runtime.passes.remaining`)
 _READABLE: frozenset[type] = frozenset((type(iter([])), type(iter(())), type(iter(""))))
 
 
@@ -179,7 +179,7 @@ def _slot_state(slot: tuple[Any, Any, Any, int]) -> dict[str, Any]:
 
 
 class _ShuffledFlatMapRun(_pass.FrameRun):
-    """A :class:`~datapipes._pass.FrameRun` that holds the pass's generator, so that a state taken
+    """A :class:`~datapipes._runtime.passes.FrameRun` that holds the pass's generator, so that a state taken
     before the first ``next()`` holds it too (a resumed pass then draws what this one would have)."""
 
     __slots__ = ("rng",)

@@ -3,7 +3,7 @@ into paragraphs; ShardExpander [shard_expand] expands the brace ranges of shard 
 
 Names, parameters, defaults and outputs follow torchdata 0.9; the differences are listed in each
 docstring. Every ``__iter__`` creates its source's iterator at once, as part of the pass being built
-(:mod:`datapipes._pass`), and hands it to the generator that does the work.
+(:mod:`datapipes._runtime.passes`), and hands it to the generator that does the work.
 
 Checkpoint and resume (docs/howto/checkpoint.rst), read when a state is taken at no cost per item:
 ``lines_to_paragraphs`` keeps the paragraph being gathered; ``shard_expand`` the names of the current
@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Iterator
 
-from .. import _pass
+from .._runtime import passes as _pass
 from .._engine import abandon
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_pipe, stage_label
 from ..errors import add_stage_note, call_lines, raised_at

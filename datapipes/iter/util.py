@@ -3,7 +3,7 @@ Enumerator [enumerate]; the position of a pass over a source (:class:`_SourceRun
 sources of other modules share. The in-memory cache is :mod:`datapipes.iter.cache.memory`'s.
 
 Every ``__iter__`` creates its source's iterator at once, as part of the pass being built
-(:mod:`datapipes._pass`), and hands it to the generator that does the work; ``Cycler`` creates
+(:mod:`datapipes._runtime.passes`), and hands it to the generator that does the work; ``Cycler`` creates
 the iterators of its later rounds in the same pass, which it takes along.
 """
 
@@ -21,7 +21,7 @@ from typing import Any, AsyncIterable, Callable, Generator, Iterable, Iterator, 
 
 import numpy
 
-from .. import _pass
+from .._runtime import passes as _pass
 from .._positions import Counted, Enumerated, seek, skip
 from .._engine import abandon, close_iterator, iterate_async
 from ..datapipe import IterDataPipe, functional_datapipe, lacks_len, len_root, len_unknown, require_int, require_pipe, source_len, stage_label

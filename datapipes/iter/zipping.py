@@ -3,7 +3,7 @@ Zipper [zip], ZipperLongest [zip_longest], IterKeyZipper [zip_with_iter],
 MapKeyZipper [zip_with_map], UnZipper [unzip].
 
 Every ``__iter__`` creates its sources' iterators at once, as part of the pass being built
-(:mod:`datapipes._pass`), and hands them to a module-level generator that does the work: every pass
+(:mod:`datapipes._runtime.passes`), and hands them to a module-level generator that does the work: every pass
 iterates each input afresh, errors pass through as the same object, and ``len()`` is computed from
 the inputs' lengths at call time.
 
@@ -25,7 +25,7 @@ import sys
 from collections import OrderedDict
 from typing import Any, Callable, Hashable, Iterator, Sequence, TypeVar
 
-from .. import _pass
+from .._runtime import passes as _pass
 from .._checks import phrased
 from .._engine import abandon, close_iterator
 from ..datapipe import (

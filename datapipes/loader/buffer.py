@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from .. import _pass
+from .._runtime import passes as _pass
 from .._engine import StageStats
 from .._engine.background import background_iter
 from ..datapipe import IterDataPipe, source_len

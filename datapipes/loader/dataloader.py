@@ -29,8 +29,8 @@ from ..hooks import StatsReporter
 from ..iter import IterableWrapper
 from ..iter.sharding import SHARDING_PRIORITIES, is_sharding_stage
 from .buffer import TimedBuffer
-from .._pass import PassConfig
-from .._worker import placement
+from .._runtime.passes import PassConfig
+from .._runtime.worker import placement
 from .distributed import _WHERE, _agreed_seed, _distributed, _even_pass, _shard_id
 from .shards import InProcess, ShardsRun, plan
 from .sampling import DrawnSampler, check_drawn_alike, own_generator, random_samplers_wrapped, shards_itself

@@ -15,8 +15,8 @@ from collections import deque
 from itertools import islice
 from typing import Any, Iterator, Protocol
 
-from .._seeds import draw_seed
-from .._worker import placement
+from .._runtime.seeds import draw_seed
+from .._runtime.worker import placement
 from ..graph import sources_of, stage_label, traverse
 from ..iter.sharding import SHARDING_PRIORITIES, is_sharding_stage
 

@@ -20,8 +20,8 @@ import torch
 from torch.utils.data import BatchSampler, DistributedSampler, SequentialSampler
 from torch.utils.data import Sampler as TorchSampler
 
-from .. import _pass
-from .._seeds import derive_seed
+from .._runtime import passes as _pass
+from .._runtime.seeds import derive_seed
 from ..graph import traverse
 from ..iter.combinatorics import Sampler, _SamplerRun
 from ..iter.util import IterableWrapper, _deferred

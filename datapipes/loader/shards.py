@@ -40,8 +40,8 @@ from collections import deque
 from itertools import islice
 from typing import Any, Callable, Generator, Iterator, cast
 
-from .. import _pass
-from .._pass import PassConfig, configured, stage_keys
+from .._runtime import passes as _pass, shares
+from .._runtime.passes import PassConfig, configured, stage_keys
 from ..datapipe import IterDataPipe, source_len
 from ..graph import stage_label, walk
 from ..iter.sharding import is_sharding_stage
@@ -73,7 +73,7 @@ class ShardStream:
         self.it: Any = None  # the pass being iterated
         self.in_tail = False
         self.error: str | None = None  # why this shard cannot save its position
-        #: the hooks and budget its passes take from the loader's pass (see ``_pass.inherited``)
+        #: the hooks and budget its passes take from the loader's pass (see ``shares.inherited``)
         self.inherit: tuple[Any, Any] = (None, None)
         self._ended_stats: list[tuple[Any, Any]] = []  # the statistics of its last pass, once it ended
         self.last_pass: Any = None  # the pass it iterated last (its shards, for an error's notes)
@@ -259,7 +259,7 @@ class InProcess(IterDataPipe[Any]):
         if run is None:  # iterated by itself, not by the loader: a plain pass
             return iter(self.datapipe)
         stream = ShardStream(self.datapipe, run.config, None if run.resume is None else run.resume[0])
-        stream.inherit = _pass.inherited(self)  # the loader's hooks and budget reach the shard's pass
+        stream.inherit = shares.inherited(self)  # the loader's hooks and budget reach the shard's pass
         if not self.eager:
             run.stream = stream
             return stream.items()

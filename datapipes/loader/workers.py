@@ -17,14 +17,14 @@ from typing import Any, Iterator
 
 from torch.utils.data import IterableDataset
 
-from .._worker import capture_rank, placement
+from .._runtime.worker import capture_rank, placement
 from ..errors import noted_item
 from ..datapipe import IterDataPipe, stage_label
 from ..graph import sources_of, traverse
 from ..iter.mapping import Mapper
 from ..iter.sharding import SHARDING_PRIORITIES, ShardingFilter
-from .. import _pass
-from .._pass import PassConfig, configured
+from .._runtime import shares
+from .._runtime.passes import PassConfig, configured
 from .distributed import _shard_id
 from .shards import ShardsRun, ShardStream
 
@@ -221,7 +221,7 @@ class WorkerProcesses(IterDataPipe[Any]):
     """
 
     _repr_fields = ("num_workers",)
-    #: the workers run the upstream graph, each in passes of its own (see datapipes._pass)
+    #: the workers run the upstream graph, each in passes of its own (see datapipes._runtime.passes)
     _runs_sources_elsewhere = True
 
     def __init__(self, datapipe: IterDataPipe[Any], num_workers: int, persistent_workers: bool,
@@ -294,7 +294,7 @@ class WorkerProcesses(IterDataPipe[Any]):
         epoch = self._next_epoch
         # The loader's thread budget reaches the workers' passes; an observed pass (profile, the
         # loader's reports) has its workers keep statistics and send them back (worker_stats).
-        hooks, budget = _pass.inherited(self)
+        hooks, budget = shares.inherited(self)
         self._inherit = (hooks is not None, budget)
         self._worker_stats = {}
         return _run_workers(self, run, epoch)

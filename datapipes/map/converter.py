@@ -7,7 +7,7 @@ import threading
 import warnings
 from typing import Any, Callable, Hashable, Iterator, Sequence, TypeVar
 
-from .. import _pass
+from .._runtime import passes as _pass
 from ..datapipe import IterDataPipe, MapDataPipe, functional_datapipe, lacks_len, require_callable, source_len, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
 from ..iter.util import _deferred, _SourceRun

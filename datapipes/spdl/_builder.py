@@ -34,7 +34,7 @@ from concurrent.futures import Executor
 from fractions import Fraction
 from typing import Any, AsyncIterable, Callable, Generic, Iterable, Iterator, NamedTuple, TypeVar
 
-from .. import _pass
+from .._runtime import passes as _pass
 from .._engine import abandon, close_iterator, is_async_callable, is_async_gen_callable
 from ..datapipe import IterDataPipe
 from ..errors import Failure, FailureLog, add_stage_note

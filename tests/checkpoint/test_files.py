@@ -35,7 +35,7 @@ from datapipes.iter import (
     LineReader,
     Saver,
 )
-from datapipes._held import MARK
+from datapipes._runtime.held import MARK
 from datapipes.testing import check_resume
 
 from helpers import StatefulSource, make_tar, make_zip, png
@@ -418,7 +418,7 @@ class TestArchives:
         first = next(it)
         first[".jpg"].read()
         state = pickle.loads(pickle.dumps(it.state_dict()))["stages"]["0:WebDatasetGrouper"]
-        # the member's stream is saved as plain data, by its contents (datapipes._held)
+        # the member's stream is saved as plain data, by its contents (datapipes._runtime.held)
         assert set(state["sample"]) == {"__key__", ".jpg"}
         assert state["sample"][".jpg"] == {MARK: {"memory": ["bytes", b"1jpg"], "name": None, "wrapped": False}}
 

@@ -1,4 +1,4 @@
-"""Streams inside the items a state holds (datapipes._held).
+"""Streams inside the items a state holds (datapipes._runtime.held).
 
 ``open_files()`` yields ``(path, stream)`` pairs; a stage that holds items when the state is taken (a
 concurrent map's inputs in flight, prefetched items, a shuffle buffer) holds open streams, which
@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from datapipes import DataLoader
-from datapipes._held import MARK
+from datapipes._runtime.held import MARK
 from datapipes.iter import FileLister, IterableWrapper
 from datapipes.testing import check_resume
 

@@ -15,7 +15,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 import fsspec  # noqa: E402
 import torch  # noqa: E402
 
-from datapipes import _pass  # noqa: E402
+from datapipes._runtime import passes as _pass  # noqa: E402
 from datapipes.iter import FileLister, IterableWrapper  # noqa: E402
 from datapipes.iter.parquet import ParquetDataFrameLoader, ParquetParser  # noqa: E402
 from datapipes.testing import check_datapipe, check_resume  # noqa: E402

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from datapipes import _pass
+from datapipes._runtime import passes as _pass
 from datapipes.iter import (
     Bz2FileLoader,
     EndOnDiskCacheHolder,

@@ -419,7 +419,7 @@ class TestWithTheEngine:
 
     @pytest.fixture(autouse=True)
     def fast_tuner(self, monkeypatch):
-        from datapipes import _tuning
+        from datapipes._runtime import tuning as _tuning
 
         monkeypatch.setattr(_tuning.Tuner, "interval", 0.01)
 
@@ -498,7 +498,7 @@ class TestBudgetOnManyCpus:
     @pytest.mark.parametrize("cpus", SIMULATED)
     def test_without_a_budget_an_auto_stage_starts_at_most_at_16(self, cpus, monkeypatch):
         # (at the tuner's own pace: the pass ends before its first decision)
-        from datapipes import _tuning
+        from datapipes._runtime import tuning as _tuning
 
         simulate_cpus(monkeypatch, cpus)
         fn, state = TestWithTheEngine.counting()
@@ -511,7 +511,7 @@ class TestBudgetOnManyCpus:
     @pytest.mark.parametrize("max_threads", [2, 5, 12])
     @pytest.mark.parametrize("cpus", SIMULATED)
     def test_starts_and_steps_stay_within_the_budget(self, cpus, max_threads):
-        from datapipes._tuning import Budget, Tuner
+        from datapipes._runtime.tuning import Budget, Tuner
 
         class Auto:
             def _thread_demand(self):

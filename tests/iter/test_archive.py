@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from datapipes import _pass
+from datapipes._runtime import passes as _pass
 from datapipes.iter import Decompressor, IterableWrapper, TarArchiveLoader, WebDatasetGrouper, ZipArchiveLoader
 from datapipes.testing import check_datapipe
 

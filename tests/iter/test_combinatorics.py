@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler, WeightedRandomSampler
 
-from datapipes import _pass
+from datapipes._runtime import passes as _pass
 from datapipes.iter import IterableWrapper, RandomSplitter, Sampler, Shuffler
 from datapipes.iter.combinatorics import SplitterIterator
 from datapipes.testing import check_datapipe

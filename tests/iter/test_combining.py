@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 import pytest
 
-from datapipes import _pass
+from datapipes._runtime import passes as _pass
 from datapipes.datapipe import IterDataPipe
 from datapipes.graph import traverse
 from datapipes.iter import Concater, Demultiplexer, Forker, IterableWrapper, Multiplexer, Zipper

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import datapipes.iter.device as device_mod
-from datapipes import _pass
+from datapipes._runtime import passes as _pass
 from datapipes.graph import stages
 from datapipes.iter import CudaMover, DeviceMover, IterableWrapper, PinMemory
 from datapipes.testing import check_datapipe, threads_started_since

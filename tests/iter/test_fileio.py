@@ -35,7 +35,7 @@ from datapipes.iter import (
     Saver,
     StreamWrapper,
 )
-from datapipes import _pass
+from datapipes._runtime import passes as _pass
 from datapipes.graph import stages
 from datapipes.iter import fileio, remote
 from datapipes.testing import check_datapipe, threads_started_since

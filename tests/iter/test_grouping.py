@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 import torch
 
-from datapipes import _pass
+from datapipes._runtime import passes as _pass
 from datapipes.iter import Batcher, BucketBatcher, Grouper, IterableWrapper, Unbatcher
 from datapipes.testing import check_datapipe
 

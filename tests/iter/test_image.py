@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image, UnidentifiedImageError
 
-from datapipes import _pass
+from datapipes._runtime import passes as _pass
 from datapipes.iter import IterableWrapper, ImageDecoder
 from datapipes.testing import check_datapipe
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from datapipes import _pass
+from datapipes._runtime import passes as _pass
 from datapipes.iter import CSVDictParser, CSVFilesParser, CSVParser, IterableWrapper, JsonParser, LineReader
 from datapipes.testing import check_datapipe
 

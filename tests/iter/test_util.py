@@ -11,7 +11,7 @@ from collections import deque
 import numpy as np
 import pytest
 
-from datapipes import _pass
+from datapipes._runtime import passes as _pass
 from datapipes.iter import Cycler, Enumerator, Header, InMemoryCacheHolder, IterableWrapper, IterDataPipe
 from datapipes.testing import check_datapipe
 

@@ -15,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import datapipes.map as dmap
-from datapipes import IterDataPipe, MapDataPipe, _pass
+from datapipes import IterDataPipe, MapDataPipe
+from datapipes._runtime import passes as _pass
 from datapipes.iter import IterableWrapper
 from datapipes.map import (
     Batcher,

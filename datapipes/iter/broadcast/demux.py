@@ -10,7 +10,7 @@ import operator
 from collections import deque
 from typing import Any, Callable, Iterator, TypeVar
 
-from ... import _pass
+from ..._runtime import passes as _pass
 from ..._engine import close_iterator as _close_iterator
 from ...datapipe import (
     NO_LEN,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy as _copy
 from typing import Any, Callable, Iterator, Literal, TypeVar
 
-from ... import _pass
+from ..._runtime import passes as _pass
 from ..._engine import close_iterator as _close_iterator
 from ...datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, source_len
 from .hub import _END, _FAR, _MISS, _check_buffer_size, _ChildRun, _ended, _Hub, _HubChild, _Raising

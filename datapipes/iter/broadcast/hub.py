@@ -7,7 +7,7 @@ pass lives and ends:
 
 - A pass starts when a child's iterator is first advanced (``iter(child)`` alone does nothing), and
   every other child that starts reading afterwards joins that same pass. The source's iterator is
-  created then, in the pass (:mod:`datapipes._pass`) that ``iter(child)`` was part of. A child that
+  created then, in the pass (:mod:`datapipes._runtime.passes`) that ``iter(child)`` was part of. A child that
   has not started yet keeps its items buffered: reading child A to the end and then child B works
   while the buffer holds what B has not read. A child that can never read (its pipe object was
   dropped before it started, e.g. ``a, _ = pipe.fork(2)``) stops holding items back once the buffer
@@ -32,7 +32,7 @@ pipe) still share one pass after unpickling; a child pickled alone gets its own 
 (Children that reach the pickler through different intermediate pipes, e.g. ``a.zip(b.map(f))``,
 are split apart by the generic pipe pickling, which pickles each pipe separately; each part then
 reads its own pass and the results stay correct.)
-Checkpoint and resume (``it.state_dict()``, :mod:`datapipes._pass`): a child saves the state of the
+Checkpoint and resume (``it.state_dict()``, :mod:`datapipes._runtime.passes`): a child saves the state of the
 shared pass (the items buffered for the children and where each child stands, one object for all
 the children, so a pickle holds it once), and the resumed pass's first child to read starts the
 shared pass from it. A shared pass that another pipe pass started or reads cannot be saved from
@@ -54,7 +54,7 @@ import threading
 import weakref
 from typing import Any, Callable, Iterator, NoReturn, TypeVar
 
-from ... import _pass
+from ..._runtime import passes as _pass
 from ...datapipe import IterDataPipe, _ByValue, _by_reference, _new_instance, _portable, require_int
 from .._shared import _build, _warn, _weak
 from ..util import _STARTED
@@ -398,7 +398,7 @@ class _HubChild(IterDataPipe[T]):
         return [self._hub.datapipe]
 
     def _pass_forgotten(self, pass_: _pass.Pass) -> None:
-        """See :meth:`datapipes._pass.Pass.forget`."""
+        """See :meth:`datapipes._runtime.passes.Pass.forget`."""
         self._hub.forget(pass_)
 
     def __reduce_ex__(self, protocol: Any) -> Any:

@@ -65,7 +65,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: no inter-process lock (see the module docstring)
     fcntl = None  # type: ignore[assignment]
 
-from ... import _pass
+from ..._runtime import passes as _pass
 from ..._checks import require_bool
 from ..._engine import abandon
 from ..._engine import close_iterator as _close

@@ -2,7 +2,7 @@
 complete pass over its source (within a memory budget) and yields them again on later passes.
 
 Every ``__iter__`` creates its source's iterator at once, as part of the pass being built
-(:mod:`datapipes._pass`), and hands it to the generator that does the work.
+(:mod:`datapipes._runtime.passes`), and hands it to the generator that does the work.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from operator import length_hint
 from typing import Any, Callable, Iterator, TypeVar
 
-from ... import _pass
+from ..._runtime import passes as _pass
 from ..._positions import Counted, seek
 from ..._engine import abandon, close_iterator
 from ...datapipe import IterDataPipe, functional_datapipe, require_pipe, source_len
@@ -214,7 +214,7 @@ class InMemoryCacheHolder(IterDataPipe[T]):
         ([0, 1, 4, 9], [0, 1, 4, 9])
     """
 
-    #: once filled, later passes read the cache and never build the source (see datapipes._pass.unbuilt)
+    #: once filled, later passes read the cache and never build the source (see datapipes._runtime.passes.unbuilt)
     _builds_sources_later = True
 
     _cache: list[Any] | None = None

@@ -12,7 +12,7 @@ import inspect
 from concurrent.futures import Executor
 from typing import Any, Callable, Hashable, Sequence
 
-from ... import _pass
+from ..._runtime import passes as _pass, shares
 from ..._checks import phrased
 from ..._engine import is_async_callable
 from ..._engine.rng import check_rng
@@ -236,7 +236,7 @@ def _end_pass(fail: Callable[[Exception, int], None], seen: int) -> None:
 def _stage_concurrency(pipe: Any) -> tuple[int, Callable[..., None] | None]:
     """``(workers, tune)`` of a concurrent map/flatmap's pass: its concurrency within the pass's
     thread budget (0: inline), and for ``concurrency="auto"`` its registration with the tuner; a
-    process stage's worker processes within the pass's process budget (``_pass.processes_for``)."""
+    process stage's worker processes within the pass's process budget (``shares.processes_for``)."""
     if pipe.executor == "process":
-        return _pass.processes_for(pipe, pipe.concurrency)
-    return _pass.concurrency_for(pipe, pipe.concurrency, pipe._thread_demand() is not None)
+        return shares.processes_for(pipe, pipe.concurrency)
+    return shares.concurrency_for(pipe, pipe.concurrency, pipe._thread_demand() is not None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
-from ... import _pass
+from ..._runtime import passes as _pass
 from ..._collate import collate as default_collate
 from ..._engine import abandon
 from ..._positions import skip

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Hashable, Iterator, TypeVar
 
-from ... import _pass
+from ..._runtime import passes as _pass
 from ..._engine import abandon
 from ...datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_pipe, stage_label
 from ...errors import WARN_FAILURES, add_stage_note, call_lines, policy_and_log, raised_at

@@ -13,7 +13,7 @@ from concurrent.futures import Executor
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, TypeVar, cast
 
-from ... import _pass
+from ..._runtime import passes as _pass, shares
 from ..._engine import EngineRun, LoopRef, abandon, close_iterator, concurrent_map, is_async_callable, is_async_gen_callable, iterate_async, new_stats
 from ...datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_pipe, stage_label
 from ...errors import WARN_FAILURES, policy_and_log
@@ -44,7 +44,7 @@ _LIST_ITERATORS: tuple[type, ...] = (type(iter([])), type(iter(())))
 
 def _flatmap_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
     """What a flatmap pass's generator holds when a state is taken (read by its
-    :class:`~datapipes._pass.FrameRun`; the loops keep it in locals and write nothing else): the
+    :class:`~datapipes._runtime.passes.FrameRun`; the loops keep it in locals and write nothing else): the
     position of the source's next item (``next``) and, inside an item's outputs, what is left:
 
     - ``fn`` returned a list or tuple (or, with ``fn=None``, the item is one): the outputs left
@@ -236,7 +236,7 @@ def _flat_engine(pipe: Any, it: Iterator[Any], fn: Callable[[Any], Any]) -> Iter
     stats = _pass.stats_for(pipe, lambda: new_stats(label, fn, concurrency, pipe.executor, tune is not None))
     lists = concurrent_map(
         it, fn, label=label, concurrency=concurrency, ordered=pipe.ordered, executor=pipe.executor,
-        policy=pipe._policy, log=pipe.failures, stats=stats, run=run.engine, hooks=_pass.task_hooks(pipe),
+        policy=pipe._policy, log=pipe.failures, stats=stats, run=run.engine, hooks=shares.task_hooks(pipe),
         tune=tune, owner=pipe,
     )
     return _flattened(lists, run)

@@ -20,11 +20,11 @@ import threading
 from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any, Callable, Iterable, Iterator, TypeVar, cast
 
-from ... import _pass
+from ..._runtime import passes as _pass, shares
 from ..._checks import phrased, require_bool
 from ..._engine import EngineRun, abandon, close_iterator, concurrent_map, is_async_callable, is_async_gen_callable, new_stats
 from ..._engine.rng import item_seed, make_rng, seeded_call, with_seeds
-from ..._tuning import usable_cpus
+from ..._runtime.tuning import usable_cpus
 from ...datapipe import IterDataPipe, functional_datapipe, require_callable, require_int, require_pipe, source_len, stage_label
 from ...errors import WARN_FAILURES, add_stage_note, call_lines, policy_and_log, raised_at
 from ..device import StreamOps, cuda_upstream
@@ -181,7 +181,7 @@ def _map_engine(pipe: Mapper, it: Iterator[Any], seed: int | None = None) -> Ite
     return concurrent_map(
         source, fn, label=label, concurrency=concurrency, ordered=pipe.ordered, executor=pipe.executor,
         timeout=pipe.timeout, chunksize=pipe.chunksize, policy=pipe._policy, log=pipe.failures, stats=stats,
-        rng_kind=worker_rng, run=run.engine, hooks=_pass.task_hooks(pipe), tune=tune, owner=pipe,
+        rng_kind=worker_rng, run=run.engine, hooks=shares.task_hooks(pipe), tune=tune, owner=pipe,
     )
 
 
@@ -247,7 +247,7 @@ def _map_engine_handover(pipe: Mapper, it: Iterator[Any], seed: int | None = Non
     out = concurrent_map(
         _tagged(source, ops.record), fn, label=label, concurrency=concurrency, ordered=pipe.ordered,
         executor=pipe.executor, timeout=pipe.timeout, chunksize=pipe.chunksize, policy=pipe._policy,
-        log=pipe.failures, stats=stats, run=run.engine, hooks=_pass.task_hooks(pipe), tune=tune, owner=pipe,
+        log=pipe.failures, stats=stats, run=run.engine, hooks=shares.task_hooks(pipe), tune=tune, owner=pipe,
     )
     return _handed_back(out, ops)
 

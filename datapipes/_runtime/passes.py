@@ -4,7 +4,7 @@ A pipe is a description; a *pass* is one iteration of it. A pass starts when a p
 outside any other pass (``iter(pipe)`` in user code, in a DataLoader worker, ...): the *root*. At
 that moment :class:`Pass` decides, in one place and without writing anything onto the pipe objects:
 
-- the placement of the pass (distributed rank x DataLoader worker, :mod:`datapipes._worker`);
+- the placement of the pass (distributed rank x DataLoader worker, :mod:`datapipes._runtime.worker`);
 - the shard of every sharding stage (the one set with ``apply_sharding``, else the placement's);
 - the seed of every random stage, a pure function of the root seed, the epoch, the stage's place in
   the graph and the placement (:meth:`Pass.seed_for`);
@@ -47,17 +47,17 @@ from typing import Any, Callable, Iterator, NamedTuple
 
 from torch.utils.data import get_worker_info
 
-from ._engine.lifecycle import STARTED
-from . import _held
-from ._engine.stats import StageStats
-from ._positions import remaining
-from ._observe import Observer, TaskHooks, observing, pending_observation
-from ._tuning import AUTO, Budget, Tuner, auto_start, process_workers, usable_cpus
-from ._seeds import derive_seed, draw_seed
-from ._worker import base_seed, is_sharding_stage, unseeded_across_ranks
-from .graph import sources_of, stage_label, stages, walk
+from .._engine.lifecycle import STARTED
+from . import held as _held
+from .._engine.stats import StageStats
+from .._positions import remaining
+from .observe import Observer, observing, pending_observation
+from .tuning import Budget, Tuner
+from .seeds import derive_seed, draw_seed
+from .worker import base_seed, is_sharding_stage, unseeded_across_ranks
+from ..graph import sources_of, stage_label, stages, walk
 
-__all__ = ["observing", "inherited", "task_hooks", "concurrency_for", "processes_for", "cpus_for", "budgeted", "FrameRun", "Pass", "PassConfig", "PassIterator", "STARTED", "configured", "current", "remaining", "stage_keys", "state_of",
+__all__ = ["observing", "budgeted", "FrameRun", "Pass", "PassConfig", "PassIterator", "STARTED", "configured", "current", "remaining", "stage_keys", "state_of",
            "track", "track_generator", "no_position", "latest_stats", "owner", "start", "stats_for"]
 
 _local = threading.local()
@@ -317,7 +317,7 @@ class Pass:
         return shard
 
     def budget(self) -> Budget:
-        """The thread budget of this pass (decided at the first request; see :mod:`datapipes._tuning`):
+        """The thread budget of this pass (decided at the first request; see :mod:`datapipes._runtime.tuning`):
         the tightest ``set_budget`` of its graph's stages and of the loader that runs it."""
         with self._lock:
             if self._budget is None:
@@ -733,82 +733,6 @@ def _pending_budget() -> tuple[int | None, ...] | None:
     if limits is not None:
         _local.budget = None
     return limits  # type: ignore[no-any-return]
-
-
-def concurrency_for(stage: Any, requested: int | str, threads: bool) -> tuple[int, Callable[..., None] | None]:
-    """``(workers, tune)`` for concurrent ``stage`` in the pass building it: its concurrency within
-    the pass's thread budget (``threads``: it runs worker threads of its own; 0: inline), and for
-    ``concurrency="auto"`` the function that registers its run with the pass's tuner,
-    ``tune(stats, run, backend)`` (None where the budget left an auto thread stage no thread: it
-    runs inline, untuned). Outside any pass: the requested value (auto: one worker per CPU, at
-    least 2 and at most :data:`~datapipes._tuning.START_MAXIMUM`)."""
-    pass_ = current() or owner(stage)
-    if requested == AUTO:
-        if pass_ is None:
-            return max(2, auto_start(usable_cpus())), None
-        tuner = pass_.tuner()
-        start = tuner.initial(threads, stage)  # a thread stage's start is held in the budget from now on
-        if start == 0:
-            return 0, None
-
-        def tune(stats: StageStats, run: Any, backend: Any) -> None:
-            tuner.register(stage, stats, run, backend, threads, start)
-
-        return start, tune
-    assert isinstance(requested, int)
-    if pass_ is None or not threads:
-        return requested, None
-    return pass_.budget().threads_for(stage, requested), None
-
-
-def processes_for(stage: Any, requested: int | str) -> tuple[int, Callable[..., None] | None]:
-    """``(processes, tune)`` for process ``stage`` in the pass building it: its worker processes within
-    the pass's ``max_processes``, and for ``concurrency="auto"`` the function that registers it with
-    the pass's tuner (which then runs from 1 to that many of them). Outside any pass: the requested
-    value (auto: one process per CPU, at most :data:`~datapipes._tuning.PROCESS_MAXIMUM`), untuned."""
-    pass_ = current() or owner(stage)
-    if pass_ is None:
-        return (process_workers(usable_cpus()) if requested == AUTO else requested), None  # type: ignore[return-value]
-    budget = pass_.budget()
-    wanted = process_workers(budget.cpus) if requested == AUTO else requested
-    n = budget.take_processes(stage, wanted)  # type: ignore[arg-type]
-    if requested != AUTO:
-        return n, None
-    tuner = pass_.tuner()
-
-    def tune(stats: StageStats, run: Any, backend: Any) -> None:
-        tuner.register(stage, stats, run, backend, False, n, maximum=n)
-
-    return n, tune
-
-
-def cpus_for(stage: Any) -> int:
-    """The usable CPUs as the pass building ``stage`` read them when its budget was decided (once per
-    pass; see :class:`~datapipes._tuning.Budget`); outside any pass, read now."""
-    pass_ = current() or owner(stage)
-    return usable_cpus() if pass_ is None else pass_.budget().cpus
-
-
-def inherited(stage: Any) -> tuple[tuple[Any, ...] | None, tuple[int | None, ...] | None]:
-    """``(hooks, budget)`` that a stage running its sources as a pass of their own in this process
-    (the loader's ``InProcess``) hands to that pass: the hooks watching it (None: not observed) and
-    the budget of the pass building it (None: none)."""
-    pass_ = current() or owner(stage)
-    if pass_ is None:
-        return None, None
-    hooks = None if pass_.observer is None else tuple(pass_.observer.watchers.get(id(stage), ()))
-    budget = pass_.budget()
-    limits = (budget.max_threads, budget.max_memory, budget.max_processes)
-    return hooks, None if limits == (None, None, None) else limits
-
-
-def task_hooks(stage: Any) -> TaskHooks | None:
-    """The task hooks watching concurrent ``stage`` in the pass building it (None: none, the
-    common case, where the engine runs ``fn`` bare)."""
-    pass_ = current() or owner(stage)
-    if pass_ is None or pass_.observer is None:
-        return None
-    return pass_.observer.task_hooks(stage)
 
 
 _NEVER = object()  # a sentinel no ``__next__`` returns: the pass ends at StopIteration

@@ -17,7 +17,7 @@ outnumber ``max_threads`` (a worker abandoned after a ``timeout`` aside: a threa
 
 Tuning. Each auto stage of a pass is tuned by a :class:`~datapipes._engine.tune.HillClimber` from
 its live statistics, every :data:`INTERVAL` seconds on the pass's tuner thread (a
-:class:`~datapipes._observe.Reporter`): items completed, busy time of its workers, time the
+:class:`~datapipes._runtime.observe.Reporter`): items completed, busy time of its workers, time the
 consumer spent pulling the stage's source (*starved*: the source is the limit) and time the
 workers stood idle without the stage being starved (*blocked*: downstream is the limit), whether the process kept its
 CPUs saturated, and whether RSS came within 10% of ``max_memory``. A new value takes effect at once:
@@ -56,10 +56,10 @@ import time
 import weakref
 from typing import Any
 
-from ._engine.process import live_worker_pids
-from ._engine.tune import HillClimber, Observation
-from ._observe import Reporter
-from .hooks import Hook
+from .._engine.process import live_worker_pids
+from .._engine.tune import HillClimber, Observation
+from .observe import Reporter
+from ..hooks import Hook
 
 __all__ = ["AUTO", "INTERVAL", "PROCESS_MAXIMUM", "START_MAXIMUM", "THREAD_MAXIMUM", "Budget", "Tuner", "auto_maximum",
            "auto_start", "process_workers", "rss_bytes", "thread_demand", "usable_cpus", "workers_memory"]
@@ -368,7 +368,7 @@ class Tuner(Hook):
         """Where an auto thread or async stage starts: one worker per usable CPU (tf.data's guess), at
         most :data:`START_MAXIMUM`; a thread stage takes it from the budget (held from now on; 0:
         the budget has no thread left for it, it runs inline). (A process stage starts at its
-        processes: :func:`datapipes._pass.processes_for`.)"""
+        processes: :func:`datapipes._runtime.shares.processes_for`.)"""
         if not threads:
             return max(2, auto_start(self.cpus))
         return self.budget.take(stage, auto_start(self.cpus))

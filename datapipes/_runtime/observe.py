@@ -25,9 +25,9 @@ import time
 import weakref
 from typing import Any, Callable, Iterator
 
-from ._engine.stats import StageStats
-from .graph import stage_label, walk
-from .hooks import logger, overrides
+from .._engine.stats import StageStats
+from ..graph import stage_label, walk
+from ..hooks import logger, overrides
 
 __all__ = ["Observed", "Observer", "Reporter", "TaskHooks", "observing", "pending_observation"]
 

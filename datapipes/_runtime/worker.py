@@ -8,7 +8,7 @@ environment variables when both are set). Shard ``rank * num_workers + worker_id
 
 The shards partition the data only if every shard reads the source in the same order, so random
 stages *upstream* of a ``sharding_filter`` must draw the same numbers in every worker and rank. The
-pass (:mod:`datapipes._pass`) gives each unseeded upstream random stage a seed derived from a root
+pass (:mod:`datapipes._runtime.passes`) gives each unseeded upstream random stage a seed derived from a root
 every shard agrees on:
 
 - a seed agreed by ``datapipes.DataLoader`` (:func:`set_loader_seed`, e.g. broadcast from rank 0);
@@ -61,8 +61,8 @@ from typing import Any, Iterable, NamedTuple
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
-from ._checks import require_int
-from .graph import stage_label, traverse
+from .._checks import require_int
+from ..graph import stage_label, traverse
 
 __all__ = [
     "Placement",
