@@ -1,8 +1,9 @@
 """The public :class:`DataLoader`: checks its arguments, builds one pipe, runs it pass by pass.
 
 Two spellings reach the same implementation: torch's (``batch -> collate -> [worker processes] ->
-pin_memory -> to_device``) and SPDL's (``concurrent map (or flatmap) -> batch -> aggregate ->
-transfer on one thread -> buffer``). Each pass draws (once per loader) the agreed seed, installs the
+pin_memory -> to_device``) and SPDL's, translated by :mod:`.spdl_spelling` (``concurrent map (or
+flatmap) -> batch -> aggregate -> transfer on one thread``, then a buffer); what the loader reads
+becomes a pipe in :mod:`.datasets`. Each pass draws (once per loader) the agreed seed, installs the
 seeds and, with ``even_batches``, evens the batch count across ranks (:mod:`.distributed`); worker
 processes live in :mod:`.workers`, the timed buffer in :mod:`.buffer`.
 """
@@ -15,25 +16,30 @@ import warnings
 import weakref
 from typing import Any, AsyncIterable, Callable, Generator, Generic, Iterable, Iterator, TypeVar, cast, overload
 
-import numpy
 import torch
 from torch.utils.data import IterableDataset, RandomSampler
 from torch.utils.data import IterDataPipe as TorchIterDataPipe
 
 from .._checks import require_bool
-from .._engine import is_async_callable, is_async_gen_callable
-from ..datapipe import IterDataPipe, MapDataPipe, index_ordered, require_callable, require_int
+from ..datapipe import IterDataPipe, MapDataPipe, require_callable, require_int
 from ..graph import traverse
-from ..graph_settings import apply_shuffle_settings
 from ..hooks import StatsReporter
 from ..iter import IterableWrapper
 from ..iter.sharding import SHARDING_PRIORITIES, is_sharding_stage
 from .buffer import TimedBuffer
 from .._runtime.passes import PassConfig
-from .._runtime.worker import placement
 from .distributed import _WHERE, _agreed_seed, _distributed, _even_pass, _shard_id
-from .shards import InProcess, ShardsRun, plan
-from .sampling import DrawnSampler, check_drawn_alike, own_generator, random_samplers_wrapped, shards_itself
+from .shards import InProcess, ShardsRun, loader_layout, merged_states, plan
+from .datasets import Fetch, Indices, as_pipe, map_style
+from .sampling import (
+    DrawnSampler,
+    check_drawn_alike,
+    own_generator,
+    refuse_wrapped_samplers,
+    shards_itself,
+    shuffled,
+)
+from .spdl_spelling import SPDL_BUFFER_SIZE, SPDL_NUM_THREADS, SPDL_ONLY, SPDL_OUTPUT_ORDER, spdl_stages
 from .workers import WorkerProcesses
 
 __all__ = ["DataLoader"]
@@ -41,15 +47,9 @@ __all__ = ["DataLoader"]
 T = TypeVar("T")  # what a loader yields
 U = TypeVar("U")  # the items of its pipe, where they differ from what it yields
 
-#: Arguments only the torch spelling takes, and only the SPDL spelling takes (in signature order).
+#: Arguments only the torch spelling takes (in signature order; SPDL's: spdl_spelling.SPDL_ONLY).
 _TORCH_ONLY = ("shuffle", "sampler", "batch_sampler", "generator", "collate_fn", "pin_memory", "device",
                "num_workers", "persistent_workers", "prefetch_factor", "multiprocessing_context", "worker_init_fn")
-_SPDL_ONLY = ("src", "preprocessor", "aggregator", "transfer_fn", "buffer_size", "num_threads", "output_order")
-
-#: SPDL's defaults where our signature says None (so a call can tell what was given).
-_SPDL_BUFFER_SIZE = 3
-_SPDL_NUM_THREADS = 8
-_SPDL_OUTPUT_ORDER = "input"  # SPDL's is "completion"; ours is deterministic
 
 #: The buffer the torch spelling puts before pin_memory/to_device when ``timeout`` is set.
 _TIMEOUT_BUFFER = 2
@@ -57,40 +57,6 @@ _TIMEOUT_BUFFER = 2
 _EVEN = (None, "drop", "pad")
 
 _STATE_FORMAT = "datapipes.loader/2"
-
-
-# -- SPDL's preprocessor: generator functions run on worker threads --------------------------------
-
-
-class _Gathered:
-    """``fn`` (a generator function) run to the end on one item: ``list(fn(x))``, so a concurrent map
-    can run generators on threads and a flatmap can flatten their lists."""
-
-    def __init__(self, fn: Callable[[Any], Iterable[Any]]) -> None:
-        self.fn = fn
-        self.__qualname__ = getattr(fn, "__qualname__", type(fn).__name__)
-
-    def __call__(self, x: Any) -> list[Any]:
-        return list(self.fn(x))
-
-
-class _AsyncGathered:
-    """``fn`` (an async generator function) run to the end on one item, as a coroutine."""
-
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
-        self.fn = fn
-        self.__qualname__ = getattr(fn, "__qualname__", type(fn).__name__)
-
-    async def __call__(self, x: Any) -> list[Any]:
-        return [y async for y in self.fn(x)]
-
-
-def _is_gen_callable(fn: Any) -> bool:
-    return inspect.isgeneratorfunction(fn) or inspect.isgeneratorfunction(getattr(fn, "__call__", None))
-
-
-# -- the loader ------------------------------------------------------------------------------------
-
 
 
 def _check_device(device: Any) -> Any:
@@ -116,69 +82,6 @@ def _check_timeout(timeout: Any) -> float | None:
     if not timeout > 0:
         raise ValueError(f"{_WHERE}: timeout must be > 0 (or 0 or None: no timeout), got {timeout!r}")
     return float(timeout)
-
-
-def _map_style(data: Any) -> bool:
-    """Whether ``data`` is read by index, ``data[0 .. len - 1]``, as torch's DataLoader reads a
-    map-style dataset: a MapDataPipe iterated in index order, a list, a tuple, a numpy array or a
-    tensor (by rows), or an object with
-    ``__getitem__`` and ``__len__`` and no ``__iter__`` (torch's ``Dataset``, ``TensorDataset``;
-    iterating one would go by the old sequence protocol, which runs on until ``__getitem__`` raises
-    ``IndexError``: forever for a dataset that never does)."""
-    if isinstance(data, MapDataPipe):
-        return index_ordered(data)
-    kind = type(data)
-    if kind in (list, tuple) or isinstance(data, (numpy.ndarray, torch.Tensor)) and data.ndim > 0:
-        return True
-    return not hasattr(kind, "__iter__") and hasattr(kind, "__getitem__") and hasattr(kind, "__len__")
-
-
-def _as_pipe(data: Any, name: str) -> IterDataPipe[Any]:
-    if isinstance(data, IterDataPipe):
-        return data
-    kind = type(data)
-    if _map_style(data):
-        # read by index; the indices are sharded, so each worker and rank loads only its own items
-        return IterableWrapper(_Indices(data), deepcopy=False).sharding_filter().map(data.__getitem__)
-    if isinstance(data, MapDataPipe):
-        return data.to_iter_datapipe()  # its own order (a keyed pipe's values, a shuffle, ...)
-    if not (hasattr(kind, "__iter__") or hasattr(kind, "__aiter__") or hasattr(kind, "__getitem__")):
-        raise TypeError(f"{_WHERE}: {name} must be an IterDataPipe, an iterable or an async iterable, "
-                        f"got {kind.__name__}")
-    return IterableWrapper(data)
-
-
-class _Fetch:
-    """The samples of a batch of indices of a map-style dataset: ``dataset.__getitems__(indices)``
-    where the dataset has it (as torch's fetcher calls it), else ``[dataset[i] for i in indices]``.
-    A class, so that it pickles to the worker processes."""
-
-    __slots__ = ("dataset",)
-
-    def __init__(self, dataset: Any) -> None:
-        self.dataset = dataset
-
-    def __call__(self, indices: list[int]) -> list[Any]:
-        dataset = self.dataset
-        many = getattr(dataset, "__getitems__", None)
-        if many is not None:
-            return list(many(indices))
-        return [dataset[i] for i in indices]
-
-
-class _Indices:
-    """``range(len(dataset))``, the length read at each pass (as torch's samplers read it)."""
-
-    __slots__ = ("dataset",)
-
-    def __init__(self, dataset: Any) -> None:
-        self.dataset = dataset
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(range(len(self.dataset)))
-
-    def __len__(self) -> int:
-        return len(self.dataset)
 
 
 def _drain(it: Iterator[Any], done: list[bool], delivered: list[int]) -> Generator[Any, None, None]:
@@ -531,7 +434,7 @@ class DataLoader(Generic[T]):
     ) -> None:
         given = locals()
         torch_args = [n for n in _TORCH_ONLY if _is_set(n, given[n])]
-        spdl_args = [n for n in _SPDL_ONLY if given[n] is not None]
+        spdl_args = [n for n in SPDL_ONLY if given[n] is not None]
         if torch_args and spdl_args:
             raise TypeError(
                 f"{_WHERE}: cannot mix the SPDL spelling ({', '.join(a + '=' for a in spdl_args)}) with torch-style "
@@ -559,8 +462,8 @@ class DataLoader(Generic[T]):
             raise TypeError(f"{_WHERE}: generator must be a torch.Generator or None, got {type(generator).__name__}")
         if generator is not None and seed is not None:
             raise ValueError(f"{_WHERE}: give seed= or generator=, not both (both seed the loader's passes)")
-        self.datapipe = _as_pipe(data, "src" if src is not None else "pipe")
-        self._indexed = data if _map_style(data) else None  # a map-style dataset, read by index
+        self.datapipe = as_pipe(data, "src" if src is not None else "pipe")
+        self._indexed = data if map_style(data) else None  # a map-style dataset, read by index
         self.shuffle = None if shuffle is None else require_bool(shuffle, _WHERE, "shuffle", ints=True)
         self.sampler, self.batch_sampler = sampler, batch_sampler
         self._drawn = self._sampling(data, sampler, batch_sampler)  # the sampler the loader draws indices from
@@ -620,14 +523,14 @@ class DataLoader(Generic[T]):
                         f"{name}={given!r}. An iterable has no indices to sample: give a map-style dataset "
                         f"(__getitem__ and __len__), or shuffle an IterDataPipe with .shuffle()")
             if shuffle is not None:
-                self.datapipe = _shuffled(self.datapipe, data, shuffle)
+                self.datapipe = shuffled(self.datapipe, data, shuffle)
             return None
         chosen = batch_sampler if batch_sampler is not None else sampler
         if chosen is None and shuffle:
             chosen = RandomSampler(self._indexed)  # one permutation per epoch, as torch's shuffle=True
         if chosen is not None and self.batch_size is None and batch_sampler is None:
             group = SHARDING_PRIORITIES.MULTIPROCESSING if shards_itself(chosen) else None
-            self.datapipe = (DrawnSampler(IterableWrapper(_Indices(self._indexed), deepcopy=False), chosen)
+            self.datapipe = (DrawnSampler(IterableWrapper(Indices(self._indexed), deepcopy=False), chosen)
                              .sharding_filter(group).map(self._indexed.__getitem__))
         return chosen
 
@@ -655,18 +558,18 @@ class DataLoader(Generic[T]):
         if num_workers > 0:
             if drawn is not None:
                 check_drawn_alike(drawn, "batch_sampler" if self.batch_sampler is not None else "sampler", _WHERE)
-            _refuse_wrapped_samplers(pipe, num_workers)
+            refuse_wrapped_samplers(pipe, num_workers)
         if self._indexed is not None and (batch_size or self.batch_sampler is not None):
             # A map-style dataset, as torch's DataLoader reads it: batches of indices (consecutive,
             # or the sampler's), each worker fetching whole batches (the loader takes them from the
             # workers in turn, so they come in the sampler's order whatever the number of workers)
-            indices: IterDataPipe[Any] = IterableWrapper(_Indices(self._indexed), deepcopy=False)
+            indices: IterDataPipe[Any] = IterableWrapper(Indices(self._indexed), deepcopy=False)
             if drawn is not None:
                 indices = DrawnSampler(indices, drawn)
             if self.batch_sampler is None:
                 indices = indices.batch(cast(int, batch_size), drop_last=self.drop_last)
             group = SHARDING_PRIORITIES.MULTIPROCESSING if shards_itself(drawn) else None
-            pipe = indices.sharding_filter(group).map(_Fetch(self._indexed))
+            pipe = indices.sharding_filter(group).map(Fetch(self._indexed))
             batch_size = None
             pipe = pipe.collate() if collate_fn is None else pipe.collate(collate_fn=collate_fn)
         if num_workers > 0 and not self._shards_itself and not any(is_sharding_stage(s) for s in traverse(pipe)):
@@ -705,11 +608,11 @@ class DataLoader(Generic[T]):
         require_callable(preprocessor, _WHERE, "preprocessor", optional=True)
         require_callable(aggregator, _WHERE, "aggregator", optional=True)
         require_callable(transfer_fn, _WHERE, "transfer_fn", optional=True)
-        buffer_size = _SPDL_BUFFER_SIZE if buffer_size is None else buffer_size
+        buffer_size = SPDL_BUFFER_SIZE if buffer_size is None else buffer_size
         require_int(buffer_size, _WHERE, "buffer_size", minimum=1)
-        num_threads = _SPDL_NUM_THREADS if num_threads is None else num_threads
+        num_threads = SPDL_NUM_THREADS if num_threads is None else num_threads
         require_int(num_threads, _WHERE, "num_threads", minimum=1)
-        output_order = _SPDL_OUTPUT_ORDER if output_order is None else output_order
+        output_order = SPDL_OUTPUT_ORDER if output_order is None else output_order
         if output_order not in ("input", "completion"):
             raise ValueError(f"{_WHERE}: output_order must be 'input' or 'completion', got {output_order!r}")
         self.num_workers = 0
@@ -717,16 +620,8 @@ class DataLoader(Generic[T]):
         self.buffer_size = buffer_size
         self.num_threads = num_threads
         self.output_order = output_order
-        ordered = output_order == "input"
-        pipe = self.datapipe
-        if preprocessor is not None:
-            pipe = _preprocess(pipe, preprocessor, num_threads, ordered)
-        if self.batch_size is not None:
-            pipe = pipe.batch(self.batch_size, drop_last=self.drop_last)
-        if aggregator is not None:
-            pipe = pipe.map(aggregator, concurrency=num_threads, ordered=ordered)
-        if transfer_fn is not None:
-            pipe = pipe.map(transfer_fn)  # serial: it runs on the buffer's one background thread
+        pipe = spdl_stages(self.datapipe, preprocessor, self.batch_size, self.drop_last, aggregator, transfer_fn,
+                           num_threads, output_order == "input")
         self._worker_pipe = pipe
         pipe = self._source = InProcess(pipe, eager=True)  # the buffer reads ahead
         if self.timeout is None:
@@ -782,7 +677,7 @@ class DataLoader(Generic[T]):
 
     def _start_pass(self) -> Iterator[T]:
         resume, self._resume = self._resume, None
-        layout = _layout(self.num_workers)
+        layout = loader_layout(self.num_workers)
         if resume is None:
             seed, epoch = self._begin_pass()
             states, first = None, 0
@@ -836,7 +731,7 @@ class DataLoader(Generic[T]):
             if dist is not None:
                 gathered: list[Any] = [None] * dist.get_world_size()
                 dist.all_gather_object(gathered, state)
-                state = _merged(gathered)
+                state = merged_states(gathered)
         return state
 
     def load_state_dict(self, state: dict[str, Any] | list[dict[str, Any]]) -> None:
@@ -861,7 +756,7 @@ class DataLoader(Generic[T]):
             if not isinstance(one, dict) or one.get("format") != _STATE_FORMAT:
                 raise ValueError(f"{_WHERE}.load_state_dict: not a state saved by DataLoader.state_dict(): "
                                  f"{str(one)[:200]}")
-        state = _merged(states)
+        state = merged_states(states)
         self._base_seed = state["seed"]
         self._epoch = int(state["epoch"])
         self._epoch_set = bool(state["epoch_set"])
@@ -892,51 +787,6 @@ class DataLoader(Generic[T]):
         return f"DataLoader({self.pipe!r}{extra})"
 
 
-def _shuffled(pipe: IterDataPipe[Any], data: Any, shuffle: bool) -> IterDataPipe[Any]:
-    """An iterable pipe's shuffles turned on or off, as torch's DataLoader does to a DataPipe's
-    (with ``shuffle=True`` and no shuffle in the graph, one is added at the end, with a warning)."""
-    if isinstance(data, TorchIterDataPipe) and not isinstance(data, IterDataPipe):  # one of torch's own
-        from torch.utils.data.graph_settings import apply_shuffle_settings as torch_apply
-
-        torch_apply(data, shuffle=shuffle)
-        return pipe
-    return cast("IterDataPipe[Any]", apply_shuffle_settings(pipe, shuffle=shuffle))
-
-
-def _refuse_wrapped_samplers(pipe: IterDataPipe[Any], num_workers: int) -> None:
-    """``IterableWrapper(RandomSampler(...))`` under worker processes: each worker iterates a copy
-    and draws a permutation of its own, so its share repeats some indices and misses others."""
-    for stage, sampler in random_samplers_wrapped(pipe):
-        raise ValueError(
-            f"{_WHERE}: {stage!r} wraps a {type(sampler).__name__}: each of the {num_workers} worker processes would "
-            f"iterate its own copy and draw another order, repeating some indices and missing others. Give the "
-            f"sampler to the loader over the dataset instead, DataLoader(dataset, sampler=...) (or batch_sampler=), "
-            f"which draws the same indices in every worker and shards them; or use num_workers=0"
-        )
-
-
-def _layout(num_workers: int) -> tuple[int, int, int]:
-    """(world size, rank, shards per rank) of a loader pass starting here."""
-    where = placement()
-    return where.world_size, where.rank, max(num_workers, 1)
-
-
-def _merged(states: list[dict[str, Any]]) -> dict[str, Any]:
-    """One loader state from the states of several ranks (each one's ``pass`` entries joined)."""
-    first = states[0]
-    for other in states[1:]:
-        for field in ("seed", "epoch"):
-            if other[field] != first[field]:
-                raise ValueError(f"{_WHERE}.load_state_dict: the ranks' states disagree on the {field} "
-                                 f"({first[field]!r} and {other[field]!r}): they were not saved together")
-    passes = [p for one in states for p in (one["pass"] or ())]
-    if passes and any(one["pass"] is None for one in states):
-        raise ValueError(f"{_WHERE}.load_state_dict: some of the ranks' states were saved before their first pass "
-                         f"and others in one: they were not saved together")
-    by_rank = {int(p["layout"][1]): p for p in passes}
-    return {**first, "pass": [by_rank[r] for r in sorted(by_rank)] if passes else None}
-
-
 def _is_set(name: str, value: Any) -> bool:
     """Whether a torch-only argument was given a value other than its default."""
     if name in ("pin_memory", "persistent_workers"):
@@ -944,18 +794,3 @@ def _is_set(name: str, value: Any) -> bool:
     if name == "num_workers":
         return isinstance(value, bool) or value != 0
     return value is not None
-
-
-def _preprocess(pipe: IterDataPipe[Any], fn: Any, num_threads: int, ordered: bool) -> IterDataPipe[Any]:
-    """The SPDL preprocessor stage: a concurrent map, or a flatmap for a (async) generator function."""
-    if is_async_gen_callable(fn):
-        if num_threads == 1:
-            return pipe.flatmap(fn)
-        return pipe.map(_AsyncGathered(fn), concurrency=num_threads, ordered=ordered).flatmap()
-    if _is_gen_callable(fn):
-        if num_threads == 1:
-            return pipe.flatmap(fn)
-        return pipe.map(_Gathered(fn), concurrency=num_threads, ordered=ordered).flatmap()
-    if is_async_callable(fn) or num_threads > 1:
-        return pipe.map(fn, concurrency=num_threads, ordered=ordered)
-    return pipe.map(fn)

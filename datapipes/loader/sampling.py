@@ -13,21 +13,25 @@ from __future__ import annotations
 
 import copy
 import random
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 import numpy
 import torch
 from torch.utils.data import BatchSampler, DistributedSampler, SequentialSampler
+from torch.utils.data import IterDataPipe as TorchIterDataPipe
 from torch.utils.data import Sampler as TorchSampler
 
 from .._runtime import passes as _pass
 from .._runtime.seeds import derive_seed
+from ..datapipe import IterDataPipe
 from ..graph import traverse
+from ..graph_settings import apply_shuffle_settings
 from ..iter.combinatorics import Sampler, _SamplerRun
 from ..iter.util import IterableWrapper, _deferred
+from .distributed import _WHERE
 
 __all__ = ["DrawnSampler", "draw_indices", "check_drawn_alike", "own_generator", "random_samplers_wrapped",
-           "shards_itself"]
+           "refuse_wrapped_samplers", "shards_itself", "shuffled"]
 
 #: how deep the attributes holding samplers are followed (a BatchSampler's ``sampler``, ...)
 _DEPTH = 3
@@ -149,3 +153,26 @@ class DrawnSampler(Sampler):
 
     def __iter__(self) -> Iterator[Any]:
         return _sample_drawn(self)
+
+
+def shuffled(pipe: IterDataPipe[Any], data: Any, shuffle: bool) -> IterDataPipe[Any]:
+    """An iterable pipe's shuffles turned on or off, as torch's DataLoader does to a DataPipe's
+    (with ``shuffle=True`` and no shuffle in the graph, one is added at the end, with a warning)."""
+    if isinstance(data, TorchIterDataPipe) and not isinstance(data, IterDataPipe):  # one of torch's own
+        from torch.utils.data.graph_settings import apply_shuffle_settings as torch_apply
+
+        torch_apply(data, shuffle=shuffle)
+        return pipe
+    return cast("IterDataPipe[Any]", apply_shuffle_settings(pipe, shuffle=shuffle))
+
+
+def refuse_wrapped_samplers(pipe: IterDataPipe[Any], num_workers: int) -> None:
+    """``IterableWrapper(RandomSampler(...))`` under worker processes: each worker iterates a copy
+    and draws a permutation of its own, so its share repeats some indices and misses others."""
+    for stage, sampler in random_samplers_wrapped(pipe):
+        raise ValueError(
+            f"{_WHERE}: {stage!r} wraps a {type(sampler).__name__}: each of the {num_workers} worker processes would "
+            f"iterate its own copy and draw another order, repeating some indices and missing others. Give the "
+            f"sampler to the loader over the dataset instead, DataLoader(dataset, sampler=...) (or batch_sampler=), "
+            f"which draws the same indices in every worker and shards them; or use num_workers=0"
+        )

@@ -45,8 +45,10 @@ from .._runtime.passes import PassConfig, configured, stage_keys
 from ..datapipe import IterDataPipe, source_len
 from ..graph import stage_label, walk
 from ..iter.sharding import is_sharding_stage
+from .._runtime.worker import placement
+from .distributed import _WHERE
 
-__all__ = ["InProcess", "ShardStream", "ShardsRun", "plan", "redistribute"]
+__all__ = ["InProcess", "ShardStream", "ShardsRun", "loader_layout", "merged_states", "plan", "redistribute"]
 
 _WHERE = "DataLoader.load_state_dict"
 
@@ -410,3 +412,25 @@ def _closed(main: dict[str, Any], key: str, upstream: set[str]) -> dict[str, Any
     stages = {name: state for name, state in main["stages"].items() if name not in upstream}
     stages[key] = {"closed": True}
     return _pass.state_of(main["graph"], stages)
+
+
+def loader_layout(num_workers: int) -> tuple[int, int, int]:
+    """(world size, rank, shards per rank) of a loader pass starting here."""
+    where = placement()
+    return where.world_size, where.rank, max(num_workers, 1)
+
+
+def merged_states(states: list[dict[str, Any]]) -> dict[str, Any]:
+    """One loader state from the states of several ranks (each one's ``pass`` entries joined)."""
+    first = states[0]
+    for other in states[1:]:
+        for field in ("seed", "epoch"):
+            if other[field] != first[field]:
+                raise ValueError(f"{_WHERE}.load_state_dict: the ranks' states disagree on the {field} "
+                                 f"({first[field]!r} and {other[field]!r}): they were not saved together")
+    passes = [p for one in states for p in (one["pass"] or ())]
+    if passes and any(one["pass"] is None for one in states):
+        raise ValueError(f"{_WHERE}.load_state_dict: some of the ranks' states were saved before their first pass "
+                         f"and others in one: they were not saved together")
+    by_rank = {int(p["layout"][1]): p for p in passes}
+    return {**first, "pass": [by_rank[r] for r in sorted(by_rank)] if passes else None}
