@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Iterator
 from ..errors import ErrorPolicy, FailureLog
 from .aio import AsyncWorkers, LoopRef, is_async_callable, is_async_gen_callable, iterate_async, loop_running
 from .background import BackgroundRun, background_iter
-from .core import EngineRun, failure_handler, run_ordered, run_unordered
+from .core import EngineRun, failure_handler, run_stage
 from .lifecycle import abandon, close_iterator
 from .process import ProcessWorkers, live_worker_pids, run_process_stage
 from .rng import RNG_KINDS, item_seed
@@ -144,9 +144,8 @@ def concurrent_map(
         backend = _Positioned(backend)
     if tune is not None:
         tune(stats, run, backend)
-    loop = run_ordered if ordered else run_unordered
     ahead = window(max(1, concurrency)) * ((chunksize or 1) if kind == "executor" else 1)  # executor: in chunks
-    return loop(backend, source, ahead, on_fail, count, stats, run)
+    return run_stage(backend, source, ahead, on_fail, count, stats, run, ordered)
 
 
 def _hooked_fn(fn: Callable[[Any], Any], stats: StageStats, hooks: Any, is_async: bool) -> Callable[[Any], Any]:

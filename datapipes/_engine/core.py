@@ -29,7 +29,7 @@ from ..errors import ErrorPolicy, FailureLog, add_stage_note
 from .lifecycle import STARTED, abandon
 from .stats import StageStats
 
-__all__ = ["EngineRun", "failure_handler", "resumed_source", "run_ordered", "run_unordered"]
+__all__ = ["EngineRun", "failure_handler", "resumed_source", "run_stage"]
 
 _END = object()  # the source is exhausted
 _MISSING = object()  # no record stashed for this position yet
@@ -179,7 +179,7 @@ def failure_handler(label: str, policy: ErrorPolicy, log: FailureLog) -> tuple[C
     return on_fail, count
 
 
-def run_ordered(
+def run_stage(
     backend: Any,
     source: Iterable[Any],
     window: int,
@@ -187,11 +187,14 @@ def run_ordered(
     count: _FailureCount,
     stats: StageStats,
     run: EngineRun | None = None,
+    ordered: bool = True,
 ) -> Iterator[Any]:
-    """Yield ``fn(x)`` for each source item in source order, ``window`` items in flight at most.
+    """Yield ``fn(x)`` for each source item, ``window`` items in flight at most: in source order
+    (``ordered``: a result that comes early waits in a stash for its turn), or in completion order
+    (no head-of-line blocking: a slow item delays only itself).
 
-    Bound: when the consumer holds the item at position ``k``, at most ``k + 1 + window`` items have
-    been pulled from the source (``window`` pulled ahead of the consumer).
+    Bound: when the consumer holds its ``k``-th result, at most ``k + 1 + window`` items have been
+    pulled from the source (``window`` pulled ahead of the consumer).
     """
     n_in = n_out = 0
     clock = time.perf_counter
@@ -224,99 +227,17 @@ def run_ordered(
             submit((n_in, x))
             n_in += 1
             run.pulled = n_in
+        rec: Any = None
         while n_out < n_in:
-            rec = stash.pop(n_out, _MISSING)
+            rec = stash.pop(n_out, _MISSING) if ordered else _MISSING
             if rec is _MISSING:
                 t = clock()
                 rec = get()
-                while rec[0] != n_out:
+                while ordered and rec[0] != n_out:
                     stash[rec[0]] = rec
                     rec = get()
                 stats.wait_s += clock() - t
-            stats.fill_sum += len(stash) + ready()
-            stats.fill_samples += 1
-            while more and n_in - n_out <= run.window:  # one item per item taken; more after the window grew
-                t = clock()
-                try:
-                    x = next(src, _END)
-                except Exception as e:
-                    deferred, x = e, _END
-                stats.source_s += clock() - t
-                if x is _END:
-                    more = False
-                else:
-                    inputs[n_in] = x
-                    submit((n_in, x))
-                    n_in += 1
-            n_out += 1
-            del inputs[rec[0]]
-            run.pulled = n_in
-            if rec[1]:
-                yield rec[2]
-            else:
-                on_fail(rec[2], rec[0])
-            rec = None
-        if deferred is not None:
-            raise deferred
-    except BaseException:
-        abandon(src)
-        raise
-    finally:
-        backend.close()
-        stash.clear()
-        stats.finish(n_in, n_out - count.n, count.n, stats.fill_sum, stats.fill_samples, stats.source_s, stats.wait_s)
-        count.end(n_out)
-
-
-def run_unordered(
-    backend: Any,
-    source: Iterable[Any],
-    window: int,
-    on_fail: Callable[[BaseException, int], None],
-    count: _FailureCount,
-    stats: StageStats,
-    run: EngineRun | None = None,
-) -> Iterator[Any]:
-    """Yield ``fn(x)`` for each source item in completion order, ``window`` items in flight at most.
-
-    No head-of-line blocking: a slow item delays only itself. Same bound as :func:`run_ordered`.
-    """
-    n_in = n_out = 0
-    clock = time.perf_counter
-    src: Any = None
-    stash: dict[int, Any] = {}
-    run = run if run is not None else EngineRun()
-    inputs = run.inputs
-    try:
-        src, first = resumed_source(run, iter(source))
-        n_in = n_out = first
-        run.pulled = first
-        if not run.window:
-            run.window = window
-        backend.start()
-        stats.begin(backend.busy, run.live(count))
-        submit, get, ready = backend.submit, backend.get, backend.ready
-        deferred: BaseException | None = None
-        more = True
-        while n_in - first < run.window:
-            t = clock()
-            try:
-                x = next(src, _END)
-            except Exception as e:
-                deferred, x = e, _END
-            stats.source_s += clock() - t
-            if x is _END:
-                more = False
-                break
-            inputs[n_in] = x
-            submit((n_in, x))
-            n_in += 1
-            run.pulled = n_in
-        while n_out < n_in:
-            t = clock()
-            rec = get()
-            stats.wait_s += clock() - t
-            stats.fill_sum += ready()
+            stats.fill_sum += len(stash) + ready()  # the stash stays empty in completion order
             stats.fill_samples += 1
             while more and n_in - n_out <= run.window:  # one item per item taken; more after the window grew
                 t = clock()
