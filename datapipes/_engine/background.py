@@ -16,7 +16,7 @@ import time
 import weakref
 from typing import Any, Callable, Iterable, Iterator
 
-from .lifecycle import STARTED, Closeable
+from .lifecycle import Closeable, Resumable
 from .stats import StageStats
 
 __all__ = ["BackgroundRun", "background_iter"]
@@ -25,7 +25,7 @@ _GRACE_S = 1.0
 _ITEM, _END, _ERR = 0, 1, 2
 
 
-class BackgroundRun:
+class BackgroundRun(Resumable):
     """The position of one background pass, readable between two items (checkpoint and resume).
 
     ``pending`` holds the items produced and not yet taken by the consumer. The producer holds
@@ -34,7 +34,7 @@ class BackgroundRun:
     saves the pending items themselves; a resumed pass yields them before anything new.
     """
 
-    __slots__ = ("pending", "lock", "resume", "started", "taken")
+    __slots__ = ("pending", "lock", "resume", "taken")
 
     def __init__(self) -> None:
         self.pending: deque[Any] = deque()
@@ -51,9 +51,7 @@ class BackgroundRun:
     def state(self) -> dict[str, Any]:
         return {"pending": list(self.pending)}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(STARTED)
+    def load(self, state: dict[str, Any]) -> None:
         self.resume = list(state["pending"])
 
 

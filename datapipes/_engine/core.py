@@ -26,7 +26,7 @@ from collections import deque
 from typing import Any, Callable, Iterable, Iterator
 
 from ..errors import ErrorPolicy, FailureLog, add_stage_note
-from .lifecycle import STARTED, abandon
+from .lifecycle import Resumable, abandon
 from .stats import StageStats
 
 __all__ = ["EngineRun", "failure_handler", "resumed_source", "run_stage"]
@@ -35,7 +35,7 @@ _END = object()  # the source is exhausted
 _MISSING = object()  # no record stashed for this position yet
 
 
-class EngineRun:
+class EngineRun(Resumable):
     """The position of one concurrent pass, readable between two items (checkpoint and resume).
 
     ``inputs`` maps the position of every item pulled from the source and not yet yielded (running,
@@ -50,7 +50,7 @@ class EngineRun:
     is the state loaded. Either way a second resume is exact, whatever the timing.
     """
 
-    __slots__ = ("inputs", "pulled", "resume", "pending", "started", "window", "budget", "failures")
+    __slots__ = ("inputs", "pulled", "resume", "pending", "window", "budget", "failures")
 
     def __init__(self) -> None:
         self.inputs: dict[int, Any] = {}
@@ -89,9 +89,7 @@ class EngineRun:
             state["failures"] = self.budget.count
         return state
 
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(STARTED)
+    def load(self, state: dict[str, Any]) -> None:
         self.pulled = int(state["pulled"])
         self.resume = [tuple(p) for p in state["inputs"]]
         self.failures = int(state.get("failures", 0))

@@ -1,13 +1,44 @@
-"""The close/``with`` protocol shared by the engine's worker pools, loop references and producers."""
+"""Two protocols every layer above shares: ``close``/``with`` (the engine's worker pools, loop
+references and producers) and a run's ``restore`` before it starts (docs/architecture.rst, "The
+stage protocol")."""
 
 from __future__ import annotations
 
 import sys
+from abc import ABC, abstractmethod
 from typing import Any, Callable, Self
 
 
 #: what a run's restore() raises once its pass has yielded an item (checkpoints: datapipes._runtime.passes)
 STARTED = "load_state_dict: this pass has already started; call it before the first next()"
+
+
+class Resumable(ABC):
+    """The position of one stage in one pass (a *run*; docs/architecture.rst, "The stage protocol").
+
+    ``state()`` gives the position as plain data, read between two items; ``restore(state)`` loads
+    one before the pass's first item. The guard lives here: once the run's pass has started
+    (``started``, set by the run's loop as it begins), ``restore`` raises ``RuntimeError`` instead
+    of calling :meth:`load`, since a position can only be taken up from the start.
+    """
+
+    __slots__ = ("started",)
+
+    def __init__(self) -> None:
+        self.started = False
+
+    @abstractmethod
+    def state(self) -> Any:
+        """The position, as plain data (ints, strings, lists, dicts)."""
+
+    def restore(self, state: Any) -> None:
+        if self.started:
+            raise RuntimeError(STARTED)
+        self.load(state)
+
+    @abstractmethod
+    def load(self, state: Any) -> None:
+        """Take ``state`` up for the pass about to start (``restore`` checked that it has not)."""
 
 
 class Closeable:

@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterator, NamedTuple
 
 from torch.utils.data import get_worker_info
 
-from .._engine.lifecycle import STARTED
+from .._engine.lifecycle import Resumable, STARTED
 from . import held as _held
 from .._engine.stats import StageStats
 from .._positions import remaining
@@ -161,7 +161,7 @@ def no_position(stage: Any) -> None:
     track(stage, _NO_POSITION)
 
 
-class FrameRun:
+class FrameRun(Resumable):
     """The run of a pass whose position lives in its generator, read when a state is taken: the
     generator is then suspended at a ``yield`` (between two items), and ``read(locals, yielding_from)``
     turns its locals and the iterator it yields from into the state. The loop writes nothing per item.
@@ -170,7 +170,7 @@ class FrameRun:
     has ended (exhausted, failed or closed) yields nothing more, and its state says so.
     """
 
-    __slots__ = ("gen", "read", "resume", "started")
+    __slots__ = ("gen", "read", "resume")
 
     def __init__(self, read: Callable[[dict[str, Any], Any], dict[str, Any]]) -> None:
         self.gen: Callable[[], Any] = lambda: None  # a weak reference to the generator, which refers to this run
@@ -187,9 +187,7 @@ class FrameRun:
             return {"ended": True}
         return self.read(inspect.getgeneratorlocals(gen), gen.gi_yieldfrom)
 
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(STARTED)
+    def load(self, state: dict[str, Any]) -> None:
         self.resume = state
 
 

@@ -43,6 +43,7 @@ from .._checks import phrased, require_bool
 from ..datapipe import require_int, stage_label
 from ..errors import add_stage_note
 from .fileio import StreamWrapper
+from .._engine.lifecycle import Resumable
 
 #: Errors that spoil one record (a row or a line) but leave the stream readable: with
 #: ``on_error="skip"`` the record is skipped and reading goes on. Any other error skips the rest of
@@ -100,8 +101,6 @@ def _on_fail(pipe: Any, stage: str) -> Callable[[Exception, str, int], None]:
 
 
 # -- checkpoint and resume of the readers --------------------------------------------------------------
-
-_STARTED = _pass.STARTED
 
 
 def _reopener(source: Any) -> Callable[[Any, int], Any] | None:
@@ -256,7 +255,7 @@ class _FileRunSlots(Protocol):
     def begun(self, state: dict[str, Any]) -> None: ...
 
 
-class _FileRun:
+class _FileRun(Resumable):
     """What the runs of the file readers (:class:`_ReadRun`, and the Parquet reader's) share: a
     loaded state kept for the pass to start from, and starting from it. A subclass has the slots
     ``failures``, ``resume`` and ``started``, and says how to read again the file a saved pass was
@@ -284,9 +283,7 @@ class _FileRun:
         if self.failures is not None:
             self.failures.end(self.seen())
 
-    def restore(self: _FileRunSlots, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(_STARTED)
+    def load(self: _FileRunSlots, state: dict[str, Any]) -> None:
         self.resume = state
 
     def begin(self: _FileRunSlots, on_fail: Any) -> tuple[int, list[Any]]:
@@ -330,7 +327,7 @@ class _ReadRun(_FileRun):
     """
 
     __slots__ = ("stage", "reopen", "failures", "n", "path", "stream", "counted", "reader", "offset", "header",
-                 "resume", "started", "done")
+                 "resume", "done")
 
     def __init__(self, stage: str, reopen: Callable[[Any, int], Any] | None) -> None:
         self.stage = stage
@@ -426,13 +423,13 @@ def _read_run(pipe: Any, source: Any) -> _ReadRun:
     return run
 
 
-class _CountRun:
+class _CountRun(Resumable):
     """The position of a one-to-one reader's pass under a failure budget (``max_failures``): the
     failures counted (a resumed pass gives up where the uninterrupted one would) and the items
     pulled (the positions the notes name), read from the loop's ``Enumerated``: two ints. Without a
     budget the stage is stateless and this run is not recorded."""
 
-    __slots__ = ("failures", "counted", "resume", "started")
+    __slots__ = ("failures", "counted", "resume")
 
     def __init__(self) -> None:
         self.failures: Any = None
@@ -446,9 +443,7 @@ class _CountRun:
             "failures": 0 if self.failures is None else self.failures.count,
         }
 
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(_STARTED)
+    def load(self, state: dict[str, Any]) -> None:
         self.resume = state
 
     def begin(self, it: Iterator[Any], on_fail: Any) -> Any:

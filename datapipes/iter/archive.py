@@ -54,7 +54,8 @@ from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, r
 from .._engine import abandon
 from .._engine import close_iterator as _close
 from ..errors import WARN_FAILURES, add_stage_note, policy_and_log
-from ._readers import _REWRAP, _item, _on_fail, _open_item, _pair, _read_run, _ReadRun, _reopener, _STARTED, set_origin
+from ._readers import _REWRAP, _item, _on_fail, _open_item, _pair, _read_run, _ReadRun, _reopener, set_origin
+from .._engine.lifecycle import Resumable
 
 __all__ = ["Decompressor", "TarArchiveLoader", "WebDataset", "WebDatasetGrouper", "ZipArchiveLoader"]
 
@@ -373,14 +374,14 @@ def _split_key(path: str) -> tuple[str, str]:
     return p[:dot], p[dot:]
 
 
-class _GroupRun:
+class _GroupRun(Resumable):
     """The position of a grouper's pass: the sample being gathered (when a sample is yielded, the
     first file of the next one has been pulled already) and the items pulled (read from the loop's
     ``Enumerated``). State: that partial sample, usually one file: an in-memory stream (an archive
     member) is copied at its position; another stream cannot be saved (``TypeError`` naming the
     stage); other data is saved as it is."""
 
-    __slots__ = ("stage", "sample", "counted", "resume", "started")
+    __slots__ = ("stage", "sample", "counted", "resume")
 
     def __init__(self, stage: str) -> None:
         self.stage = stage
@@ -395,9 +396,7 @@ class _GroupRun:
             sample = {k: v if k == "__key__" else _held(v, self.stage, sample["__key__"]) for k, v in sample.items()}
         return {"n": 0 if self.counted is None else self.counted.count(), "sample": sample}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(_STARTED)
+    def load(self, state: dict[str, Any]) -> None:
         self.resume = state
 
     def begin(self, it: Iterator[Any]) -> tuple[Any, dict[str, Any] | None]:

@@ -28,7 +28,8 @@ from .._engine import abandon
 from .._checks import ArgumentTypeError
 from .._runtime.observe import Observed
 from ..datapipe import IterDataPipe, functional_datapipe, lacks_len, len_root, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
-from .util import _STARTED, _deferred, _SourceRun
+from .util import _deferred, _SourceRun
+from .._engine.lifecycle import Resumable
 
 __all__ = ["Shuffler", "Sampler", "RandomSplitter"]
 
@@ -54,7 +55,7 @@ def _set_rng_state(rng: random.Random, state: list[Any]) -> None:
 _RECOMPUTABLE = frozenset(type(iter(x)) for x in cast("tuple[Sequence[Any], ...]", ([], (), range(0))))
 
 
-class _ShuffleRun:
+class _ShuffleRun(Resumable):
     """The position of a ``shuffle`` pass, read when the state is taken, at no per-item cost.
     Phases: ``"fill"`` (nothing read yet), ``"swap"`` (the buffer is full: each new item replaces
     the one yielded), ``"drain"`` (the source ended: the shuffled buffer is yielded), ``"end"``.
@@ -65,7 +66,7 @@ class _ShuffleRun:
     0.1 µs per item read) and takes the buffered items from the sequence. Elsewhere the state holds
     the generator's state and the buffered items (at most ``buffer_size``: the state's cost)."""
 
-    __slots__ = ("rng", "buf", "drain", "started", "resume", "final", "sequence", "source", "origin")
+    __slots__ = ("rng", "buf", "drain", "resume", "final", "sequence", "source", "origin")
 
     def __init__(self, rng: random.Random, sequence: Any = None, source: Iterator[Any] | None = None) -> None:
         self.rng = rng
@@ -99,9 +100,7 @@ class _ShuffleRun:
             return {"phase": "drain", "buffer": buf[len(buf) - length_hint(drain):], "rng": _rng_state(self.rng)}
         return {"phase": "swap", "buffer": list(buf), "rng": _rng_state(self.rng)}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(_STARTED)
+    def load(self, state: dict[str, Any]) -> None:
         if not isinstance(state, dict) or state.get("phase") not in ("fill", "swap", "drain", "end"):
             raise ValueError(f"load_state_dict: not the state of a shuffle: {str(state)[:200]}")
         if "read" in state and self.sequence is None:
@@ -499,13 +498,13 @@ def _exact_sizes(weights: list[float], total: int) -> list[int] | None:
     return rounded
 
 
-class _SplitRun:
+class _SplitRun(Resumable):
     """The position of a ``random_split`` child's pass: its generator's state (625 ints), the
     weights left per group and the items left (a few numbers per group). The weights list is the
     loop's own, read when the state is taken; the count of items left is written per item (one
     attribute store beside the ~1 µs of the draw)."""
 
-    __slots__ = ("rng", "weights", "remaining", "total", "started", "resume")
+    __slots__ = ("rng", "weights", "remaining", "total", "resume")
 
     def __init__(self, seed: int) -> None:
         self.rng = random.Random(seed)
@@ -523,9 +522,7 @@ class _SplitRun:
         return {"rng": _rng_state(self.rng), "weights": list(self.weights), "remaining": self.remaining,
                 "total": self.total}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(_STARTED)
+    def load(self, state: dict[str, Any]) -> None:
         self.resume = state
 
 

@@ -31,7 +31,7 @@ from torch.utils.data import get_worker_info
 
 from .._runtime import passes as _pass
 from .._engine import close_iterator
-from .._engine.lifecycle import STARTED, Closeable
+from .._engine.lifecycle import Closeable, Resumable
 from .._runtime.worker import rank_placement
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
 from ..graph import traverse
@@ -66,7 +66,7 @@ class PrefetchTimeoutError(RuntimeError, TimeoutError):
 # -- FullSync --------------------------------------------------------------------------------------
 
 
-class _SyncRun:
+class _SyncRun(Resumable):
     """The position of one ``fullsync`` pass: how many items it has yielded and the items it has
     taken from its upstream but not yielded yet (``pending``, in order; at most ``buffer_size``).
     The thread that pulls the upstream holds ``lock`` while it takes an item and records it, so a
@@ -78,7 +78,7 @@ class _SyncRun:
     resumed pass still stops every rank at the least number of items over the ranks.
     """
 
-    __slots__ = ("lock", "pending", "yielded", "resume", "started", "prefix", "synced")
+    __slots__ = ("lock", "pending", "yielded", "resume", "prefix", "synced")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -96,9 +96,7 @@ class _SyncRun:
             return {"yielded": None, "pending": [] if self.prefix is None else _pass.remaining(self.prefix)}
         return {"yielded": self.yielded, "pending": list(self.pending)}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(STARTED)
+    def load(self, state: dict[str, Any]) -> None:
         yielded = state.get("yielded")
         self.resume = {"yielded": None if yielded is None else int(yielded), "pending": list(state["pending"])}
 

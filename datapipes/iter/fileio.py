@@ -56,6 +56,7 @@ from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import WARN_FAILURES, add_stage_note, policy_and_log
 from .util import IterableWrapper, _Unresumable
+from .._engine.lifecycle import Resumable
 
 __all__ = [
     "FileLister",
@@ -364,7 +365,7 @@ def _raise(err: OSError) -> None:
     raise err
 
 
-class _ListRun:
+class _ListRun(Resumable):
     """The position of a lister's pass: the root being listed and how many of its files were
     yielded (the pass's own, besides the position of its source of roots).
 
@@ -374,7 +375,7 @@ class _ListRun:
     its iterator at the count, then goes on with the source of roots.
     """
 
-    __slots__ = ("root", "done", "it", "size", "resume", "started")
+    __slots__ = ("root", "done", "it", "size", "resume")
 
     def __init__(self) -> None:
         self.root: str | None = None  # the root being listed, as the listing joins onto it
@@ -390,9 +391,7 @@ class _ListRun:
         # the list's length less what its iterator has left (exact for a list iterator)
         return {"root": self.root, "index": self.done + self.size - length_hint(self.it)}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(_pass.STARTED)
+    def load(self, state: dict[str, Any]) -> None:
         root = state["root"]
         self.resume = None if root is None else (root, int(state["index"]))
 

@@ -25,6 +25,7 @@ from .._checks import ArgumentError, phrased, require_bool
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note
 from .batching import _BATCH_SIZE_ASSERT, _batches, _count_batches, _full_batches
+from .._engine.lifecycle import Resumable
 
 __all__ = ["BucketBatcher", "Grouper"]
 
@@ -114,7 +115,7 @@ def _rng_state(rng: random.Random) -> list[Any]:
     return [version, list(internal), gauss]
 
 
-class _BucketRun:
+class _BucketRun(Resumable):
     """The position of a bucket-batching pass, between two batches: the RNG state, then
 
     - pooled (``use_in_batch_shuffle=True``): every stage of a pool runs when its first batch is
@@ -128,7 +129,7 @@ class _BucketRun:
     Written once per pool, bucket or buffer; the buffers are the lists the loops mutate.
     """
 
-    __slots__ = ("rng", "pooled", "rest", "buckets", "items", "batches", "started")
+    __slots__ = ("rng", "pooled", "rest", "buckets", "items", "batches")
 
     def __init__(self, seed: int, pooled: bool) -> None:
         self.rng = random.Random(seed)
@@ -148,9 +149,7 @@ class _BucketRun:
             state.update(items=self.items.state(_same), rest=rest, batches=self.batches.state(list))
         return state
 
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(_pass.STARTED)
+    def load(self, state: dict[str, Any]) -> None:
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))
         self.buckets = state["buckets"]

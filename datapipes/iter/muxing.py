@@ -28,7 +28,7 @@ from .._engine import close_iterator as _close_iterator
 from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe
 from ._shared import _abandon_all, _build, _check_inputs, _check_torchdata_inputs, _input_lengths, _weak
 from .combinatorics import _rng_state, _set_rng_state
-from .util import _STARTED
+from .._engine.lifecycle import Resumable
 
 __all__ = ["Concater", "Multiplexer", "MultiplexerLongest", "SampleMultiplexer"]
 
@@ -40,7 +40,7 @@ _MISS = object()  # private sentinel: no more items (None is a valid item)
 # -- Concater --------------------------------------------------------------------------------------
 
 
-class _ConcatRun:
+class _ConcatRun(Resumable):
     """Which input a concat pass reads, for checkpoint and resume. State: one int.
 
     The generator moves ``index`` on when an input ends (once per input, nothing per item); the
@@ -50,7 +50,7 @@ class _ConcatRun:
     pending for a later input that shares a stage).
     """
 
-    __slots__ = ("datapipes", "pass_", "it", "index", "started")
+    __slots__ = ("datapipes", "pass_", "it", "index")
 
     def __init__(self, datapipes: tuple[Any, ...], pass_: _pass.Pass | None, it: Iterator[Any]) -> None:
         self.datapipes = datapipes
@@ -62,9 +62,7 @@ class _ConcatRun:
     def state(self) -> dict[str, Any]:
         return {"input": self.index}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(_STARTED)
+    def load(self, state: dict[str, Any]) -> None:
         index = state["input"]
         if type(index) is not int or not 0 <= index < len(self.datapipes):
             raise ValueError(
@@ -144,13 +142,13 @@ class Concater(IterDataPipe[T]):
 # -- Multiplexer -----------------------------------------------------------------------------------
 
 
-class _MuxRun:
+class _MuxRun(Resumable):
     """Where a mux pass is in its round, for checkpoint and resume. State: the items of the current
     round pulled from the inputs (a round pulls one from each at once) and not yet yielded, at most
     ``len(datapipes) - 1`` items; the inputs' own stages hold their positions (each at the end of
     the round). Read lazily from the current round's iterator (one store per round)."""
 
-    __slots__ = ("round", "saved", "started")
+    __slots__ = ("round", "saved")
 
     def __init__(self) -> None:
         self.round: Iterator[Any] | None = None
@@ -162,9 +160,7 @@ class _MuxRun:
             return {"round": remaining(self.round)}
         return {"round": list(self.saved)}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(_STARTED)
+    def load(self, state: dict[str, Any]) -> None:
         self.saved = list(state["round"])
 
 
@@ -312,11 +308,11 @@ class MultiplexerLongest(IterDataPipe[T]):
 # -- SampleMultiplexer -----------------------------------------------------------------------------
 
 
-class _SampleRun:
+class _SampleRun(Resumable):
     """The position of a ``SampleMultiplexer`` pass besides its inputs': the generator's state
     (625 ints) and the inputs not exhausted. Read when asked; nothing is written per item."""
 
-    __slots__ = ("rng", "live", "started")
+    __slots__ = ("rng", "live")
 
     def __init__(self, rng: random.Random, n: int) -> None:
         self.rng = rng
@@ -326,9 +322,7 @@ class _SampleRun:
     def state(self) -> dict[str, Any]:
         return {"rng": _rng_state(self.rng), "live": list(self.live)}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(_STARTED)
+    def load(self, state: dict[str, Any]) -> None:
         _set_rng_state(self.rng, state["rng"])
         self.live = [int(j) for j in state["live"]]
 

@@ -80,7 +80,7 @@ class _ParquetRun(_FileRun):
     """
 
     __slots__ = ("stage", "reopen", "failures", "n", "inside", "path", "opened", "stream", "group", "base", "rows",
-                 "size", "resume", "started")
+                 "size", "resume")
 
     def __init__(self, stage: str, reopen: Callable[[Any, int], Any] | None) -> None:
         self.stage = stage

@@ -25,6 +25,7 @@ from .._runtime import passes as _pass
 from .._positions import Counted, Enumerated, seek, skip
 from .._engine import abandon, close_iterator, iterate_async
 from ..datapipe import IterDataPipe, functional_datapipe, lacks_len, len_root, len_unknown, require_int, require_pipe, source_len, stage_label
+from .._engine.lifecycle import Resumable
 
 __all__ = ["IterableWrapper", "Header", "Cycler", "Enumerator"]
 
@@ -397,12 +398,12 @@ _END = object()  # private end-of-pass marker (None is a valid item)
 # -- Header ----------------------------------------------------------------------------------------
 
 
-class _HeaderRun:
+class _HeaderRun(Resumable):
     """The position of a ``header`` pass: how many items it has taken, read from the range iterator
     that counts them. The ``zip`` costs ~10 ns per item over the ``islice`` it replaces, which
     hides its count (its ``__reduce__`` is deprecated since Python 3.12). State: one int."""
 
-    __slots__ = ("left", "limit", "started")
+    __slots__ = ("left", "limit")
 
     def __init__(self, limit: int) -> None:
         self.left = iter(range(limit))  # one number per item still to take
@@ -413,9 +414,7 @@ class _HeaderRun:
         # One over once the source has ended (zip drew a number first): harmless, the source is at its end.
         return {"taken": self.limit - length_hint(self.left)}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(_STARTED)
+    def load(self, state: dict[str, Any]) -> None:
         self.left = iter(range(min(int(state["taken"]), self.limit), self.limit))
 
 
@@ -504,12 +503,12 @@ class Header(IterDataPipe[T]):
 # -- Cycler ----------------------------------------------------------------------------------------
 
 
-class _CycleRun:
+class _CycleRun(Resumable):
     """The position of a ``cycle`` pass: the round it reads, 1 for the first; where it stands in that
     round is its source's state (the source's run of the latest round, see :meth:`_pass.Pass.track`).
     Updated once per round. State: one int."""
 
-    __slots__ = ("round", "started", "resumed")
+    __slots__ = ("round", "resumed")
 
     def __init__(self) -> None:
         self.round = 1
@@ -519,9 +518,7 @@ class _CycleRun:
     def state(self) -> dict[str, Any]:
         return {"round": self.round}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(_STARTED)
+    def load(self, state: dict[str, Any]) -> None:
         self.round = int(state["round"])
         self.resumed = True
 
@@ -615,11 +612,11 @@ class Cycler(IterDataPipe[T]):
 # -- Enumerator ------------------------------------------------------------------------------------
 
 
-class _EnumerateRun:
+class _EnumerateRun(Resumable):
     """The position of an ``enumerate`` pass: the next index, read from the counting iterator that
     numbers the items (:class:`datapipes._positions.Enumerated`, no per-item cost). State: one int."""
 
-    __slots__ = ("counter", "start", "started")
+    __slots__ = ("counter", "start")
 
     def __init__(self, start: int) -> None:
         self.counter: Any = None
@@ -630,9 +627,7 @@ class _EnumerateRun:
         counter = self.counter
         return {"index": self.start if counter is None else counter.count()}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(_STARTED)
+    def load(self, state: dict[str, Any]) -> None:
         self.start = int(state["index"])
 
 

@@ -42,7 +42,7 @@ from ..errors import add_stage_note, call_lines, raised_at
 from ._shared import _abandon_all, _check_inputs, _check_torchdata_inputs, _input_lengths, _warn
 from .broadcast.fork import _fork_child, _ForkHub
 from .broadcast.hub import _check_buffer_size, _HubChild
-from .util import _STARTED
+from .._engine.lifecycle import Resumable
 
 __all__ = ["IterKeyZipper", "MapKeyZipper", "UnZipper", "Zipper", "ZipperLongest"]
 
@@ -169,13 +169,13 @@ class ZipperLongest(IterDataPipe[tuple[Any, ...]]):
 # -- IterKeyZipper ---------------------------------------------------------------------------------
 
 
-class _KeyZipRun:
+class _KeyZipRun(Resumable):
     """The position of a ``zip_with_iter`` pass besides its two sources': the reference items
     waiting in the buffer for their keys (at most ``buffer_size``), in arrival order, and whether
     the buffer-full warning was given. State: ``{"buffer": [[key, item], ...], "warned": bool}``,
     read when asked (the loop writes nothing extra per item)."""
 
-    __slots__ = ("buffer", "warned", "started")
+    __slots__ = ("buffer", "warned")
 
     def __init__(self) -> None:
         self.buffer: OrderedDict[Any, Any] = OrderedDict()
@@ -185,9 +185,7 @@ class _KeyZipRun:
     def state(self) -> dict[str, Any]:
         return {"buffer": [[k, v] for k, v in self.buffer.items()], "warned": self.warned}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(_STARTED)
+    def load(self, state: dict[str, Any]) -> None:
         self.buffer = OrderedDict((k, v) for k, v in state["buffer"])
         self.warned = bool(state["warned"])
 

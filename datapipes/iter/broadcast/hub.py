@@ -57,7 +57,7 @@ from typing import Any, Callable, Iterator, NoReturn, TypeVar
 from ..._runtime import passes as _pass
 from ...datapipe import IterDataPipe, _ByValue, _by_reference, _new_instance, _portable, require_int
 from .._shared import _build, _warn, _weak
-from ..util import _STARTED
+from ..._engine.lifecycle import Resumable
 
 T = TypeVar("T")
 
@@ -307,7 +307,7 @@ def _closed(p: Any, j: int) -> bool:
     return joiner is not None and joiner.ended
 
 
-class _ChildRun:
+class _ChildRun(Resumable):
     """Where one fork/demux child stands, for checkpoint and resume.
 
     Its state is the state of the shared pass it reads (the same object for every child of the pass,
@@ -319,7 +319,7 @@ class _ChildRun:
     kept: nothing is added per item.
     """
 
-    __slots__ = ("hub", "i", "pass_", "p", "finished", "started")
+    __slots__ = ("hub", "i", "pass_", "p", "finished")
 
     def __init__(self, hub: _Hub, i: int, pass_: _pass.Pass) -> None:
         self.hub = hub
@@ -332,9 +332,7 @@ class _ChildRun:
     def state(self) -> dict[str, Any]:
         return {"shared": self.hub.snapshot(self.i, self.pass_(), self.p)}
 
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(_STARTED)
+    def load(self, state: dict[str, Any]) -> None:
         shared = state["shared"]
         if shared is None:
             return

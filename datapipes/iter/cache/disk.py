@@ -74,6 +74,7 @@ from ...errors import add_stage_note
 from ...graph import sources_of
 from ..fileio import _pair as _meta_data
 from .hash import _CHUNK, _check_hash_args, _file_digest, _mismatch, _unspecified
+from ..._engine.lifecycle import Resumable
 
 __all__ = ["EndOnDiskCacheHolder", "OnDiskCacheHolder"]
 
@@ -234,7 +235,7 @@ _SESSIONS: weakref.WeakKeyDictionary[Any, dict[int, _CacheSession]] = weakref.We
 _SESSIONS_LOCK = threading.Lock()
 
 
-class _CacheSession:
+class _CacheSession(Resumable):
     """One pass of an ``on_disk_cache`` ... ``end_caching`` pair: what the two stages share, and the
     run (``state()``/``restore()``) of the ``end_caching`` stage.
 
@@ -245,7 +246,7 @@ class _CacheSession:
     files is written then (several-files mode) and its lock released.
     """
 
-    __slots__ = ("holder", "end", "holder_stage", "end_stage", "pending", "inflight", "last", "n", "resume", "started")
+    __slots__ = ("holder", "end", "holder_stage", "end_stage", "pending", "inflight", "last", "n", "resume")
 
     def __init__(self, holder: OnDiskCacheHolder, end: EndOnDiskCacheHolder) -> None:
         self.holder = holder
@@ -401,9 +402,7 @@ class _CacheSession:
             "last_inflight": bool(self.inflight) and self.inflight[-1] is last,
         }
 
-    def restore(self, state: dict[str, Any]) -> None:
-        if self.started:
-            raise RuntimeError(_pass.STARTED)
+    def load(self, state: dict[str, Any]) -> None:
         self.resume = state
 
     def begin(self) -> None:
