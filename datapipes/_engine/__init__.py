@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Iterator
 from ..errors import ErrorPolicy, FailureLog
 from .aio import AsyncWorkers, LoopRef, is_async_callable, is_async_gen_callable, iterate_async, loop_running
 from .background import BackgroundRun, background_iter
-from .core import EngineRun, failure_handler, run_stage
+from .core import Backend, EngineRun, failure_handler, run_stage
 from .lifecycle import abandon, close_iterator
 from .process import ProcessWorkers, live_worker_pids, run_process_stage
 from .rng import RNG_KINDS, item_seed
@@ -131,7 +131,7 @@ def concurrent_map(
         hooks = None  # fn travels to the user's processes by pickle: the hooks stay here, uncalled
     if hooks:
         fn = _hooked_fn(fn, stats, hooks, kind == "async")
-    backend: Any
+    backend: Backend
     if kind == "async":
         backend = AsyncWorkers(fn, concurrency, label, timeout)
     elif kind == "executor":

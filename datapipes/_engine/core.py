@@ -1,7 +1,8 @@
 """The consumer side of a concurrent stage: the loop that pulls the source, feeds workers and yields.
 
-A *backend* runs ``fn`` somewhere (threads, the event loop, an executor the user built); this module
-drives it from the consumer's thread. The contract between the two is small:
+A *backend* runs ``fn`` somewhere (threads, the event loop, an executor the user built, worker
+processes); this module drives it from the consumer's thread. The contract between the two is
+small, and :class:`Backend` states it for type checkers:
 
 - ``backend.start()`` starts the workers (called at the first ``next()``), ``backend.close()`` stops
   them (idempotent);
@@ -23,16 +24,34 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from ..errors import ErrorPolicy, FailureLog, add_stage_note
 from .lifecycle import Resumable, abandon
 from .stats import StageStats
 
-__all__ = ["EngineRun", "failure_handler", "resumed_source", "run_stage"]
+__all__ = ["Backend", "EngineRun", "failure_handler", "resumed_source", "run_stage"]
 
 _END = object()  # the source is exhausted
 _MISSING = object()  # no record stashed for this position yet
+
+
+class Backend(Protocol):
+    """Where a concurrent stage's ``fn`` runs (the module's docstring gives the contract):
+    ``ThreadWorkers``, ``InlineWorkers``, ``ExecutorWorkers`` and ``AsyncWorkers``. A process stage
+    has a loop of its own (``process.run_process_stage``), which sends chunks rather than items."""
+
+    busy: list[float]
+
+    def start(self) -> None: ...
+
+    def submit(self, job: tuple[int, Any], /) -> None: ...
+
+    def get(self) -> tuple[int, bool, Any]: ...
+
+    def ready(self) -> int: ...
+
+    def close(self) -> None: ...
 
 
 class EngineRun(Resumable):
@@ -178,7 +197,7 @@ def failure_handler(label: str, policy: ErrorPolicy, log: FailureLog) -> tuple[C
 
 
 def run_stage(
-    backend: Any,
+    backend: Backend,
     source: Iterable[Any],
     window: int,
     on_fail: Callable[[BaseException, int], None],
