@@ -1,8 +1,8 @@
 """The consumer side of a concurrent stage: the loop that pulls the source, feeds workers and yields.
 
-A *backend* runs ``fn`` somewhere (threads, the event loop, an executor the user built, worker
-processes); this module drives it from the consumer's thread. The contract between the two is
-small, and :class:`Backend` states it for type checkers:
+A *backend* runs ``fn`` somewhere (threads, the event loop, an executor the user built); this module
+drives it from the consumer's thread. The contract between the two is small, and :class:`Backend`
+states it for type checkers:
 
 - ``backend.start()`` starts the workers (called at the first ``next()``), ``backend.close()`` stops
   them (idempotent);
