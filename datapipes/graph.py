@@ -18,6 +18,7 @@ flowchart LR
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Iterator
 
 __all__ = ["Node", "walk", "traverse", "traverse_dps", "get_all_graph_pipes", "stages", "chain_repr", "describe",
@@ -53,23 +54,50 @@ def stage_label(pipe: Any) -> str:
 
 
 def sources_of(pipe: Any) -> list[Any]:
-    """The pipes ``pipe`` reads from, in the order they were given.
+    """The pipes ``pipe`` reads from, in the order of its constructor's parameters.
 
     Found by scanning the pipe's attributes (pipes, or lists/tuples of pipes); a class whose sources
-    live elsewhere defines ``_sources()``.
+    live elsewhere defines ``_sources()``. The order is the constructor's, not the order in which
+    ``__init__`` happens to assign the attributes: it fixes each stage's place in the graph, hence
+    its state key and its seed (docs/architecture.rst, "The stage protocol"), which must not move
+    when two assignments are swapped.
     """
     custom = getattr(pipe, "_sources", None)
     if custom is not None:
         return list(custom())
-    found: list[Any] = []
-    for value in vars(pipe).values():
+    found: list[tuple[tuple[int, str], list[Any]]] = []
+    rank = _parameter_ranks(type(pipe))
+    for name, value in vars(pipe).items():
         if isinstance(value, Node):
-            found.append(value)
+            found.append(((rank.get(name, len(rank)), name), [value]))
         elif isinstance(value, (list, tuple)) and value and isinstance(value[0], Node):
             # a list of pipes (concat, zip, mux inputs); a list of data (a source's items, however
             # long) is not scanned: its first element tells
-            found.extend(v for v in value if isinstance(v, Node))
-    return found
+            found.append(((rank.get(name, len(rank)), name), [v for v in value if isinstance(v, Node)]))
+    found.sort(key=lambda entry: entry[0])
+    return [source for _, sources in found for source in sources]
+
+
+_RANKS: dict[type, dict[str, int]] = {}
+
+
+def _parameter_ranks(cls: type) -> dict[str, int]:
+    """Attribute name -> its rank among ``cls``'s constructor parameters (the names a source is
+    stored under: ``datapipe``, ``source_datapipe`` and ``datapipes`` read as the first parameter,
+    which is where every stage takes its source). Attributes that are no parameter sort after, by
+    name. Computed once per class."""
+    ranks = _RANKS.get(cls)
+    if ranks is None:
+        try:
+            names = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
+        except (TypeError, ValueError):  # a constructor without a readable signature
+            names = []
+        ranks = {name: i for i, name in enumerate(names)}
+        if names:
+            for alias in ("datapipe", "source_datapipe", "datapipes", "source_datapipes"):
+                ranks.setdefault(alias, -1)
+        _RANKS[cls] = ranks
+    return ranks
 
 
 def walk(pipe: Any, stop: Callable[[Any], bool] | None = None) -> Iterator[Any]:

@@ -11,6 +11,7 @@ import datapipes
 from datapipes import IterDataPipe, MapDataPipe, functional_datapipe
 from datapipes.datapipe import len_unknown, require_int, sources_of, stage_label
 from datapipes.graph import describe, stages, to_mermaid, traverse
+from datapipes._runtime.passes import stage_keys
 from datapipes.iter import IterableWrapper, Mapper
 
 
@@ -293,6 +294,41 @@ class TestGraphAndRepr:
         assert [type(s).__name__ for s in traverse(pipe)] == ["_Twice", "Mapper", "IterableWrapper"]
         assert [type(s).__name__ for s in stages(pipe)] == ["IterableWrapper", "Mapper", "_Twice"]
         assert sources_of(pipe) == [pipe.datapipe]
+
+    def test_sources_follow_the_constructors_parameters_not_the_assignments(self):
+        # A stage's place in the graph fixes its state key and its seed: swapping two assignments in
+        # an __init__ must move neither.
+        class InOrder(IterDataPipe):
+            def __init__(self, first, second, *, note="x"):
+                self.note = note
+                self.first, self.second = first, second
+
+            def __iter__(self):
+                return zip(self.first, self.second)
+
+        class Swapped(InOrder):
+            def __init__(self, first, second, *, note="x"):
+                self.second = second
+                self.note = note
+                self.first = first
+
+        class Renamed(IterDataPipe):  # sources under names that are no parameter: by name
+            def __init__(self, x, y):
+                self.zz_late, self.aa_early = x, y
+
+            def __iter__(self):
+                return iter(())
+
+        a, b = IterableWrapper([1, 2]).shuffle(), IterableWrapper([3, 4]).shuffle()
+        assert sources_of(InOrder(a, b)) == sources_of(Swapped(a, b)) == [a, b]
+        assert sources_of(Renamed(a, b)) == [b, a]
+        keys = [[key for key, _ in stage_keys(cls(a, b))] for cls in (InOrder, Swapped)]
+        assert [k.split(":")[0] for k in keys[0]] == [k.split(":")[0] for k in keys[1]]
+        seeds = []
+        for cls in (InOrder, Swapped):
+            pipe = cls(IterableWrapper(range(20)).shuffle(), IterableWrapper(range(20, 40)).shuffle())
+            seeds.append(list(pipe.set_seed(7)))
+        assert seeds[0] == seeds[1]
 
     def test_describe_and_mermaid(self):
         pipe = _Twice(IterableWrapper([1]).map(abs))
