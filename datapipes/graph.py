@@ -89,7 +89,8 @@ def _parameter_ranks(cls: type) -> dict[str, int]:
     ranks = _RANKS.get(cls)
     if ranks is None:
         try:
-            names = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
+            init = cls.__init__  # type: ignore[misc]  # the class's own constructor, read once
+            names = [n for n in inspect.signature(init).parameters if n != "self"]
         except (TypeError, ValueError):  # a constructor without a readable signature
             names = []
         ranks = {name: i for i, name in enumerate(names)}

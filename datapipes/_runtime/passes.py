@@ -163,8 +163,13 @@ def no_position(stage: Any) -> None:
 
 class FrameRun(Resumable):
     """The run of a pass whose position lives in its generator, read when a state is taken: the
-    generator is then suspended at a ``yield`` (between two items), and ``read(locals, yielding_from)``
-    turns its locals and the iterator it yields from into the state. The loop writes nothing per item.
+    generator is then suspended at a ``yield`` (between two items), and ``read`` turns the locals it
+    declares into the state. The loop writes nothing per item.
+
+    ``read`` declares the generator's locals it reads as its keyword parameters (one with a default
+    may be unassigned at the ``yield``; ``yielding_from`` is the iterator the generator yields
+    from). :func:`track_generator` checks them against the generator's code, so a local renamed in
+    the loop and not in its reader fails the first pass that tracks it, instead of checkpoints.
 
     A loaded state waits in ``resume`` until the generator starts and reads it; a generator that
     has ended (exhausted, failed or closed) yields nothing more, and its state says so.
@@ -172,7 +177,7 @@ class FrameRun(Resumable):
 
     __slots__ = ("gen", "read", "resume")
 
-    def __init__(self, read: Callable[[dict[str, Any], Any], dict[str, Any]]) -> None:
+    def __init__(self, read: Callable[..., dict[str, Any]]) -> None:
         self.gen: Callable[[], Any] = lambda: None  # a weak reference to the generator, which refers to this run
         self.read = read
         self.resume: dict[str, Any] | None = None
@@ -185,14 +190,46 @@ class FrameRun(Resumable):
         frame = None if gen is None else gen.gi_frame
         if frame is None:
             return {"ended": True}
-        return self.read(inspect.getgeneratorlocals(gen), gen.gi_yieldfrom)
+        local = inspect.getgeneratorlocals(gen)
+        required, optional, from_ = _declared_locals(self.read)
+        args = {name: local[name] for name in required}
+        args.update((name, local[name]) for name in optional if name in local)
+        if from_:
+            args["yielding_from"] = gen.gi_yieldfrom
+        return self.read(**args)
 
     def load(self, state: dict[str, Any]) -> None:
         self.resume = state
 
 
+_DECLARED: dict[Any, tuple[tuple[str, ...], tuple[str, ...], bool]] = {}
+
+
+def _declared_locals(read: Callable[..., Any]) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
+    """(locals ``read`` needs, locals it takes when assigned, whether it takes ``yielding_from``)."""
+    found = _DECLARED.get(read)
+    if found is None:
+        params = inspect.signature(read).parameters.values()
+        names = [p for p in params if p.name != "yielding_from"]
+        found = (tuple(p.name for p in names if p.default is p.empty),
+                 tuple(p.name for p in names if p.default is not p.empty),
+                 any(p.name == "yielding_from" for p in params))
+        _DECLARED[read] = found
+    return found
+
+
 def track_generator(stage: Any, gen: Iterator[Any], run: FrameRun) -> Iterator[Any]:
-    """``gen``, the generator of ``stage``'s pass, with ``run`` reading it and recorded in the pass."""
+    """``gen``, the generator of ``stage``'s pass, with ``run`` reading it and recorded in the pass.
+
+    Raises:
+        TypeError: ``run``'s reader declares a local that ``gen``'s code does not have.
+    """
+    required, optional, _ = _declared_locals(run.read)
+    code = gen.gi_code  # type: ignore[attr-defined]
+    missing = [name for name in required + optional if name not in code.co_varnames and name not in code.co_cellvars]
+    if missing:
+        raise TypeError(f"{run.read.__qualname__} reads the local(s) {', '.join(missing)} of {code.co_qualname}, "
+                        f"which has none by that name: rename the reader's parameters with the loop's locals")
     run.gen = weakref.ref(gen)
     track(stage, run)
     return gen

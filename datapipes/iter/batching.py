@@ -314,12 +314,17 @@ def _unbatch_all(pipe: Unbatcher, it: Iterator[Any], run: _pass.FrameRun) -> Ite
         raise
 
 
-def _unbatch_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
-    """An unbatching pass's state: the position of the source's next item, the elements of the
-    current one not yet yielded, and the error found in it that is still to be raised."""
+def _unbatch_state(*, n: int, yielding_from: Any) -> dict[str, Any]:
+    """An unbatching pass's state: the position of the source's next item and the elements of the
+    current one not yet yielded."""
     rest = [] if yielding_from is None else _pass.remaining(yielding_from)
-    state: dict[str, Any] = {"next": local["n"] + 1, "rest": rest}
-    bad = local.get("bad")
+    return {"next": n + 1, "rest": rest}
+
+
+def _unbatch_deep_state(*, n: int, bad: Any, yielding_from: Any) -> dict[str, Any]:
+    """A deep unbatching pass's state: :func:`_unbatch_state`, and the error found in the current
+    item that is still to be raised."""
+    state = _unbatch_state(n=n, yielding_from=yielding_from)
     if bad is not None:
         state["bad"] = [list(bad[0]), bad[1]]
     return state
@@ -372,9 +377,10 @@ class Unbatcher(IterDataPipe[Any]):
         require_int(unbatch_level, "Unbatcher", "unbatch_level", minimum=-1)
         self.datapipe = datapipe
         self.unbatch_level = unbatch_level
-        runs = {-1: _unbatch_all, 1: _unbatch_one}
+        runs = {-1: (_unbatch_all, _unbatch_state), 1: (_unbatch_one, _unbatch_state)}
         self._run: Callable[[Unbatcher, Iterator[Any], _pass.FrameRun], Iterator[Any]]
-        self._run = runs.get(unbatch_level, _unbatch_deep)
+        self._reader: Callable[..., dict[str, Any]]
+        self._run, self._reader = runs.get(unbatch_level, (_unbatch_deep, _unbatch_deep_state))
         # unbatch_level=0 passes the source's iterator itself: its position is the source's.
         self._stateless = unbatch_level == 0
 
@@ -382,7 +388,7 @@ class Unbatcher(IterDataPipe[Any]):
         it = iter(self.datapipe)
         if self.unbatch_level == 0:
             return _unbatch_none(self, it)
-        run = _pass.FrameRun(_unbatch_state)
+        run = _pass.FrameRun(self._reader)
         return _pass.track_generator(self, self._run(self, it, run), run)
 
     def __len__(self) -> int:

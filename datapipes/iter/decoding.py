@@ -146,15 +146,14 @@ class RoutedDecoder(IterDataPipe[tuple[str, Any]]):
 _SKIP_PIECE = 1 << 20
 
 
-def _stream_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+def _stream_state(*, n: int, path: str, done: int, reopen: Any, stream: Any, stage: Any) -> dict[str, Any]:
     """What a read_from_stream pass's generator holds when a state is taken (it is then at its
     ``yield``, inside a stream): the item being read (``n``), its path and the bytes or characters
     read (``done``); with no opener upstream to open it again, a copy of the in-memory stream."""
-    path = local["path"]
-    file: dict[str, Any] = {"path": path, "at": local["done"], "memory": None}
-    if local["reopen"] is None:
-        file["memory"] = _memory_copy(local["stream"], local["stage"], path)
-    return {"n": local["n"], "file": file}
+    file: dict[str, Any] = {"path": path, "at": done, "memory": None}
+    if reopen is None:
+        file["memory"] = _memory_copy(stream, stage, path)
+    return {"n": n, "file": file}
 
 
 def _skip_to(stream: Any, at: int) -> None:

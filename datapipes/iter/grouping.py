@@ -425,13 +425,12 @@ def _group_run(pipe: Grouper, it: Iterator[Any], run: _pass.FrameRun) -> Iterato
         raise
 
 
-def _group_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+def _group_state(*, n: int, drain: Any, groups: dict[Any, Any]) -> dict[str, Any]:
     """A grouping pass's state: the items read, and the groups held (each a copy), in the order they
     were started; once the source is exhausted, the groups not yet yielded."""
-    drain = local["drain"]
     if drain is not None:
-        return {"next": local["n"], "groups": [[k, list(g)] for k, g in _pass.remaining(drain)], "draining": True}
-    return {"next": local["n"], "groups": [[k, list(g)] for k, g in local["groups"].items()]}
+        return {"next": n, "groups": [[k, list(g)] for k, g in _pass.remaining(drain)], "draining": True}
+    return {"next": n, "groups": [[k, list(g)] for k, g in groups.items()]}
 
 
 @functional_datapipe("groupby")

@@ -231,9 +231,9 @@ class Multiplexer(IterDataPipe[T]):
 # -- MultiplexerLongest ----------------------------------------------------------------------------
 
 
-def _mux_longest_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+def _mux_longest_state(*, i: int, n: int, done: Any) -> dict[str, Any]:
     """Read from a ``mux_longest`` pass's generator: the input to read next, and which have ended."""
-    return {"next": (local["i"] + 1) % local["n"], "done": list(local["done"])}
+    return {"next": (i + 1) % n, "done": list(done)}
 
 
 def _mux_longest(its: list[Iterator[Any]], run: _pass.FrameRun) -> Iterator[Any]:

@@ -114,11 +114,11 @@ class IndexAdder(IterDataPipe[dict[Any, Any]]):
 # -- Repeater --------------------------------------------------------------------------------------
 
 
-def _repeat_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+def _repeat_state(*, x: Any = None, yielding_from: Any) -> dict[str, Any]:
     """Read from a ``repeat`` pass's generator: the item being repeated and the repetitions left
     (from the ``itertools.repeat`` it yields from)."""
     left = 0 if yielding_from is None else length_hint(yielding_from)
-    return {"item": local["x"], "left": left} if left else {"left": 0}
+    return {"item": x, "left": left} if left else {"left": 0}
 
 
 def _repeat(it: Iterator[Any], times: int, run: _pass.FrameRun) -> Iterator[Any]:

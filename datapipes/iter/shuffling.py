@@ -203,19 +203,19 @@ def _reopened_all(call: Callable[[Any], Any] | None, slots: list[dict[str, Any]]
     return [_reopened(call, s) for s in slots]
 
 
-def _shuffled_flatmap_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+def _shuffled_flatmap_state(*, rng: Any, idx: int, n: int, draining: bool, buf: list[Any], held: Any) -> dict[str, Any]:
     """A ``shuffled_flatmap`` pass's state, read from its generator's locals between two outputs:
     its generator's state, the index drawn, the buffered iterators (each as the outputs it has left,
     or as its item and the count of outputs yielded), the item read but not yet buffered."""
     state: dict[str, Any] = {
-        "rng": _rng_state(local["rng"]),
-        "idx": local["idx"],
-        "next": local["n"],
-        "draining": local["draining"],
-        "slots": [_slot_state(s) for s in local["buf"]],
+        "rng": _rng_state(rng),
+        "idx": idx,
+        "next": n,
+        "draining": draining,
+        "slots": [_slot_state(s) for s in buf],
     }
-    if local["held"] is not _END:
-        state["held"] = local["held"]
+    if held is not _END:
+        state["held"] = held
     return state
 
 

@@ -78,10 +78,10 @@ _ITEM_LINES = call_lines(_paragraphs, "item")
 _JOINER_LINES = call_lines(_paragraphs, "joiner")
 
 
-def _paragraph_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+def _paragraph_state(*, n: int, prev: Any, lines: list[Any]) -> dict[str, Any]:
     """A ``lines_to_paragraphs`` pass's state: the items read, the file and lines of the paragraph
     being gathered (at most one paragraph's lines)."""
-    return {"next": local["n"], "file": local["prev"], "lines": list(local["lines"])}
+    return {"next": n, "file": prev, "lines": list(lines)}
 
 
 @functional_datapipe("lines_to_paragraphs")
@@ -200,11 +200,11 @@ def _shard_expand(pipe: ShardExpander, it: Iterator[Any], run: _pass.FrameRun) -
 _SPEC_LINES = call_lines(_shard_expand, "spec")
 
 
-def _rest_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+def _rest_state(*, n: int, yielding_from: Any) -> dict[str, Any]:
     """A pass's state between two outputs of one item: the position of the source's next item and
     the outputs of the current one not yet yielded."""
     rest = [] if yielding_from is None else _pass.remaining(yielding_from)
-    return {"next": local["n"] + 1, "rest": rest}
+    return {"next": n + 1, "rest": rest}
 
 
 @functional_datapipe("shard_expand")

@@ -240,12 +240,12 @@ class Aggregator:
         raise NotImplementedError(f"{type(self).__name__} must define flush()")
 
 
-def _aggregated_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+def _aggregated_state(*, flushed: bool, agg: Any) -> dict[str, Any]:
     """A pass of :class:`Aggregated` between two aggregates: a copy of its aggregator (its buffer),
     or, once flushed, the end."""
-    if local["flushed"]:
+    if flushed:
         return {"ended": True}
-    return {"aggregator": copy.deepcopy(local["agg"])}
+    return {"aggregator": copy.deepcopy(agg)}
 
 
 def _aggregate(stage: Aggregated, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:

@@ -177,11 +177,11 @@ def _selected_fn(fn: Callable[..., Any], input_col: _Col) -> Callable[[Any], Any
     return lambda item: fn(item[input_col])
 
 
-def _budget_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+def _budget_state(*, n: int, failures: PassFailures) -> dict[str, Any]:
     """A serial map's or filter's position under a failure budget (``max_failures``), read from its
     suspended generator: the failures counted so far, so that a resumed pass gives up where the
     uninterrupted one would, and the next item's position (what the failures' notes name)."""
-    return {"next": local["n"] + 1, "failures": local["failures"].count}
+    return {"next": n + 1, "failures": failures.count}
 
 
 def _budget_start(pipe: Any, run: _pass.FrameRun | None) -> tuple[PassFailures, int]:
@@ -196,10 +196,10 @@ def _budget_start(pipe: Any, run: _pass.FrameRun | None) -> tuple[PassFailures, 
     return failures, int(resume.get("next", 0)) - 1
 
 
-def _budget_count(local: dict[str, Any]) -> dict[str, int]:
+def _budget_count(fail: Any) -> dict[str, int]:
     """``{"failures": count}`` for a pass under a failure budget whose loop holds its failure
-    handler in the local ``fail`` (:func:`_item_fail`), else nothing."""
-    failures = getattr(local.get("fail"), "__self__", None)
+    handler ``fail`` (:func:`_item_fail`), else nothing."""
+    failures = getattr(fail, "__self__", None)
     if isinstance(failures, PassFailures) and failures.max_failures is not None:
         return {"failures": failures.count}
     return {}

@@ -40,16 +40,15 @@ def _batch_fn(fn: Callable[[Any], Any], input_col: _Col) -> Callable[[list[Any]]
     return lambda batch: fn([row[input_col] for row in batch])
 
 
-def _outputs_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+def _outputs_state(*, n: int, out: Any, done: int, batch: Any) -> dict[str, Any]:
     """A ``map_batches`` pass's state, between two outputs of one batch: the position of the next
     batch and what is left of this one: its outputs left where ``fn`` returned a list or tuple,
     else the batch and the count of outputs yielded (a resumed pass calls ``fn`` again)."""
-    out, done = local["out"], local["done"]
-    state: dict[str, Any] = {"next": local["n"] + 1}
+    state: dict[str, Any] = {"next": n + 1}
     if type(out) is list or type(out) is tuple:
         state["rest"] = list(out[done:])
     else:
-        state.update(input=list(local["batch"]), done=done)
+        state.update(input=list(batch), done=done)
     return state
 
 

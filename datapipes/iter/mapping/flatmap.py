@@ -42,7 +42,7 @@ U = TypeVar("U")
 _LIST_ITERATORS: tuple[type, ...] = (type(iter([])), type(iter(())))
 
 
-def _flatmap_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+def _flatmap_state(*, n: int, out: Any, done: int, x: Any, fail: Any = None) -> dict[str, Any]:
     """What a flatmap pass's generator holds when a state is taken (read by its
     :class:`~datapipes._runtime.passes.FrameRun`; the loops keep it in locals and write nothing else): the
     position of the source's next item (``next``) and, inside an item's outputs, what is left:
@@ -59,14 +59,13 @@ def _flatmap_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
     ``iter()`` call) costs about 20 ns per item, more than the count up to about four outputs per
     item and for every generator.
     """
-    out, done = local["out"], local["done"]
-    state: dict[str, Any] = {"next": local["n"] + 1, **_budget_count(local)}
+    state: dict[str, Any] = {"next": n + 1, **_budget_count(fail)}
     if type(out) is list or type(out) is tuple:
         state["rest"] = list(out[done:])
     elif type(out) in _LIST_ITERATORS:
         state["rest"] = _pass.remaining(out)
     else:
-        state.update(input=local["x"], done=done)
+        state.update(input=x, done=done)
     return state
 
 

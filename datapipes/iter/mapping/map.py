@@ -92,10 +92,10 @@ def _map_skip(pipe: Mapper, it: Iterator[Any], run: _pass.FrameRun | None = None
         failures.end(n + 1)  # the summary of what this pass skipped (see datapipes.errors)
 
 
-def _seeded_state(local: dict[str, Any], yielding_from: Any) -> dict[str, Any]:
+def _seeded_state(*, seed: int, n: int, fail: Any = None) -> dict[str, Any]:
     """A serial ``rng=`` map's position, read from its suspended generator: the pass seed and the
     position of the next item (each item's generator derives from both)."""
-    return {"seed": local["seed"], "next": local["n"] + 1, **_budget_count(local)}
+    return {"seed": seed, "next": n + 1, **_budget_count(fail)}
 
 
 def _seeded_start(run: _pass.FrameRun, seed: int) -> tuple[int, int]:
