@@ -121,6 +121,10 @@ class _DataPipeMixin(Node):
     #: True on stages that draw random numbers (shuffle, sample, split); they get seeds from
     #: :meth:`set_seed` and a fresh draw from torch's global generator when unseeded.
     _is_random: bool = False
+    #: What a pass's state holds for the stage, declared by each class of datapipes.iter and
+    #: datapipes.map (never inherited): scripts/gen_docs_tables.py writes the table of
+    #: docs/howto/checkpoint.rst from it (docs/howto/custom_pipe.rst says how to write it).
+    _saves: str | dict[str, str]
     _seed: int | None = None
     _epoch: int = 0
 

@@ -213,6 +213,8 @@ class TarArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
     See also: :class:`WebDatasetGrouper` to group members into samples, :class:`ZipArchiveLoader`.
     """
 
+    _saves = "same as readlines"
+
     _repr_fields = ("mode",)
 
     def __init__(
@@ -336,6 +338,8 @@ class ZipArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
 
     See also: :class:`TarArchiveLoader`.
     """
+
+    _saves = "same as readlines"
 
     def __init__(
         self,
@@ -488,6 +492,11 @@ class WebDatasetGrouper(IterDataPipe[dict[str, Any]]):
 
     See also: :class:`TarArchiveLoader`.
     """
+
+    _saves = (
+        "the sample being gathered (usually one file; an in-memory stream is saved whole, any other stream "
+        "raises ``TypeError``)"
+    )
 
     def __init__(self, source_datapipe: IterDataPipe[tuple[str, Any]]) -> None:
         require_pipe(source_datapipe, "WebDatasetGrouper", "source_datapipe")
@@ -755,6 +764,12 @@ class Decompressor(IterDataPipe[tuple[Any, Any]]):
 
     See also: :class:`TarArchiveLoader`, :class:`~datapipes.iter.LineReader`.
     """
+
+    _saves = (
+        "nothing: one lazy reader per item; the reader below it keeps the position. A reader stopped inside a "
+        "file that ``load_from_bz2``/``load_from_xz`` decompressed from a file cannot save it (``TypeError``: "
+        "the renamed path cannot be opened again); ``decompress`` keeps the path"
+    )
 
     _stateless = True  # one lazy reader per item (its consumer keeps its position): the position is its source's
 

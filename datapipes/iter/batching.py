@@ -147,6 +147,8 @@ class Batcher(IterDataPipe[Any]):
     See also: :class:`Unbatcher`, :class:`BucketBatcher`, :class:`Grouper`.
     """
 
+    _saves = "nothing: at a boundary their position is their source's"
+
     _repr_fields = ("batch_size",)
     _batch_what = "batch"  # what the note on a wrapper_class error calls the failing batch
     _stateless = True  # at a batch boundary it has consumed exactly the batched items: its source's position
@@ -369,6 +371,11 @@ class Unbatcher(IterDataPipe[Any]):
 
     See also: :class:`Batcher`, :class:`~datapipes.iter.FlatMapper`.
     """
+
+    _saves = {
+        "``unbatch``": "the rest of the current batch",
+        "``unbatch(unbatch_level=0)``": "nothing: at a boundary their position is their source's",
+    }
 
     _repr_fields = ("unbatch_level",)
 

@@ -175,6 +175,8 @@ class MaxTokenBucketizer(IterDataPipe[list[T]]):
     See also: :class:`~datapipes.iter.BucketBatcher`, :class:`~datapipes.iter.Batcher`.
     """
 
+    _saves = "the heap (at most ``buffer_size`` items and their lengths) and the batch being filled"
+
     _repr_fields = ("max_token_count",)
 
     def __init__(

@@ -108,6 +108,8 @@ class RoutedDecoder(IterDataPipe[tuple[str, Any]]):
     See also: :class:`datapipes.utils.decoder.Decoder`, :class:`~datapipes.iter.ImageDecoder`.
     """
 
+    _saves = "nothing: at a boundary their position is their source's"
+
     _stateless = True  # one item out per item in: its position is its source's
 
     def __init__(
@@ -264,6 +266,11 @@ class StreamReader(IterDataPipe[tuple[str, Any]]):
 
     See also: :class:`~datapipes.iter.FileOpener`, :class:`~datapipes.iter.LineReader`.
     """
+
+    _saves = (
+        "the current stream's path and the bytes (characters) read: opened again through the opener above and "
+        "read past them (an in-memory stream is saved instead)"
+    )
 
     _repr_fields = ("chunk",)
 

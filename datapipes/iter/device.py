@@ -359,6 +359,8 @@ class PinMemory(IterDataPipe[T]):
     is not pinned by itself, on the consumer's thread), :class:`~datapipes.iter.Collator`.
     """
 
+    _saves = "same as prefetch"
+
     _repr_fields = ("buffer_size",)
 
     def __init__(
@@ -655,6 +657,11 @@ class DeviceMover(IterDataPipe[Any]):
     :func:`datapipes.collate`.
     """
 
+    _saves: str | dict[str, str] = {  # subclasses declare a string
+        "``to_device`` (CPU)": "nothing: one item out per item in",
+        "``to_device`` (CUDA)": "same as to_cuda",
+    }
+
     _repr_fields = ("device",)
 
     def __init__(self, source_datapipe: IterDataPipe[Any], device: str | int | torch.device, non_blocking: bool = True,
@@ -738,6 +745,13 @@ class CudaMover(DeviceMover):
 
     See also: :class:`DeviceMover` (``to_device``), :class:`PinMemory` (``pin_memory``).
     """
+
+    _saves = (
+        "cannot save: they copy one item ahead on a stream of their own, which a state does not hold; "
+        "``state_dict()`` raises ``TypeError`` saying so (as does a ``prefetch`` or ``pin_memory`` after "
+        "them). ``datapipes.DataLoader(pipe, device=...)`` moves the batches and saves its state without the "
+        "copies"
+    )
 
     def __init__(self, source_datapipe: IterDataPipe[Any], device: str | int | torch.device | None = None,
                  non_blocking: bool = True, *, collate: bool = True) -> None:

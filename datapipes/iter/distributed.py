@@ -452,6 +452,11 @@ class FullSync(IterDataPipe[T]):
     See also: :class:`datapipes.DataLoader`, which can even out the batches of the ranks itself.
     """
 
+    _saves = (
+        "how many items it yielded and the items read ahead and not yet yielded (at most ``buffer_size``); "
+        "outside a distributed run nothing"
+    )
+
     _repr_fields = ("timeout",)
 
     def __init__(self, datapipe: IterDataPipe[T], timeout: float = _DEFAULT_TIMEOUT, buffer_size: int = 16) -> None:
@@ -544,6 +549,8 @@ class ShardingRoundRobinDispatcher(ShardingFilter[T]):
 
     See also: :class:`~datapipes.iter.ShardingFilter`.
     """
+
+    _saves = "same as sharding_filter"
 
     def __init__(self, source_datapipe: IterDataPipe[T], sharding_group_filter: Any = None) -> None:
         where = "ShardingRoundRobinDispatcher"

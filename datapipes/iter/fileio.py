@@ -535,6 +535,8 @@ class FileLister(IterDataPipe[str]):
     See also: :class:`FileOpener`, :class:`FSSpecFileLister` for URLs.
     """
 
+    _saves = "the root and an index in its sorted listing"
+
     def __init__(
         self,
         root: PathLike | Sequence[PathLike] | IterDataPipe[PathLike] = ".",
@@ -648,6 +650,11 @@ class FileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
     :class:`StreamWrapper`.
     """
 
+    _saves = (
+        "nothing; under a failure budget (``on_error=\"skip\"`` with ``max_failures``): the items pulled and "
+        "the failures counted (two ints)"
+    )
+
     _repr_fields = ("mode",)
 
     def __init__(
@@ -759,6 +766,8 @@ class Saver(IterDataPipe[str]):
 
     See also: :class:`FSSpecSaver` for URLs.
     """
+
+    _saves = "nothing: at a boundary their position is their source's"
 
     _repr_fields = ("mode",)
     _stateless = True  # one file written per item, before the item is yielded: its position is its source's

@@ -298,6 +298,13 @@ class BucketBatcher(IterDataPipe[list[T]]):
     See also: :class:`Batcher`, :class:`~datapipes.iter.Shuffler`.
     """
 
+    _saves = (
+        "the generator's state (625 ints) and the batches of the current pool not yet yielded (at most "
+        "``batch_size * batch_num * bucket_num`` items); with ``use_in_batch_shuffle=False``: the item "
+        "shuffle's buffer (at most as many items), the rest of the sorted bucket and the batch shuffle's "
+        "buffer (at most ``batch_size * batch_num`` batches)"
+    )
+
     _repr_fields = ("batch_size",)
     _is_random = True
 
@@ -483,6 +490,8 @@ class Grouper(IterDataPipe[Any]):
 
     See also: :class:`BucketBatcher`, :class:`~datapipes.iter.Demultiplexer`.
     """
+
+    _saves = "the groups held, keys and items (at most ``buffer_size`` items)"
 
     _repr_fields = ("group_key_fn",)
 

@@ -187,6 +187,8 @@ class ImageDecoder(IterDataPipe[Any]):
     See also: :class:`~datapipes.iter.FileOpener`, :class:`~datapipes.iter.TarArchiveLoader`.
     """
 
+    _saves = "same as open_files"
+
     def __init__(
         self,
         datapipe: IterDataPipe[Any],

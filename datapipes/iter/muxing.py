@@ -121,6 +121,8 @@ class Concater(IterDataPipe[T]):
     See also: :class:`Multiplexer` to interleave instead, :class:`Zipper`.
     """
 
+    _saves = "the current input (one int)"
+
     #: later inputs are built under the pass when the earlier ones end (see datapipes._runtime.passes.unbuilt)
     _builds_sources_later = True
 
@@ -213,6 +215,8 @@ class Multiplexer(IterDataPipe[T]):
     See also: :class:`Zipper`, :class:`Concater`.
     """
 
+    _saves = "the unyielded items of the current round (fewer than one per input)"
+
     def __init__(self, *datapipes: IterDataPipe[T]) -> None:
         _check_inputs("Multiplexer", datapipes)
         self.datapipes = datapipes
@@ -291,6 +295,8 @@ class MultiplexerLongest(IterDataPipe[T]):
 
     See also: :class:`Multiplexer`, which stops at the first exhausted input.
     """
+
+    _saves = "the input read next and which inputs have ended (an int and a flag per input)"
 
     def __init__(self, *datapipes: IterDataPipe[T]) -> None:
         _check_torchdata_inputs("MultiplexerLongest", datapipes)
@@ -387,6 +393,8 @@ class SampleMultiplexer(IterDataPipe[T]):
 
     See also: :class:`Multiplexer` and :class:`MultiplexerLongest` to take the inputs in turn.
     """
+
+    _saves = "the generator's state (625 ints) and which inputs are not exhausted"
 
     _is_random = True
 

@@ -418,6 +418,11 @@ class ParquetParser(_ParquetBase):
     :class:`~datapipes.iter.CSVDictParser`.
     """
 
+    _saves = (
+        "the current file's path, its row group and the rows of it read (an in-memory stream is saved "
+        "instead)"
+    )
+
     def __init__(
         self,
         source_datapipe: IterDataPipe[Any],
@@ -505,6 +510,8 @@ class ParquetDataFrameLoader(_ParquetBase):
 
     See also: :class:`ParquetParser` (rows or record batches of a chosen size).
     """
+
+    _saves = "same as parse_parquet"
 
     _emit = staticmethod(_emit_table)
     _counted = "row groups"

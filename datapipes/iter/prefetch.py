@@ -74,6 +74,11 @@ class Prefetcher(IterDataPipe[T]):
     workers.
     """
 
+    _saves = (
+        "the items produced (pinned) and not yet taken (at most ``buffer_size``); ``pin_memory`` without CUDA "
+        "(items pass through): nothing"
+    )
+
     _repr_fields = ("buffer_size",)
 
     def __init__(self, source_datapipe: IterDataPipe[T], buffer_size: int = 10) -> None:

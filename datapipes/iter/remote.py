@@ -291,6 +291,8 @@ class FSSpecFileLister(IterDataPipe[str]):
     See also: :class:`FSSpecFileOpener`, :class:`FileLister` for plain local folders.
     """
 
+    _saves = "same as list_files"
+
     def __init__(
         self,
         root: str | Sequence[str] | IterDataPipe[str],
@@ -519,6 +521,8 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
     See also: :class:`FSSpecFileLister`, :class:`FSSpecSaver`, :class:`FileOpener`.
     """
 
+    _saves = "same as open_files"
+
     _repr_fields = ("mode",)
 
     def __init__(
@@ -629,6 +633,8 @@ class FSSpecSaver(IterDataPipe[str]):
 
     See also: :class:`Saver` for local files, :class:`FSSpecFileOpener`.
     """
+
+    _saves = "nothing: at a boundary their position is their source's"
 
     _repr_fields = ("mode",)
     _stateless = True  # one file written per item, before the item is yielded: its position is its source's

@@ -90,6 +90,8 @@ class IndexAdder(IterDataPipe[dict[Any, Any]]):
     See also: :class:`Enumerator` for ``(index, item)`` pairs.
     """
 
+    _saves = "same as enumerate"
+
     _repr_fields = ("index_name",)
 
     def __init__(self, source_datapipe: IterDataPipe[dict[Any, Any]], index_name: Hashable = "index") -> None:
@@ -162,6 +164,8 @@ class Repeater(IterDataPipe[T]):
 
     See also: :class:`Cycler` to repeat the whole pass instead.
     """
+
+    _saves = "the item being repeated and the repetitions left"
 
     _repr_fields = ("times",)
 
@@ -316,6 +320,8 @@ class Slicer(IterDataPipe[T]):
     See also: :class:`Dropper` to drop columns, :class:`Flattener`.
     """
 
+    _saves = "nothing: at a boundary their position is their source's"
+
     _stateless = True  # one item per item
     _repr_fields = ("index",)
 
@@ -424,6 +430,8 @@ class Flattener(IterDataPipe[T]):
     See also: :class:`Slicer`, :class:`Dropper`, :class:`Unbatcher` to flatten the stream itself.
     """
 
+    _saves = "nothing: at a boundary their position is their source's"
+
     _stateless = True  # one item per item
     _repr_fields = ("indices",)
 
@@ -492,6 +500,8 @@ class Dropper(IterDataPipe[T]):
     See also: :class:`Slicer` to keep columns instead.
     """
 
+    _saves = "nothing: at a boundary their position is their source's"
+
     _stateless = True  # one item per item
     _repr_fields = ("indices",)
 
@@ -534,6 +544,8 @@ class LengthSetter(IterDataPipe[T]):
 
     See also: :class:`Header` to also cut the pass at a length.
     """
+
+    _saves = "nothing: at a boundary their position is their source's"
 
     _stateless = True  # the source's own iterator: its position is the source's
     _repr_fields = ("length",)
@@ -630,6 +642,8 @@ class Rows2Columnar(IterDataPipe[dict[Any, list[Any]]]):
         >>> [dict(d) for d in IterableWrapper([[[0, 1], [2, 3]]]).rows2columnar(["x", "y"])]
         [{'x': [0, 2], 'y': [1, 3]}]
     """
+
+    _saves = "nothing: at a boundary their position is their source's"
 
     _stateless = True  # one dict per batch: its position is its source's
 

@@ -179,6 +179,8 @@ class S3FileLister(FSSpecFileLister):
     See also: :class:`S3FileLoader`, :class:`FSSpecFileLister` for any fsspec URL.
     """
 
+    _saves = "same as list_files"
+
     def __init__(
         self,
         source_datapipe: str | Sequence[str] | IterDataPipe[str],
@@ -279,6 +281,8 @@ class S3FileLoader(FSSpecFileOpener):
 
     See also: :class:`S3FileLister`, :class:`FSSpecFileOpener` for any fsspec URL.
     """
+
+    _saves = "same as open_files"
 
     _repr_fields = ()  # type: ignore[assignment]  # always binary: no mode to show
 

@@ -247,6 +247,11 @@ class ShardingFilter(IterDataPipe[T]):
     See also: :func:`apply_sharding` to shard every ``sharding_filter`` of a graph.
     """
 
+    _saves = (
+        "the shard and how many items it kept (three ints; after a resume with another number of workers or "
+        "ranks, a few ints per earlier layout)"
+    )
+
     #: (seed, epoch) agreed across ranks by datapipes.DataLoader (see _worker.set_loader_seed)
     _loader_seed: tuple[int, int] | None = None
     #: (rank, world_size) of the process group seen where the pipe was pickled (for spawned workers)

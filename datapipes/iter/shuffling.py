@@ -116,6 +116,8 @@ class InBatchShuffler(IterDataPipe[list[T]]):
     See also: :class:`~datapipes.iter.Shuffler`, :class:`~datapipes.iter.BucketBatcher`.
     """
 
+    _saves = "the generator's state (625 ints); the batches are its source's"
+
     _is_random = True
 
     def __init__(self, datapipe: IterDataPipe[Sequence[T]]) -> None:
@@ -351,6 +353,11 @@ class ShuffledFlatMapper(IterDataPipe[Any]):
 
     See also: :class:`~datapipes.iter.FlatMapper`, :class:`InBatchShuffler`.
     """
+
+    _saves = (
+        "the generator's state (625 ints) and the buffer: at most ``buffer_size`` inputs, each as its outputs "
+        "left or as the input and a count (as ``flatmap``)"
+    )
 
     _is_random = True
     _repr_fields = ("fn",)

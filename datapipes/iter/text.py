@@ -117,6 +117,8 @@ class ParagraphAggregator(IterDataPipe[tuple[Any, Any]]):
     See also: :class:`~datapipes.iter.LineReader`.
     """
 
+    _saves = "the file name and the lines of the paragraph being gathered"
+
     _repr_fields = ("joiner",)
 
     def __init__(
@@ -239,6 +241,8 @@ class ShardExpander(IterDataPipe[str]):
 
     See also: :class:`~datapipes.iter.FileLister`, :class:`~datapipes.iter.FSSpecFileLister`.
     """
+
+    _saves = "the names of the current pattern not yet yielded"
 
     def __init__(self, source_datapipe: IterDataPipe[str]) -> None:
         require_pipe(source_datapipe, "ShardExpander", "source_datapipe")

@@ -324,6 +324,13 @@ class IterableWrapper(IterDataPipe[T]):
     2
     """
 
+    _saves = (
+        "the index (list, tuple, range, str, bytes, dict, set, deque, anything indexable with a ``len``; "
+        "nothing per item); an iterator with ``state_dict()``/``load_state_dict()``: its own state; another "
+        "re-iterable: a count, and the resumed pass re-reads and skips (exact if it repeats its items); "
+        "one-shot iterators and async iterables cannot resume (``TypeError``)"
+    )
+
     _defer = False  # iter() of the iterable waits for the first next() (set by __init__)
 
     def __init__(self, iterable: Iterable[T] | AsyncIterable[T], deepcopy: bool = True) -> None:
@@ -464,6 +471,11 @@ class Header(IterDataPipe[T]):
     See also: :class:`Cycler`.
     """
 
+    _saves = {
+        "``header``": "same as enumerate",
+        "``header(None)``": "nothing: at a boundary their position is their source's",
+    }
+
     _repr_fields = ("limit",)
 
     def __init__(self, source_datapipe: IterDataPipe[T], limit: int | None = 10) -> None:
@@ -579,6 +591,8 @@ class Cycler(IterDataPipe[T]):
     See also: :class:`Header` to take a finite prefix of an endless cycle.
     """
 
+    _saves = "same as enumerate"
+
     _repr_fields = ("count",)
 
     def __init__(self, source_datapipe: IterDataPipe[T], count: int | None = None) -> None:
@@ -662,6 +676,8 @@ class Enumerator(IterDataPipe[tuple[int, T]]):
         >>> list(IterableWrapper("abc").enumerate(starting_index=1))
         [(1, 'a'), (2, 'b'), (3, 'c')]
     """
+
+    _saves = "one int each"
 
     def __init__(self, source_datapipe: IterDataPipe[T], starting_index: int = 0) -> None:
         require_pipe(source_datapipe, "Enumerator", "source_datapipe")

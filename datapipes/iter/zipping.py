@@ -98,6 +98,8 @@ class Zipper(IterDataPipe[tuple[Any, ...]]):
     See also: :class:`Multiplexer`, :class:`Concater`.
     """
 
+    _saves = "nothing: at a boundary their position is their source's"
+
     #: at a boundary between two tuples every input has yielded exactly one item per tuple
     _stateless = True
 
@@ -150,6 +152,8 @@ class ZipperLongest(IterDataPipe[tuple[Any, ...]]):
 
     See also: :class:`Zipper`, which stops at the shortest input.
     """
+
+    _saves = "nothing: at a boundary their position is their source's"
 
     #: at a tuple boundary every input not exhausted has yielded one item per tuple
     _stateless = True
@@ -298,6 +302,8 @@ class IterKeyZipper(IterDataPipe[Any]):
     See also: :class:`MapKeyZipper` to look items up in a map-style pipe, :class:`Zipper`.
     """
 
+    _saves = "the reference items waiting for their keys (at most ``buffer_size``)"
+
     _repr_fields = ("key_fn",)
 
     def __init__(
@@ -410,6 +416,8 @@ class MapKeyZipper(IterDataPipe[Any]):
 
     See also: :class:`IterKeyZipper` to match against an iterable-style pipe.
     """
+
+    _saves = "nothing: at a boundary their position is their source's"
 
     _stateless = True  # one result per source item, nothing kept
     _repr_fields = ("key_fn",)
@@ -574,6 +582,8 @@ class UnZipper(IterDataPipe[Any]):
 
     See also: :class:`Forker`, :class:`Zipper` (its inverse).
     """
+
+    _saves = "same as fork"
 
     def __new__(  # type: ignore[misc]
         cls,

@@ -75,6 +75,8 @@ class Mapper(MapDataPipe[U]):
     See also: :class:`datapipes.iter.Mapper`, the iterable-style map with an error policy.
     """
 
+    _saves = "same as SequenceWrapper"
+
     _repr_fields = ("fn",)
 
     def __init__(

@@ -60,6 +60,8 @@ class Shuffler(IterDataPipe[T]):
     See also: :class:`datapipes.iter.Shuffler`, the buffered shuffle of an iterable-style pipe.
     """
 
+    _saves = "cannot save yet: ``state_dict()`` raises ``TypeError``"
+
     _is_random = True
     _enabled = True  # set_shuffle (a class default: pipes pickled before it existed shuffle)
 

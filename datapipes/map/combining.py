@@ -50,6 +50,8 @@ class Concater(MapDataPipe[T]):
     See also: :class:`Zipper`, :class:`datapipes.iter.Concater`.
     """
 
+    _saves = "same as SequenceWrapper"
+
     def __init__(self, *datapipes: MapDataPipe[T]) -> None:
         _require_map_pipes(datapipes, "Concater")
         self.datapipes = datapipes
@@ -100,6 +102,8 @@ class Zipper(MapDataPipe[tuple[Any, ...]]):
 
     See also: :class:`Concater`, :class:`datapipes.iter.Zipper`.
     """
+
+    _saves = "same as SequenceWrapper"
 
     def __init__(self, *datapipes: MapDataPipe[Any]) -> None:
         _require_map_pipes(datapipes, "Zipper")

@@ -169,6 +169,8 @@ class IterToMapConverter(MapDataPipe[V]):
     See also: :class:`MapToIterConverter` (``to_iter_datapipe``), the other way round.
     """
 
+    _saves = "same as SequenceWrapper"
+
     def __init__(self, datapipe: IterDataPipe[T], key_value_fn: Callable[[T], tuple[Any, V]] | None = None) -> None:
         if not isinstance(datapipe, IterDataPipe):  # torchdata's words
             raise TypeError(f"IterToMapConverter can only apply on IterDataPipe, but found {type(datapipe)}")
@@ -272,6 +274,11 @@ class MapToIterConverter(IterDataPipe[T]):
 
     See also: :class:`IterToMapConverter` (``to_map_datapipe``), the other way round.
     """
+
+    _saves = (
+        "an index into the map-style pipe (or its ``indices``); the stages above it keep nothing (the "
+        "map-style pipe is read from its start again)"
+    )
 
     #: its position is an index into the map-style pipe, which a resumed pass reads from its start
     #: (a keyed pipe loads its source again): the stages above save no position (_pass._replayed)

@@ -54,6 +54,8 @@ class Batcher(MapDataPipe[Any]):
     See also: :class:`datapipes.iter.Batcher`.
     """
 
+    _saves = "same as SequenceWrapper"
+
     _repr_fields = ("batch_size",)
     _batch_what = "index"  # the iterable-style loops, reused for iterating, name the batch's index
     _run: Callable[[Any], Iterator[Any]]

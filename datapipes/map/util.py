@@ -84,6 +84,11 @@ class SequenceWrapper(MapDataPipe[T]):
     See also: :class:`datapipes.iter.IterableWrapper` for iterable-style sources.
     """
 
+    _saves = (
+        "nothing: a map-style pipe is read by index and has no position; the ``to_iter_datapipe`` reading it "
+        "keeps the pass's"
+    )
+
     def __init__(self, sequence: Sequence[T], deepcopy: bool = True) -> None:
         kind = type(sequence)
         if not (hasattr(kind, "__getitem__") and hasattr(kind, "__len__")):
@@ -239,6 +244,8 @@ class InMemoryCacheHolder(MapDataPipe[T]):
     See also: :class:`datapipes.iter.InMemoryCacheHolder`, which keeps the items of a whole pass.
     """
 
+    _saves = "same as SequenceWrapper"
+
     def __init__(self, source_dp: MapDataPipe[T], cache_fn: Callable[[int], Any] | None = None) -> None:
         require_pipe(source_dp, "InMemoryCacheHolder", "source_dp", kind=MapDataPipe)
         require_callable(cache_fn, "InMemoryCacheHolder", "cache_fn", optional=True)
@@ -349,6 +356,8 @@ class UnZipper(MapDataPipe[Any]):
 
     See also: :class:`Zipper` (its inverse), :class:`datapipes.iter.UnZipper`.
     """
+
+    _saves = "same as SequenceWrapper"
 
     def __new__(  # type: ignore[misc]
         cls,

@@ -281,6 +281,11 @@ class Demultiplexer(IterDataPipe[T]):
     See also: :class:`Forker` to send every item to every child, :class:`Filter`.
     """
 
+    _saves = (
+        "the shared buffer and where each child stands (saved once): each child's queue (at most "
+        "``buffer_size`` items in all)"
+    )
+
     def __new__(  # type: ignore[misc]
         cls,
         datapipe: IterDataPipe[T],
@@ -395,6 +400,8 @@ class RoundRobinDemultiplexer(IterDataPipe[Any]):
 
     See also: :class:`Demultiplexer` to route by a function, :class:`MultiplexerLongest` (its inverse).
     """
+
+    _saves = "same as demux"
 
     def __new__(  # type: ignore[misc]
         cls, datapipe: IterDataPipe[T], num_instances: int, buffer_size: int = 1000

@@ -250,6 +250,11 @@ class Forker(IterDataPipe[T]):
     See also: :class:`Demultiplexer` to send each item to one child.
     """
 
+    _saves = (
+        "the shared buffer and where each child stands (saved once): the items some child has not read (at "
+        "most ``buffer_size`` and a few)"
+    )
+
     def __new__(  # type: ignore[misc]
         cls,
         datapipe: IterDataPipe[T],

@@ -491,6 +491,8 @@ class OnDiskCacheHolder(IterDataPipe[Any]):
     See also: :class:`EndOnDiskCacheHolder`, :class:`~datapipes.iter.InMemoryCacheHolder`.
     """
 
+    _saves = "nothing: at a boundary their position is their source's"
+
     _stateless = True  # its bookkeeping is end_caching's run; its position is its source's
 
     def __init__(
@@ -619,6 +621,13 @@ class EndOnDiskCacheHolder(IterDataPipe[str]):
 
     See also: :class:`OnDiskCacheHolder`, :class:`HttpReader`.
     """
+
+    _saves = {
+        "``end_caching`` (with ``on_disk_cache``)": (
+            "the paths not yet yielded, the items between the two stages (their paths and the files written "
+            "for them) and a count"
+        ),
+    }
 
     _repr_fields = ("mode",)
 

@@ -163,6 +163,8 @@ class HashChecker(IterDataPipe[tuple[Any, Any]]):
     See also: :class:`OnDiskCacheHolder` (its ``hash_dict``).
     """
 
+    _saves = "nothing: at a boundary their position is their source's"
+
     _stateless = True  # one item out per item in: its position is its source's
 
     def __init__(

@@ -214,6 +214,10 @@ class InMemoryCacheHolder(IterDataPipe[T]):
         ([0, 1, 4, 9], [0, 1, 4, 9])
     """
 
+    _saves = (
+        "an index and two flags; the cache itself is not saved (a process without it reads the source again)"
+    )
+
     #: once filled, later passes read the cache and never build the source (see datapipes._runtime.passes.unbuilt)
     _builds_sources_later = True
 

@@ -113,6 +113,8 @@ class Bz2FileLoader(_CompressedLoader):
     See also: :class:`XzFileLoader`, :class:`~datapipes.iter.Decompressor`.
     """
 
+    _saves = "same as decompress"
+
     _format = "bz2"
     _suffix = ".bz2"
 
@@ -145,6 +147,8 @@ class XzFileLoader(_CompressedLoader):
 
     See also: :class:`Bz2FileLoader`, :class:`~datapipes.iter.Decompressor`.
     """
+
+    _saves = "same as decompress"
 
     _format = "xz"
     _suffix = ".xz"
@@ -242,6 +246,11 @@ class Extractor(IterDataPipe[tuple[Any, Any]]):
 
     See also: :class:`~datapipes.iter.Decompressor`, :class:`~datapipes.iter.TarArchiveLoader`.
     """
+
+    _saves = {
+        "``extract`` (a compression for every item)": "same as decompress",
+        "``extract`` (archives)": "same as readlines",
+    }
 
     _stream_mode = "r|*"  # as TarArchiveLoader reads (compression detected)
 

@@ -178,6 +178,8 @@ class CSVParser(IterDataPipe[Any]):
     :class:`CSVDictParser`, :class:`LineReader`.
     """
 
+    _saves = "same as readlines"
+
     _rows: Callable[..., Iterator[Any]] = staticmethod(_list_rows)
 
     def __init__(
@@ -242,6 +244,8 @@ class CSVFilesParser(CSVParser):
 
     See also: :class:`CSVParser` (``parse_csv``, yields rows), :class:`CSVDictParser`.
     """
+
+    _saves = "same as readlines"
 
     def __init__(
         self,
@@ -349,6 +353,8 @@ class CSVDictParser(CSVParser):
 
     See also: :class:`CSVParser`.
     """
+
+    _saves = "same as readlines"
 
     _rows = staticmethod(_dict_rows)
 

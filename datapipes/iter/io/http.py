@@ -158,6 +158,8 @@ class HttpReader(_HttpBase):
     See also: :class:`OnlineReader`, :class:`~datapipes.iter.FSSpecFileOpener`.
     """
 
+    _saves = "nothing: at a boundary their position is their source's"
+
     def __init__(
         self,
         source_datapipe: IterDataPipe[str],
@@ -200,6 +202,8 @@ class OnlineReader(_HttpBase):
 
     See also: :class:`HttpReader`.
     """
+
+    _saves = "nothing: at a boundary their position is their source's"
 
     def __init__(
         self,

@@ -94,6 +94,8 @@ class JsonParser(IterDataPipe[tuple[str, Any]]):
     See also: :class:`LineReader` (``readlines``) then ``map(json.loads)`` for JSON lines files.
     """
 
+    _saves = "same as open_files"
+
     def __init__(
         self,
         source_datapipe: IterDataPipe[tuple[str, Any]],

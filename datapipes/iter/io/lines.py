@@ -125,6 +125,12 @@ class LineReader(IterDataPipe[Any]):
     See also: :class:`CSVParser`, :class:`JsonParser`.
     """
 
+    _saves = (
+        "the current file's path and the lines, entries or records read (and a CSV header): the file is "
+        "opened again through the opener above and the read lines skipped without parsing (an in-memory "
+        "stream is saved instead); the failures counted under ``on_error=\"skip\"``"
+    )
+
     def __init__(
         self,
         source_datapipe: IterDataPipe[tuple[str, Any]],

@@ -385,6 +385,8 @@ class TFRecordLoader(IterDataPipe[dict[str, Any]]):
     See also: :class:`~datapipes.iter.FileOpener`.
     """
 
+    _saves = "same as readlines"
+
     def __init__(
         self,
         datapipe: IterDataPipe[tuple[str, Any]],

@@ -140,6 +140,8 @@ class BatchMapper(IterDataPipe[U]):
     See also: :class:`~datapipes.iter.FlatMapper`, :class:`~datapipes.iter.Batcher`.
     """
 
+    _saves = "same as flatmap"
+
     _repr_fields = ("fn",)
 
     def __init__(self, datapipe: IterDataPipe[Any], fn: Callable[[list[Any]], Iterable[U]], batch_size: int,
@@ -223,6 +225,8 @@ class Collator(IterDataPipe[Any]):
     See also: :func:`datapipes._collate.collate`, :class:`~datapipes.iter.Batcher`,
     :class:`~datapipes.iter.PinMemory`, :class:`~datapipes.iter.DeviceMover`.
     """
+
+    _saves = "nothing: at a boundary their position is their source's"
 
     _stateless = True  # a pass's position is its source's
 

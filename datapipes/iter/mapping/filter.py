@@ -117,6 +117,8 @@ class Filter(IterDataPipe[T]):
         [(1, 2, 3)]
     """
 
+    _saves = "nothing: at a boundary their position is their source's"
+
     _stateless = True  # a pass's position is its source's
 
     _repr_fields = ("filter_fn",)

@@ -307,6 +307,12 @@ class FlatMapper(IterDataPipe[U]):
         [0, 0, 1, 0, 1, 2]
     """
 
+    _saves = (
+        "the outputs left of the current input (batch) where ``fn`` returned a list or tuple; else the input "
+        "and how many of its outputs were yielded (``fn`` runs on it again). Concurrent ``flatmap``: also the "
+        "inputs in flight, as ``map(concurrency=N)``"
+    )
+
     _repr_fields = ("fn",)
 
     def __init__(

@@ -393,6 +393,12 @@ class Mapper(IterDataPipe[U]):
     :class:`~datapipes.iter.Prefetcher`.
     """
 
+    _saves: str | dict[str, str] = {  # subclasses declare a string
+        "``map``": "nothing: at a boundary their position is their source's",
+        "``map(fn, rng=...)`` (serial)": "the pass seed and the next item's position (two ints)",
+        "``map(concurrency=N)`` (threads, async, executors, processes)": "same as threadpool_map",
+    }
+
     _repr_fields = ("fn",)
 
     def __init__(
@@ -544,6 +550,11 @@ class ThreadPoolMapper(Mapper[U]):
     ``timeout`` ...), :class:`~datapipes.iter.Prefetcher`.
     """
 
+    _saves = (
+        "the inputs in flight (threads: at most ``2 * concurrency`` items; processes: the chunks in flight), "
+        "the count pulled, the pass seed"
+    )
+
     def __init__(
         self,
         source_datapipe: IterDataPipe[Any],
@@ -639,6 +650,8 @@ class BatchAsyncMapper(Mapper[U]):
     See also: :class:`~datapipes.iter.Mapper` with an ``async def fn`` and ``concurrency=``, which
     this is; ``ordered=False`` there yields in completion order.
     """
+
+    _saves = "same as threadpool_map"
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         # flatten=False: the flat stage batched again (torchdata's batches, in the same order).
