@@ -167,12 +167,13 @@ def _device(name: str) -> Any:
 def build_pipe(root: str, labels: dict[str, int], *, count: int, size: int, batch_size: int,
                concurrency: int, device: Any, seed: int, limit: int | None = None) -> Any:
     """The demo's pipe over the JPEGs under ``root`` (``count`` of them), nothing run yet."""
+    from .datapipe import IterDataPipe
     from .iter import FileLister
 
-    files = FileLister(root, _MASKS, recursive=True, length=count).shuffle()
+    files: IterDataPipe[str] = FileLister(root, _MASKS, recursive=True, length=count).shuffle()
     if limit is not None:
         files = files.header(limit)
-    pipe = (
+    pipe: IterDataPipe[Any] = (
         files.open_files(mode="b")
         .map(DecodeResize(size, root, labels), concurrency=concurrency)
         .batch(batch_size)

@@ -4,7 +4,8 @@ At run time these are empty generic bases of :class:`IterDataPipe` and :class:`M
 methods themselves are set by :func:`functional_datapipe` when each pipe module is imported. Type
 checkers read ``_methods.pyi`` beside this file instead, which declares every registered method with
 its parameters and result type (``pipe.map(f)`` is an ``IterDataPipe[U]`` where ``f`` returns ``U``).
-``tests/test_typing.py`` keeps the stub in sync with the registry.
+``scripts/gen_stub.py`` writes the stub from the registered classes' constructors (and their
+``@typing.overload`` declarations); ``tests/test_stub.py`` checks the committed one is its output.
 """
 
 from typing import Generic, TypeVar

@@ -37,7 +37,7 @@ import threading
 import time
 import warnings
 from collections import deque
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Literal, NamedTuple
 
 from ._checks import ArgumentError, ArgumentTypeError
 
@@ -59,6 +59,8 @@ __all__ = [
 ]
 
 _ON_ERROR = ("raise", "skip")
+#: what a stage takes as ``on_error``
+_OnError = Literal["raise", "skip"]
 _RECENT = 16  # failures kept for inspection in a FailureLog
 
 #: The default ``warn_failures``: a pass that skips more than this share of its items warns.

@@ -53,7 +53,7 @@ from .._positions import Enumerated, skip as skip_items
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
 from .._engine import abandon
 from .._engine import close_iterator as _close
-from ..errors import WARN_FAILURES, add_stage_note, policy_and_log
+from ..errors import WARN_FAILURES, _OnError, add_stage_note, policy_and_log
 from ._readers import _REWRAP, _item, _on_fail, _open_item, _pair, _read_run, _ReadRun, _reopener, set_origin
 from .._engine.lifecycle import Resumable
 
@@ -223,7 +223,7 @@ class TarArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         mode: str = "r:*",
         length: int = -1,
         *,
-        on_error: str = "raise",
+        on_error: _OnError = "raise",
         max_failures: int | float | None = None,
         warn_failures: int | float | None = WARN_FAILURES,
     ) -> None:
@@ -346,7 +346,7 @@ class ZipArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         datapipe: IterDataPipe[tuple[str, Any]],
         length: int = -1,
         *,
-        on_error: str = "raise",
+        on_error: _OnError = "raise",
         max_failures: int | float | None = None,
         warn_failures: int | float | None = WARN_FAILURES,
     ) -> None:

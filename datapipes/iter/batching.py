@@ -20,7 +20,7 @@ items left a copy of it reads).
 from __future__ import annotations
 
 from itertools import islice
-from typing import Any, Callable, Iterable, Iterator, TypeVar, cast
+from typing import Any, Callable, Iterable, Iterator, Literal, TypeVar, cast, overload
 
 from .._runtime import passes as _pass
 from .._chunk import DataChunk
@@ -32,6 +32,7 @@ from ..errors import add_stage_note, call_lines, raised_at
 __all__ = ["Batcher", "Unbatcher", "UnBatcher"]
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 #: The containers :class:`Unbatcher` treats as batches.
 _BATCH = (list, tuple)
@@ -153,6 +154,21 @@ class Batcher(IterDataPipe[Any]):
     _batch_what = "batch"  # what the note on a wrapper_class error calls the failing batch
     _stateless = True  # at a batch boundary it has consumed exactly the batched items: its source's position
 
+    @overload
+    def __init__(
+        self: IterDataPipe[list[T]],
+        datapipe: IterDataPipe[T],
+        batch_size: int,
+        drop_last: bool = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[U],
+        datapipe: IterDataPipe[T],
+        batch_size: int,
+        drop_last: bool = ...,
+        wrapper_class: Callable[[list[T]], U] = ...,
+    ) -> None: ...
     def __init__(
         self,
         datapipe: IterDataPipe[T],
@@ -379,6 +395,14 @@ class Unbatcher(IterDataPipe[Any]):
 
     _repr_fields = ("unbatch_level",)
 
+    @overload
+    def __init__(
+        self: IterDataPipe[U],
+        datapipe: IterDataPipe[Iterable[U]],
+        unbatch_level: Literal[1] = ...,
+    ) -> None: ...
+    @overload
+    def __init__(self: IterDataPipe[Any], datapipe: IterDataPipe[T], unbatch_level: int = ...) -> None: ...
     def __init__(self, datapipe: IterDataPipe[Any], unbatch_level: int = 1) -> None:
         require_pipe(datapipe, "Unbatcher")
         require_int(unbatch_level, "Unbatcher", "unbatch_level", minimum=-1)

@@ -17,7 +17,7 @@ import random
 from bisect import bisect
 from itertools import accumulate, islice
 from operator import length_hint
-from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar, cast
+from typing import Any, Callable, Hashable, Iterable, Iterator, Literal, Mapping, Sequence, TypeVar, cast, overload
 
 import torch
 from torch.utils.data import Sampler as TorchSampler
@@ -34,6 +34,7 @@ from .._engine.lifecycle import Resumable
 __all__ = ["Shuffler", "Sampler", "RandomSplitter"]
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 _MISSING = object()
 
@@ -245,6 +246,22 @@ class Shuffler(IterDataPipe[T]):
     _is_random = True
     _repr_fields = ("buffer_size",)
 
+    @overload
+    def __init__(
+        self: IterDataPipe[T],
+        datapipe: IterDataPipe[T],
+        *,
+        buffer_size: int = ...,
+        unbatch_level: Literal[0] = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[Any],
+        datapipe: IterDataPipe[T],
+        *,
+        buffer_size: int = ...,
+        unbatch_level: int = ...,
+    ) -> None: ...
     def __init__(self, datapipe: IterDataPipe[Any], *, buffer_size: int = 10000, unbatch_level: int = 0) -> None:
         require_pipe(datapipe, "Shuffler")
         require_int(buffer_size, "Shuffler", "buffer_size", minimum=1, torch_assert="buffer_size should be larger than 0")
@@ -651,6 +668,34 @@ class RandomSplitter(IterDataPipe[T]):
 
     _saves = "the generator's state (625 ints), the weights left per group and the items left"
 
+    @overload
+    def __new__(  # type: ignore[misc, overload-overlap]
+        cls,
+        source_datapipe: IterDataPipe[T],
+        weights: Mapping[K, float],
+        seed: int,
+        total_length: int | None = ...,
+        target: None = ...,
+    ) -> list[IterDataPipe[T]]: ...
+    @overload
+    def __new__(  # type: ignore[misc]
+        cls,
+        source_datapipe: IterDataPipe[T],
+        weights: Mapping[K, float],
+        seed: int,
+        total_length: int | None = ...,
+        *,
+        target: K,
+    ) -> IterDataPipe[T]: ...
+    @overload
+    def __new__(  # type: ignore[misc]
+        cls,
+        source_datapipe: IterDataPipe[T],
+        weights: Mapping[K, float],
+        seed: int,
+        total_length: int | None,
+        target: K,
+    ) -> IterDataPipe[T]: ...
     def __new__(  # type: ignore[misc]
         cls,
         source_datapipe: IterDataPipe[T],

@@ -54,7 +54,7 @@ from .._checks import require_bool
 from .._positions import skip as skip_items
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
-from ..errors import WARN_FAILURES, add_stage_note, policy_and_log
+from ..errors import WARN_FAILURES, _OnError, add_stage_note, policy_and_log
 from .util import IterableWrapper, _Unresumable
 from .._engine.lifecycle import Resumable
 
@@ -664,7 +664,7 @@ class FileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         encoding: str | None = None,
         length: int = -1,
         *,
-        on_error: str = "raise",
+        on_error: _OnError = "raise",
         max_failures: int | float | None = None,
         warn_failures: int | float | None = WARN_FAILURES,
     ) -> None:

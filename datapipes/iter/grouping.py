@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 from itertools import islice
-from typing import Any, Callable, Hashable, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Hashable, Iterable, Iterator, Literal, TypeVar, overload
 
 from .._runtime import passes as _pass
 from .._engine import abandon
@@ -30,6 +30,7 @@ from .._engine.lifecycle import Resumable
 __all__ = ["BucketBatcher", "Grouper"]
 
 T = TypeVar("T")
+Key = TypeVar("Key")
 
 #: torch DataPipes' words where they assert on the sizes of ``groupby``.
 _GROUP_SIZE_ASSERT = "group_size must be > 0 and <= buffer_size"
@@ -495,6 +496,42 @@ class Grouper(IterDataPipe[Any]):
 
     _repr_fields = ("group_key_fn",)
 
+    @overload
+    def __init__(
+        self: IterDataPipe[list[T]],
+        datapipe: IterDataPipe[T],
+        group_key_fn: Callable[[T], Hashable],
+        *,
+        keep_key: Literal[False] = ...,
+        buffer_size: int | None = ...,
+        group_size: int | None = ...,
+        guaranteed_group_size: int | None = ...,
+        drop_remaining: bool = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[tuple[Key, list[T]]],
+        datapipe: IterDataPipe[T],
+        group_key_fn: Callable[[T], Key],
+        *,
+        keep_key: Literal[True],
+        buffer_size: int | None = ...,
+        group_size: int | None = ...,
+        guaranteed_group_size: int | None = ...,
+        drop_remaining: bool = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[Any],
+        datapipe: IterDataPipe[T],
+        group_key_fn: Callable[[T], Hashable],
+        *,
+        keep_key: bool = ...,
+        buffer_size: int | None = ...,
+        group_size: int | None = ...,
+        guaranteed_group_size: int | None = ...,
+        drop_remaining: bool = ...,
+    ) -> None: ...
     def __init__(
         self,
         datapipe: IterDataPipe[T],

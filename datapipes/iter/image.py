@@ -17,7 +17,7 @@ from .._checks import require_bool
 from .._engine import abandon
 from .._engine import close_iterator as _close
 from ..datapipe import IterDataPipe, functional_datapipe, require_pipe, source_len, stage_label
-from ..errors import WARN_FAILURES, policy_and_log
+from ..errors import WARN_FAILURES, _OnError, policy_and_log
 from ._readers import _budget_stateless, _count_run, _CountRun, _on_fail
 
 __all__ = ["ImageDecoder"]
@@ -199,7 +199,7 @@ class ImageDecoder(IterDataPipe[Any]):
         draft: bool = False,
         output: str = "numpy",
         layout: str = "hwc",
-        on_error: str = "raise",
+        on_error: _OnError = "raise",
         max_failures: int | float | None = None,
         warn_failures: int | float | None = WARN_FAILURES,
     ) -> None:

@@ -19,7 +19,7 @@ import itertools
 import math
 import random
 from bisect import bisect
-from typing import Any, Iterator, Mapping, TypeVar
+from typing import Any, Iterator, Mapping, TypeVar, overload
 
 from .._runtime import passes as _pass
 from .._positions import remaining
@@ -33,6 +33,7 @@ from .._engine.lifecycle import Resumable
 __all__ = ["Concater", "Multiplexer", "MultiplexerLongest", "SampleMultiplexer"]
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 _MISS = object()  # private sentinel: no more items (None is a valid item)
 
@@ -126,7 +127,13 @@ class Concater(IterDataPipe[T]):
     #: later inputs are built under the pass when the earlier ones end (see datapipes._runtime.passes.unbuilt)
     _builds_sources_later = True
 
-    def __init__(self, *datapipes: IterDataPipe[T]) -> None:
+    @overload
+    def __init__(
+        self: Concater[T | U], datapipe: IterDataPipe[T], other: IterDataPipe[U], /, *datapipes: IterDataPipe[U]
+    ) -> None: ...
+    @overload
+    def __init__(self, *datapipes: IterDataPipe[T]) -> None: ...
+    def __init__(self, *datapipes: IterDataPipe[Any]) -> None:
         _check_inputs("Concater", datapipes)
         self.datapipes = datapipes
         self._run = _concat
@@ -217,7 +224,13 @@ class Multiplexer(IterDataPipe[T]):
 
     _saves = "the unyielded items of the current round (fewer than one per input)"
 
-    def __init__(self, *datapipes: IterDataPipe[T]) -> None:
+    @overload
+    def __init__(
+        self: Multiplexer[T | U], datapipe: IterDataPipe[T], other: IterDataPipe[U], /, *datapipes: IterDataPipe[U]
+    ) -> None: ...
+    @overload
+    def __init__(self, *datapipes: IterDataPipe[T]) -> None: ...
+    def __init__(self, *datapipes: IterDataPipe[Any]) -> None:
         _check_inputs("Multiplexer", datapipes)
         self.datapipes = datapipes
         self._run = _mux
@@ -298,7 +311,13 @@ class MultiplexerLongest(IterDataPipe[T]):
 
     _saves = "the input read next and which inputs have ended (an int and a flag per input)"
 
-    def __init__(self, *datapipes: IterDataPipe[T]) -> None:
+    @overload
+    def __init__(
+        self: MultiplexerLongest[T | U], datapipe: IterDataPipe[T], other: IterDataPipe[U], /, *datapipes: IterDataPipe[U]
+    ) -> None: ...
+    @overload
+    def __init__(self, *datapipes: IterDataPipe[T]) -> None: ...
+    def __init__(self, *datapipes: IterDataPipe[Any]) -> None:
         _check_torchdata_inputs("MultiplexerLongest", datapipes)
         self.datapipes = datapipes
 

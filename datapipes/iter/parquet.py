@@ -34,14 +34,14 @@ import io
 import os
 from itertools import chain, repeat
 from operator import length_hint
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence, overload
 
 from .._checks import require_bool
 from .._runtime import passes as _pass
 from .._engine import abandon
 from .._engine import close_iterator as _close
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
-from ..errors import WARN_FAILURES, call_lines, policy_and_log, raised_at
+from ..errors import WARN_FAILURES, _OnError, call_lines, policy_and_log, raised_at
 from ._readers import _FileRun, _file_where, _from_memory, _inner, _memory_copy, _on_fail, _pair, _reopener
 
 __all__ = ["ParquetDataFrameLoader", "ParquetParser"]
@@ -423,6 +423,48 @@ class ParquetParser(_ParquetBase):
         "instead)"
     )
 
+    @overload
+    def __init__(
+        self: IterDataPipe[dict[str, Any]],
+        source_datapipe: IterDataPipe[Any],
+        *,
+        columns: Sequence[str] | None = ...,
+        batch_size: int = ...,
+        as_batches: Literal[False] = ...,
+        return_path: Literal[False] = ...,
+        use_threads: bool = ...,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[tuple[str, dict[str, Any]]],
+        source_datapipe: IterDataPipe[Any],
+        *,
+        columns: Sequence[str] | None = ...,
+        batch_size: int = ...,
+        as_batches: Literal[False] = ...,
+        return_path: Literal[True],
+        use_threads: bool = ...,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[Any],
+        source_datapipe: IterDataPipe[Any],
+        *,
+        columns: Sequence[str] | None = ...,
+        batch_size: int = ...,
+        as_batches: bool = ...,
+        return_path: bool = ...,
+        use_threads: bool = ...,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+    ) -> None: ...
     def __init__(
         self,
         source_datapipe: IterDataPipe[Any],
@@ -432,7 +474,7 @@ class ParquetParser(_ParquetBase):
         as_batches: bool = False,
         return_path: bool = False,
         use_threads: bool = True,
-        on_error: str = "raise",
+        on_error: _OnError = "raise",
         max_failures: int | float | None = None,
         warn_failures: int | float | None = WARN_FAILURES,
     ) -> None:
@@ -524,7 +566,7 @@ class ParquetDataFrameLoader(_ParquetBase):
         device: Any = "",
         use_threads: bool = False,
         *,
-        on_error: str = "raise",
+        on_error: _OnError = "raise",
         max_failures: int | float | None = None,
         warn_failures: int | float | None = WARN_FAILURES,
     ) -> None:

@@ -19,7 +19,7 @@ from .._checks import require_bool
 from .._runtime import passes as _pass
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
-from ..errors import WARN_FAILURES, add_stage_note, policy_and_log
+from ..errors import WARN_FAILURES, _OnError, add_stage_note, policy_and_log
 from .fileio import StreamWrapper, _TEXT_KWARGS, _check_masks, _check_read_mode, _check_write_mode, _listed, _ListRun, _mask_matcher, _open_pass, _opened_len, _opener_stateless, _pair, _paths_pipe, _roots_pipe
 
 __all__ = ["FSSpecFileLister", "FSSpecFileOpener", "FSSpecSaver"]
@@ -534,7 +534,7 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         encoding: str | None = None,
         retries: int = 3,
         backoff: float = 0.5,
-        on_error: str = "raise",
+        on_error: _OnError = "raise",
         max_failures: int | float | None = None,
         warn_failures: int | float | None = WARN_FAILURES,
         **storage_options: Any,

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from .._checks import require_bool
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, stage_label
-from ..errors import WARN_FAILURES
+from ..errors import WARN_FAILURES, _OnError
 from .fileio import StreamWrapper, _check_masks, _ListRun, _open_pass, _paths_pipe, _roots_pipe
 from .remote import FSSpecFileLister, FSSpecFileOpener, _check_kwargs_for_open, _check_retries, _fsspec_list, _fsspec_opener
 
@@ -297,7 +297,7 @@ class S3FileLoader(FSSpecFileOpener):
         kwargs_for_open: dict[str, Any] | None = None,
         retries: int = 3,
         backoff: float = 0.5,
-        on_error: str = "raise",
+        on_error: _OnError = "raise",
         max_failures: int | float | None = None,
         warn_failures: int | float | None = WARN_FAILURES,
         **storage_options: Any,

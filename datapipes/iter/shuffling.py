@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 from itertools import chain
-from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar, overload
 
 from .._runtime import passes as _pass
 from .._chunk import DataChunk
@@ -30,6 +30,7 @@ from .mapping._shared import _Col, _check_cols, _no_op, _selected_fn, check_arit
 __all__ = ["InBatchShuffler", "ShuffledFlatMapper"]
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 _END = object()  # private marker: no item held (None is a valid item)
 
@@ -362,6 +363,30 @@ class ShuffledFlatMapper(IterDataPipe[Any]):
     _is_random = True
     _repr_fields = ("fn",)
 
+    @overload
+    def __init__(
+        self: IterDataPipe[U],
+        datapipe: IterDataPipe[Iterable[U]],
+        fn: None = ...,
+        input_col: None = ...,
+        buffer_size: int = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[U],
+        datapipe: IterDataPipe[T],
+        fn: Callable[[T], Iterable[U]],
+        input_col: None = ...,
+        buffer_size: int = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[Any],
+        datapipe: IterDataPipe[T],
+        fn: Callable[..., Iterable[Any]] | None = ...,
+        input_col: _Col | None = ...,
+        buffer_size: int = ...,
+    ) -> None: ...
     def __init__(
         self,
         datapipe: IterDataPipe[Any],

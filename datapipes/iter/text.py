@@ -13,12 +13,15 @@ spec not yet yielded.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar, overload
 
 from .._runtime import passes as _pass
 from .._engine import abandon
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_pipe, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
+
+U = TypeVar("U")
+V = TypeVar("V")
 
 __all__ = ["ParagraphAggregator", "ShardExpander"]
 
@@ -121,6 +124,14 @@ class ParagraphAggregator(IterDataPipe[tuple[Any, Any]]):
 
     _repr_fields = ("joiner",)
 
+    @overload
+    def __init__(self: IterDataPipe[tuple[V, str]], source_datapipe: IterDataPipe[tuple[V, str]]) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[tuple[V, U]],
+        source_datapipe: IterDataPipe[tuple[V, Any]],
+        joiner: Callable[[list[Any]], U] = ...,
+    ) -> None: ...
     def __init__(
         self, source_datapipe: IterDataPipe[tuple[Any, Any]], joiner: Callable[[list[Any]], Any] = _join_lines
     ) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import sys
 from collections import OrderedDict
-from typing import Any, Callable, Hashable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Hashable, Iterator, Literal, Sequence, TypeVar, overload
 
 from .._runtime import passes as _pass
 from .._checks import phrased
@@ -47,6 +47,12 @@ from .._engine.lifecycle import Resumable
 __all__ = ["IterKeyZipper", "MapKeyZipper", "UnZipper", "Zipper", "ZipperLongest"]
 
 T = TypeVar("T")
+T1 = TypeVar("T1")
+T2 = TypeVar("T2")
+T3 = TypeVar("T3")
+T4 = TypeVar("T4")
+U = TypeVar("U")
+V = TypeVar("V")
 
 _MISS = object()  # private sentinel: no such key / no more items (None is a valid item)
 
@@ -103,6 +109,39 @@ class Zipper(IterDataPipe[tuple[Any, ...]]):
     #: at a boundary between two tuples every input has yielded exactly one item per tuple
     _stateless = True
 
+    @overload
+    def __init__(self: IterDataPipe[tuple[T]], datapipe: IterDataPipe[T], /) -> None: ...
+    @overload
+    def __init__(self: IterDataPipe[tuple[T, T1]], datapipe: IterDataPipe[T], dp1: IterDataPipe[T1], /) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[tuple[T, T1, T2]],
+        datapipe: IterDataPipe[T],
+        dp1: IterDataPipe[T1],
+        dp2: IterDataPipe[T2],
+        /,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[tuple[T, T1, T2, T3]],
+        datapipe: IterDataPipe[T],
+        dp1: IterDataPipe[T1],
+        dp2: IterDataPipe[T2],
+        dp3: IterDataPipe[T3],
+        /,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[tuple[T, T1, T2, T3, T4]],
+        datapipe: IterDataPipe[T],
+        dp1: IterDataPipe[T1],
+        dp2: IterDataPipe[T2],
+        dp3: IterDataPipe[T3],
+        dp4: IterDataPipe[T4],
+        /,
+    ) -> None: ...
+    @overload
+    def __init__(self: IterDataPipe[tuple[Any, ...]], *datapipes: IterDataPipe[Any]) -> None: ...
     def __init__(self, *datapipes: IterDataPipe[Any]) -> None:
         _check_inputs("Zipper", datapipes)
         self.datapipes = datapipes
@@ -306,6 +345,40 @@ class IterKeyZipper(IterDataPipe[Any]):
 
     _repr_fields = ("key_fn",)
 
+    @overload
+    def __init__(
+        self: IterDataPipe[tuple[T, U]],
+        source_datapipe: IterDataPipe[T],
+        ref_datapipe: IterDataPipe[U],
+        key_fn: Callable[[T], Hashable],
+        ref_key_fn: Callable[[U], Hashable] | None = ...,
+        keep_key: Literal[False] = ...,
+        buffer_size: int | None = ...,
+        merge_fn: None = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[V],
+        source_datapipe: IterDataPipe[T],
+        ref_datapipe: IterDataPipe[U],
+        key_fn: Callable[[T], Hashable],
+        ref_key_fn: Callable[[U], Hashable] | None = ...,
+        keep_key: Literal[False] = ...,
+        buffer_size: int | None = ...,
+        *,
+        merge_fn: Callable[[T, U], V],
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[Any],
+        source_datapipe: IterDataPipe[T],
+        ref_datapipe: IterDataPipe[U],
+        key_fn: Callable[[T], Hashable],
+        ref_key_fn: Callable[[U], Hashable] | None = ...,
+        keep_key: bool = ...,
+        buffer_size: int | None = ...,
+        merge_fn: Callable[[T, U], Any] | None = ...,
+    ) -> None: ...
     def __init__(
         self,
         source_datapipe: IterDataPipe[Any],
@@ -422,6 +495,33 @@ class MapKeyZipper(IterDataPipe[Any]):
     _stateless = True  # one result per source item, nothing kept
     _repr_fields = ("key_fn",)
 
+    @overload
+    def __init__(
+        self: IterDataPipe[tuple[T, U]],
+        source_iterdatapipe: IterDataPipe[T],
+        map_datapipe: MapDataPipe[U],
+        key_fn: Callable[[T], Any],
+        merge_fn: None = ...,
+        keep_key: Literal[False] = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[V],
+        source_iterdatapipe: IterDataPipe[T],
+        map_datapipe: MapDataPipe[U],
+        key_fn: Callable[[T], Any],
+        merge_fn: Callable[[T, U], V],
+        keep_key: Literal[False] = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[Any],
+        source_iterdatapipe: IterDataPipe[T],
+        map_datapipe: MapDataPipe[U],
+        key_fn: Callable[[T], Any],
+        merge_fn: Callable[[T, U], Any] | None = ...,
+        keep_key: bool = ...,
+    ) -> None: ...
     def __init__(
         self,
         source_iterdatapipe: IterDataPipe[Any],

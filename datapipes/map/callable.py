@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, TypeVar, overload
 
 from ..datapipe import MapDataPipe, functional_datapipe, index_ordered, require_callable, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
@@ -79,6 +79,24 @@ class Mapper(MapDataPipe[U]):
 
     _repr_fields = ("fn",)
 
+    @overload
+    def __init__(self: MapDataPipe[T], datapipe: MapDataPipe[T]) -> None: ...
+    @overload
+    def __init__(
+        self: MapDataPipe[U],
+        datapipe: MapDataPipe[T],
+        fn: Callable[[T], U],
+        input_col: None = ...,
+        output_col: None = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: MapDataPipe[Any],
+        datapipe: MapDataPipe[T],
+        fn: Callable[..., Any] = ...,
+        input_col: _Col = ...,
+        output_col: _Col | None = ...,
+    ) -> None: ...
     def __init__(
         self,
         datapipe: MapDataPipe[T],

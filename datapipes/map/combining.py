@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from itertools import chain, islice
-from typing import Any, Iterator, TypeVar
+from typing import Any, Iterator, TypeVar, overload
 
 from ..datapipe import MapDataPipe, functional_datapipe, index_ordered, source_len
 from ._index import position
@@ -11,6 +11,10 @@ from ._index import position
 __all__ = ["Concater", "Zipper"]
 
 T = TypeVar("T")
+T1 = TypeVar("T1")
+T2 = TypeVar("T2")
+T3 = TypeVar("T3")
+U = TypeVar("U")
 
 
 def _require_map_pipes(datapipes: tuple[Any, ...], stage: str) -> None:
@@ -52,7 +56,13 @@ class Concater(MapDataPipe[T]):
 
     _saves = "same as SequenceWrapper"
 
-    def __init__(self, *datapipes: MapDataPipe[T]) -> None:
+    @overload
+    def __init__(
+        self: Concater[T | U], datapipe: MapDataPipe[T], other: MapDataPipe[U], /, *datapipes: MapDataPipe[U]
+    ) -> None: ...
+    @overload
+    def __init__(self, *datapipes: MapDataPipe[T]) -> None: ...
+    def __init__(self, *datapipes: MapDataPipe[Any]) -> None:
         _require_map_pipes(datapipes, "Concater")
         self.datapipes = datapipes
 
@@ -105,6 +115,29 @@ class Zipper(MapDataPipe[tuple[Any, ...]]):
 
     _saves = "same as SequenceWrapper"
 
+    @overload
+    def __init__(self: MapDataPipe[tuple[T]], datapipe: MapDataPipe[T], /) -> None: ...
+    @overload
+    def __init__(self: MapDataPipe[tuple[T, T1]], datapipe: MapDataPipe[T], dp1: MapDataPipe[T1], /) -> None: ...
+    @overload
+    def __init__(
+        self: MapDataPipe[tuple[T, T1, T2]],
+        datapipe: MapDataPipe[T],
+        dp1: MapDataPipe[T1],
+        dp2: MapDataPipe[T2],
+        /,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: MapDataPipe[tuple[T, T1, T2, T3]],
+        datapipe: MapDataPipe[T],
+        dp1: MapDataPipe[T1],
+        dp2: MapDataPipe[T2],
+        dp3: MapDataPipe[T3],
+        /,
+    ) -> None: ...
+    @overload
+    def __init__(self: MapDataPipe[tuple[Any, ...]], *datapipes: MapDataPipe[Any]) -> None: ...
     def __init__(self, *datapipes: MapDataPipe[Any]) -> None:
         _require_map_pipes(datapipes, "Zipper")
         self.datapipes = datapipes

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import Any, Callable, Hashable, Iterator, Sequence, TypeVar
+from typing import Any, Callable, Hashable, Iterator, Sequence, TypeVar, overload
 
 from .._runtime import passes as _pass
 from ..datapipe import IterDataPipe, MapDataPipe, functional_datapipe, lacks_len, require_callable, source_len, stage_label
@@ -171,6 +171,14 @@ class IterToMapConverter(MapDataPipe[V]):
 
     _saves = "same as SequenceWrapper"
 
+    @overload
+    def __init__(self: MapDataPipe[V], datapipe: IterDataPipe[tuple[Any, V]], key_value_fn: None = ...) -> None: ...
+    @overload
+    def __init__(
+        self: MapDataPipe[V],
+        datapipe: IterDataPipe[T],
+        key_value_fn: Callable[[T], tuple[Any, V]],
+    ) -> None: ...
     def __init__(self, datapipe: IterDataPipe[T], key_value_fn: Callable[[T], tuple[Any, V]] | None = None) -> None:
         if not isinstance(datapipe, IterDataPipe):  # torchdata's words
             raise TypeError(f"IterToMapConverter can only apply on IterDataPipe, but found {type(datapipe)}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, TypeVar, overload
 
 from .._chunk import DataChunk
 from ..datapipe import MapDataPipe, functional_datapipe, require_callable, require_int, require_pipe, source_len, stage_label
@@ -14,6 +14,7 @@ from ._index import position
 __all__ = ["Batcher"]
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 @functional_datapipe("batch")
@@ -60,6 +61,21 @@ class Batcher(MapDataPipe[Any]):
     _batch_what = "index"  # the iterable-style loops, reused for iterating, name the batch's index
     _run: Callable[[Any], Iterator[Any]]
 
+    @overload
+    def __init__(
+        self: MapDataPipe[list[T]],
+        datapipe: MapDataPipe[T],
+        batch_size: int,
+        drop_last: bool = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: MapDataPipe[U],
+        datapipe: MapDataPipe[T],
+        batch_size: int,
+        drop_last: bool = ...,
+        wrapper_class: Callable[[list[T]], U] = ...,
+    ) -> None: ...
     def __init__(
         self,
         datapipe: MapDataPipe[T],

@@ -11,8 +11,13 @@ from collections.abc import AsyncIterator
 from typing import Any, assert_type
 
 from datapipes import IterDataPipe, MapDataPipe
-from datapipes.iter import FileOpener, Filter, FlatMapper, IterableWrapper, Mapper
-from datapipes.map import SequenceWrapper
+from datapipes.iter import (
+    BucketBatcher, Concater, Cycler, Enumerator, FileLister, FileOpener, Filter, FlatMapper, Header,
+    InMemoryCacheHolder, IterableWrapper, Mapper, Multiplexer, Prefetcher, ShardingFilter, WebDatasetGrouper,
+)
+from datapipes.iter.broadcast.demux import DemultiplexerChild
+from datapipes.iter.broadcast.fork import ForkerChild
+from datapipes.map import Concater as MapConcater, MapToIterConverter, SequenceWrapper, Shuffler as MapShuffler
 
 # names exported from the subpackages of datapipes.iter, as mypy sees them
 from datapipes.iter import Demultiplexer, Forker, HashChecker, HttpReader, OnDiskCacheHolder, TFRecordLoader  # noqa: E402
@@ -51,7 +56,7 @@ def jitter(x: int, rng: random.Random) -> float:
 # with rng, fn is called as fn(item, rng=generator)
 assert_type(ints.map(jitter, rng="python"), Mapper[float])
 assert [round(y) for y in ints.map(jitter, rng="python")] == [1, 2, 3, 4]
-assert_type(ints.prefetch(2), IterDataPipe[int])
+assert_type(ints.prefetch(2), Prefetcher[int])
 assert list(ints.prefetch(2)) == [1, 2, 3, 4]
 # with input_col, fn receives columns: the result is Any
 pairs = IterableWrapper([(1, "a"), (2, "b")])
@@ -88,7 +93,7 @@ assert_type(batches.unbatch(), IterDataPipe[int])
 assert list(batches.unbatch()) == [1, 2, 3, 4]
 assert_type(ints.batch(2, wrapper_class=tuple), IterDataPipe[tuple[int, ...]])
 assert list(ints.batch(2, drop_last=True, wrapper_class=tuple)) == [(1, 2), (3, 4)]
-assert_type(ints.bucketbatch(2, key=lambda x: -x), IterDataPipe[list[int]])
+assert_type(ints.bucketbatch(2, key=lambda x: -x), BucketBatcher[int])
 
 # groupby: lists, or (key, list) pairs with keep_key=True
 words = IterableWrapper(["apple", "avocado", "banana"])
@@ -108,24 +113,24 @@ zipped = ints.zip(words)
 assert_type(zipped, IterDataPipe[tuple[int, str]])
 assert list(zipped) == [(1, "apple"), (2, "avocado"), (3, "banana")]
 assert_type(ints.zip(words, strs), IterDataPipe[tuple[int, str, str]])
-assert_type(ints.concat(ints), IterDataPipe[int])
-assert_type(ints.concat(words), IterDataPipe[int | str])
+assert_type(ints.concat(ints), Concater[int])
+assert_type(ints.concat(words), Concater[int | str])
 assert list(ints.concat(words)) == [1, 2, 3, 4, "apple", "avocado", "banana"]
-assert_type(ints.mux(ints), IterDataPipe[int])
+assert_type(ints.mux(ints), Multiplexer[int])
 left, right = ints.fork(2)
-assert_type(left, IterDataPipe[int])
+assert_type(left, ForkerChild[int])
 assert list(left) == list(right) == [1, 2, 3, 4]
 odd, even = ints.demux(2, lambda x: x % 2)
-assert_type(odd, IterDataPipe[int])
+assert_type(odd, DemultiplexerChild[int])
 assert list(odd) == [2, 4]
 
 # small utilities keep the type; enumerate pairs with the index
-assert_type(ints.header(2), IterDataPipe[int])
-assert_type(ints.cycle(2), IterDataPipe[int])
-assert_type(ints.enumerate(), IterDataPipe[tuple[int, int]])
+assert_type(ints.header(2), Header[int])
+assert_type(ints.cycle(2), Cycler[int])
+assert_type(ints.enumerate(), Enumerator[int])
 assert list(ints.enumerate(starting_index=1))[0] == (1, 1)
-assert_type(ints.in_memory_cache(), IterDataPipe[int])
-assert_type(ints.sharding_filter(), IterDataPipe[int])
+assert_type(ints.in_memory_cache(), InMemoryCacheHolder[int])
+assert_type(ints.sharding_filter(), ShardingFilter[int])
 assert_type(ints.shuffle(), IterDataPipe[int])
 assert_type(ints.shuffle(buffer_size=2), IterDataPipe[int])
 assert sorted(ints.shuffle()) == [1, 2, 3, 4]
@@ -150,7 +155,7 @@ import io  # noqa: E402
 from datapipes.iter import FSSpecFileOpener, ImageDecoder, JsonParser, TarArchiveLoader  # noqa: E402
 
 files = IterableWrapper(["."]).list_files(masks="*.csv")
-assert_type(files, IterDataPipe[str])
+assert_type(files, FileLister)
 assert_type(files.open_files(mode="b"), FileOpener)
 assert_type(files.open_files_by_fsspec(), FSSpecFileOpener)
 
@@ -176,7 +181,7 @@ assert list(json_docs) == [("a.json", {"k": [1]})]
 
 # archives and images
 assert_type(files.open_files(mode="b").load_from_tar(), TarArchiveLoader)
-assert_type(files.open_files(mode="b").load_from_zip().webdataset(), IterDataPipe[dict[str, Any]])
+assert_type(files.open_files(mode="b").load_from_zip().webdataset(), WebDatasetGrouper)
 assert_type(files.open_files(mode="b").decode_image(size=(224, 224), layout="chw"), ImageDecoder)
 
 # map-style pipes
@@ -186,11 +191,11 @@ assert_type(seq.map(str), MapDataPipe[str])
 assert seq.map(str)[1] == "20"
 assert_type(seq.batch(2), MapDataPipe[list[int]])
 assert seq.batch(2)[1] == [30]
-assert_type(seq.concat(seq), MapDataPipe[int])
+assert_type(seq.concat(seq), MapConcater[int])
 assert_type(seq.zip(seq.map(str)), MapDataPipe[tuple[int, str]])
 assert seq.zip(seq.map(str))[0] == (10, "10")
-assert_type(seq.shuffle(), IterDataPipe[int])
-assert_type(seq.to_iter_datapipe(), IterDataPipe[int])
+assert_type(seq.shuffle(), MapShuffler[int])
+assert_type(seq.to_iter_datapipe(), MapToIterConverter[int])
 assert list(seq.to_iter_datapipe()) == [10, 20, 30]
 
 # every pipe is a torch dataset

@@ -16,6 +16,6 @@ if TYPE_CHECKING:
     reveal_type(source.map(int).batch(2))  # N: datapipes.datapipe.IterDataPipe[list[int]]
     reveal_type(source.map(int).batch(2).unbatch())  # N: datapipes.datapipe.IterDataPipe[int]
     reveal_type(source.enumerate().zip(source))  # N: datapipes.datapipe.IterDataPipe[tuple[tuple[int, str], str]]
-    reveal_type(source.fork(3))  # N: list[datapipes.datapipe.IterDataPipe[str]]
+    reveal_type(source.fork(3))  # N: list[datapipes.iter.broadcast.fork.ForkerChild[str]]
     reveal_type(source.map(len).to_map_datapipe(lambda n: (n, n * 2.0)))  # N: datapipes.datapipe.MapDataPipe[float]
-    reveal_type(SequenceWrapper([1.5]).map(round).to_iter_datapipe())  # N: datapipes.datapipe.IterDataPipe[int]
+    reveal_type(SequenceWrapper([1.5]).map(round).to_iter_datapipe())  # N: datapipes.map.converter.MapToIterConverter[int]

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import csv
 from itertools import chain, repeat
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence, overload
 
 from ..._checks import require_bool
 from ..._engine import abandon
 from ..._engine import close_iterator as _close
 from ...datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_pipe, stage_label
-from ...errors import WARN_FAILURES, call_lines, policy_and_log, raised_at
+from ...errors import WARN_FAILURES, _OnError, call_lines, policy_and_log, raised_at
 from .._readers import (
     _END,
     _RECORD_ERRORS,
@@ -182,6 +182,54 @@ class CSVParser(IterDataPipe[Any]):
 
     _rows: Callable[..., Iterator[Any]] = staticmethod(_list_rows)
 
+    @overload
+    def __init__(
+        self: IterDataPipe[list[str]],
+        source_datapipe: IterDataPipe[tuple[str, Any]],
+        *,
+        skip_lines: int = ...,
+        decode: bool = ...,
+        encoding: str = ...,
+        errors: str = ...,
+        return_path: Literal[False] = ...,
+        as_tuple: Literal[False] = ...,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+        **fmtparams: Any,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[tuple[str, ...]],
+        source_datapipe: IterDataPipe[tuple[str, Any]],
+        *,
+        skip_lines: int = ...,
+        decode: bool = ...,
+        encoding: str = ...,
+        errors: str = ...,
+        return_path: Literal[False] = ...,
+        as_tuple: Literal[True],
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+        **fmtparams: Any,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[Any],
+        source_datapipe: IterDataPipe[tuple[str, Any]],
+        *,
+        skip_lines: int = ...,
+        decode: bool = ...,
+        encoding: str = ...,
+        errors: str = ...,
+        return_path: bool = ...,
+        as_tuple: bool = ...,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+        **fmtparams: Any,
+    ) -> None: ...
     def __init__(
         self,
         source_datapipe: IterDataPipe[tuple[str, Any]],
@@ -192,7 +240,7 @@ class CSVParser(IterDataPipe[Any]):
         errors: str = "ignore",
         return_path: bool = False,
         as_tuple: bool = False,
-        on_error: str = "raise",
+        on_error: _OnError = "raise",
         max_failures: int | float | None = None,
         warn_failures: int | float | None = WARN_FAILURES,
         **fmtparams: Any,
@@ -247,6 +295,38 @@ class CSVFilesParser(CSVParser):
 
     _saves = "same as readlines"
 
+    @overload
+    def __init__(
+        self: IterDataPipe[tuple[str, list[str]]],
+        source_datapipe: IterDataPipe[tuple[str, Any]],
+        *,
+        skip_lines: int = ...,
+        decode: bool = ...,
+        encoding: str = ...,
+        errors: str = ...,
+        return_path: Literal[True] = ...,
+        as_tuple: Literal[False] = ...,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+        **fmtparams: Any,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[Any],
+        source_datapipe: IterDataPipe[tuple[str, Any]],
+        *,
+        skip_lines: int = ...,
+        decode: bool = ...,
+        encoding: str = ...,
+        errors: str = ...,
+        return_path: bool = ...,
+        as_tuple: bool = ...,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+        **fmtparams: Any,
+    ) -> None: ...
     def __init__(
         self,
         source_datapipe: IterDataPipe[tuple[str, Any]],
@@ -257,7 +337,7 @@ class CSVFilesParser(CSVParser):
         errors: str = "ignore",
         return_path: bool = True,
         as_tuple: bool = False,
-        on_error: str = "raise",
+        on_error: _OnError = "raise",
         max_failures: int | float | None = None,
         warn_failures: int | float | None = WARN_FAILURES,
         **fmtparams: Any,
@@ -358,6 +438,51 @@ class CSVDictParser(CSVParser):
 
     _rows = staticmethod(_dict_rows)
 
+    @overload
+    def __init__(
+        self: IterDataPipe[dict[str, str]],
+        source_datapipe: IterDataPipe[tuple[str, Any]],
+        *,
+        skip_lines: int = ...,
+        decode: bool = ...,
+        encoding: str = ...,
+        errors: str = ...,
+        return_path: Literal[False] = ...,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+        **fmtparams: Any,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[tuple[str, dict[str, str]]],
+        source_datapipe: IterDataPipe[tuple[str, Any]],
+        *,
+        skip_lines: int = ...,
+        decode: bool = ...,
+        encoding: str = ...,
+        errors: str = ...,
+        return_path: Literal[True],
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+        **fmtparams: Any,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[Any],
+        source_datapipe: IterDataPipe[tuple[str, Any]],
+        *,
+        skip_lines: int = ...,
+        decode: bool = ...,
+        encoding: str = ...,
+        errors: str = ...,
+        return_path: bool = ...,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+        **fmtparams: Any,
+    ) -> None: ...
     def __init__(
         self,
         source_datapipe: IterDataPipe[tuple[str, Any]],
@@ -367,7 +492,7 @@ class CSVDictParser(CSVParser):
         encoding: str = "utf-8",
         errors: str = "ignore",
         return_path: bool = False,
-        on_error: str = "raise",
+        on_error: _OnError = "raise",
         max_failures: int | float | None = None,
         warn_failures: int | float | None = WARN_FAILURES,
         **fmtparams: Any,

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 from ..._engine import abandon
 from ..._engine import close_iterator as _close
 from ...datapipe import IterDataPipe, functional_datapipe, require_pipe, source_len, stage_label
-from ...errors import WARN_FAILURES, policy_and_log
+from ...errors import WARN_FAILURES, _OnError, policy_and_log
 from .._readers import _budget_stateless, _count_run, _CountRun, _file_where, _line_where, _on_fail, _pair
 
 __all__ = ["JsonParser"]
@@ -100,7 +100,7 @@ class JsonParser(IterDataPipe[tuple[str, Any]]):
         self,
         source_datapipe: IterDataPipe[tuple[str, Any]],
         *,
-        on_error: str = "raise",
+        on_error: _OnError = "raise",
         max_failures: int | float | None = None,
         warn_failures: int | float | None = WARN_FAILURES,
         **kwargs: Any,

@@ -9,14 +9,14 @@ a checkpoint saves the file and the lines read, which a resumed pass skips witho
 from __future__ import annotations
 
 from itertools import chain, repeat
-from typing import Any, Iterator
+from typing import Any, Iterator, Literal, overload
 
 from ..._checks import require_bool
 from ..._engine import abandon
 from ..._engine import close_iterator as _close
 from ..._positions import Counted
 from ...datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_pipe, stage_label
-from ...errors import WARN_FAILURES, call_lines, policy_and_log, raised_at
+from ...errors import WARN_FAILURES, _OnError, call_lines, policy_and_log, raised_at
 from .._readers import (
     _RECORD_ERRORS,
     _check_text_args,
@@ -131,6 +131,36 @@ class LineReader(IterDataPipe[Any]):
         "stream is saved instead); the failures counted under ``on_error=\"skip\"``"
     )
 
+    @overload
+    def __init__(
+        self: IterDataPipe[tuple[str, Any]],
+        source_datapipe: IterDataPipe[tuple[str, Any]],
+        *,
+        skip_lines: int = ...,
+        strip_newline: bool = ...,
+        decode: bool = ...,
+        encoding: str = ...,
+        errors: str = ...,
+        return_path: Literal[True] = ...,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[Any],
+        source_datapipe: IterDataPipe[tuple[str, Any]],
+        *,
+        skip_lines: int = ...,
+        strip_newline: bool = ...,
+        decode: bool = ...,
+        encoding: str = ...,
+        errors: str = ...,
+        return_path: bool = ...,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+    ) -> None: ...
     def __init__(
         self,
         source_datapipe: IterDataPipe[tuple[str, Any]],
@@ -141,7 +171,7 @@ class LineReader(IterDataPipe[Any]):
         encoding: str = "utf-8",
         errors: str = "ignore",
         return_path: bool = True,
-        on_error: str = "raise",
+        on_error: _OnError = "raise",
         max_failures: int | float | None = None,
         warn_failures: int | float | None = WARN_FAILURES,
     ) -> None:

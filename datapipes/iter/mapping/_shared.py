@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 from concurrent.futures import Executor
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Callable, Hashable, Literal, Sequence
 
 from ..._runtime import passes as _pass, shares
 from ..._checks import phrased
@@ -20,6 +20,10 @@ from ...datapipe import require_int, stage_label
 from ...errors import PassFailures, add_stage_note
 
 _Col = Hashable | Sequence[Hashable] | None
+#: where a concurrent stage runs its calls: a pool it starts, or an executor of the caller's
+_Executor = Literal["thread", "process"] | Executor
+#: the generator kinds that ``rng=`` hands a stage's function
+_Rng = Literal["python", "numpy", "torch"]
 
 
 def _check_cols(input_col: _Col, output_col: _Col, stage: str) -> None:

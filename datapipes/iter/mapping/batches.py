@@ -10,7 +10,7 @@ per item.
 from __future__ import annotations
 
 from itertools import islice
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Iterable, Iterator, TypeVar, overload
 
 from ..._runtime import passes as _pass
 from ..._collate import collate as default_collate
@@ -24,6 +24,7 @@ from ._shared import _Col, _check_cols, check_arity
 __all__ = ["BatchMapper", "Collator", "MapBatches"]
 
 U = TypeVar("U")
+T = TypeVar("T")
 
 
 # -- BatchMapper -----------------------------------------------------------------------------------
@@ -144,6 +145,22 @@ class BatchMapper(IterDataPipe[U]):
 
     _repr_fields = ("fn",)
 
+    @overload
+    def __init__(
+        self: IterDataPipe[U],
+        datapipe: IterDataPipe[T],
+        fn: Callable[[list[T]], Iterable[U]],
+        batch_size: int,
+        input_col: None = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[U],
+        datapipe: IterDataPipe[T],
+        fn: Callable[[list[Any]], Iterable[U]],
+        batch_size: int,
+        input_col: _Col | None = ...,
+    ) -> None: ...
     def __init__(self, datapipe: IterDataPipe[Any], fn: Callable[[list[Any]], Iterable[U]], batch_size: int,
                  input_col: _Col = None) -> None:
         stage = "BatchMapper"

@@ -6,12 +6,12 @@ its source's), except under a failure budget the failures counted.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable, Iterator, TypeVar
+from typing import Any, Callable, Hashable, Iterator, Sequence, TypeVar, overload
 
 from ..._runtime import passes as _pass
 from ..._engine import abandon
 from ...datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_pipe, stage_label
-from ...errors import WARN_FAILURES, add_stage_note, call_lines, policy_and_log, raised_at
+from ...errors import WARN_FAILURES, _OnError, add_stage_note, call_lines, policy_and_log, raised_at
 from ._shared import _Col, _budget_start, _budget_state, _check_cols, _selected_fn, check_arity
 
 __all__ = ["Filter"]
@@ -123,13 +123,35 @@ class Filter(IterDataPipe[T]):
 
     _repr_fields = ("filter_fn",)
 
+    @overload
+    def __init__(
+        self: Filter[T],
+        datapipe: IterDataPipe[T],
+        filter_fn: Callable[[T], object],
+        input_col: None = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: Filter[T],
+        datapipe: IterDataPipe[T],
+        filter_fn: Callable[..., object],
+        input_col: Hashable | Sequence[Hashable],
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+    ) -> None: ...
     def __init__(
         self,
         datapipe: IterDataPipe[T],
         filter_fn: Callable[..., Any],
         input_col: _Col = None,
         *,
-        on_error: str = "raise",
+        on_error: _OnError = "raise",
         max_failures: int | float | None = None,
         warn_failures: int | float | None = WARN_FAILURES,
     ) -> None:

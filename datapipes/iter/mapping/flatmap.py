@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from concurrent.futures import Executor
 from itertools import islice
-from typing import Any, Callable, Iterable, Iterator, TypeVar, cast
+from typing import Any, AsyncIterable, Callable, Iterable, Iterator, Literal, TypeVar, cast, overload
 
 from ..._runtime import passes as _pass, shares
 from ..._engine import EngineRun, LoopRef, abandon, close_iterator, concurrent_map, is_async_callable, is_async_gen_callable, iterate_async, new_stats
 from ...datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_pipe, stage_label
-from ...errors import WARN_FAILURES, policy_and_log
+from ...errors import WARN_FAILURES, _OnError, policy_and_log
 from ._shared import (
     _Col,
+    _Executor,
     _budget_count,
     _check_cols,
     _check_concurrency,
@@ -315,18 +316,74 @@ class FlatMapper(IterDataPipe[U]):
 
     _repr_fields = ("fn",)
 
+    @overload
+    def __init__(
+        self: FlatMapper[U],
+        datapipe: IterDataPipe[Iterable[U]],
+        fn: None = ...,
+        input_col: None = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+        concurrency: int | Literal['auto'] = ...,
+        ordered: bool = ...,
+        executor: _Executor = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: FlatMapper[U],
+        datapipe: IterDataPipe[T],
+        fn: Callable[[T], AsyncIterable[U]],
+        input_col: None = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+        concurrency: int | Literal['auto'] = ...,
+        ordered: bool = ...,
+        executor: _Executor = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: FlatMapper[U],
+        datapipe: IterDataPipe[T],
+        fn: Callable[[T], Iterable[U]],
+        input_col: None = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+        concurrency: int | Literal['auto'] = ...,
+        ordered: bool = ...,
+        executor: _Executor = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: FlatMapper[U],
+        datapipe: IterDataPipe[T],
+        fn: Callable[..., Iterable[U] | AsyncIterable[U]],
+        input_col: _Col,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+        concurrency: int | Literal['auto'] = ...,
+        ordered: bool = ...,
+        executor: _Executor = ...,
+    ) -> None: ...
     def __init__(
         self,
         datapipe: IterDataPipe[T],
-        fn: Callable[..., Iterable[U]] | None = None,
+        fn: Callable[..., Iterable[U] | AsyncIterable[U]] | None = None,
         input_col: _Col = None,
         *,
-        on_error: str = "raise",
+        on_error: _OnError = "raise",
         max_failures: int | float | None = None,
         warn_failures: int | float | None = WARN_FAILURES,
-        concurrency: int | str = 1,
+        concurrency: int | Literal["auto"] = 1,
         ordered: bool = True,
-        executor: str | Executor = "thread",
+        executor: _Executor = "thread",
     ) -> None:
         require_pipe(datapipe, "FlatMapper")
         require_callable(fn, "FlatMapper", "fn", optional=True)

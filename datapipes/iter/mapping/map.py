@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 import threading
 from concurrent.futures import Executor, ProcessPoolExecutor
-from typing import Any, Callable, Iterable, Iterator, TypeVar, cast
+from typing import Any, Awaitable, Callable, Coroutine, Iterable, Iterator, Literal, TypeVar, cast, overload
 
 from ..._runtime import passes as _pass, shares
 from ..._checks import phrased, require_bool
@@ -26,10 +26,12 @@ from ..._engine import EngineRun, abandon, close_iterator, concurrent_map, is_as
 from ..._engine.rng import item_seed, make_rng, seeded_call, with_seeds
 from ..._runtime.tuning import usable_cpus
 from ...datapipe import IterDataPipe, functional_datapipe, require_callable, require_int, require_pipe, source_len, stage_label
-from ...errors import WARN_FAILURES, add_stage_note, call_lines, policy_and_log, raised_at
+from ...errors import WARN_FAILURES, _OnError, add_stage_note, call_lines, policy_and_log, raised_at
 from ..device import StreamOps, cuda_upstream
 from ._shared import (
     _Col,
+    _Executor,
+    _Rng,
     _async_column_fn,
     _budget_count,
     _budget_start,
@@ -401,22 +403,112 @@ class Mapper(IterDataPipe[U]):
 
     _repr_fields = ("fn",)
 
+    @overload
+    def __init__(
+        self: Mapper[U],
+        datapipe: IterDataPipe[T],
+        fn: Callable[[T], Coroutine[Any, Any, U]],
+        input_col: None = ...,
+        output_col: None = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+        concurrency: int | Literal['auto'] = ...,
+        ordered: bool = ...,
+        executor: _Executor = ...,
+        timeout: float | None = ...,
+        chunksize: int | None = ...,
+        rng: None = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: Mapper[U],
+        datapipe: IterDataPipe[T],
+        fn: Callable[[T], U],
+        input_col: None = ...,
+        output_col: None = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+        concurrency: int | Literal['auto'] = ...,
+        ordered: bool = ...,
+        executor: _Executor = ...,
+        timeout: float | None = ...,
+        chunksize: int | None = ...,
+        rng: None = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: Mapper[U],
+        datapipe: IterDataPipe[T],
+        fn: Callable[..., Coroutine[Any, Any, U]],
+        input_col: None = ...,
+        output_col: None = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+        concurrency: int | Literal['auto'] = ...,
+        ordered: bool = ...,
+        executor: _Executor = ...,
+        timeout: float | None = ...,
+        chunksize: int | None = ...,
+        rng: _Rng,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: Mapper[U],
+        datapipe: IterDataPipe[T],
+        fn: Callable[..., U],
+        input_col: None = ...,
+        output_col: None = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+        concurrency: int | Literal['auto'] = ...,
+        ordered: bool = ...,
+        executor: _Executor = ...,
+        timeout: float | None = ...,
+        chunksize: int | None = ...,
+        rng: _Rng,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: Mapper[Any],
+        datapipe: IterDataPipe[T],
+        fn: Callable[..., Any],
+        input_col: _Col,
+        output_col: _Col | None = ...,
+        *,
+        on_error: _OnError = ...,
+        max_failures: int | float | None = ...,
+        warn_failures: int | float | None = ...,
+        concurrency: int | Literal['auto'] = ...,
+        ordered: bool = ...,
+        executor: _Executor = ...,
+        timeout: float | None = ...,
+        chunksize: int | None = ...,
+        rng: _Rng | None = ...,
+    ) -> None: ...
     def __init__(
         self,
         datapipe: IterDataPipe[T],
-        fn: Callable[..., U],
+        fn: Callable[..., Any],
         input_col: _Col = None,
         output_col: _Col = None,
         *,
-        on_error: str = "raise",
+        on_error: _OnError = "raise",
         max_failures: int | float | None = None,
         warn_failures: int | float | None = WARN_FAILURES,
-        concurrency: int = 1,
+        concurrency: int | Literal["auto"] = 1,
         ordered: bool = True,
-        executor: str | Executor = "thread",
+        executor: _Executor = "thread",
         timeout: float | None = None,
         chunksize: int | None = None,
-        rng: str | None = None,
+        rng: _Rng | None = None,
     ) -> None:
         require_pipe(datapipe, "Mapper")
         require_callable(fn, "Mapper", "fn")
@@ -555,6 +647,28 @@ class ThreadPoolMapper(Mapper[U]):
         "the count pulled, the pass seed"
     )
 
+    @overload
+    def __init__(
+        self: IterDataPipe[U],
+        source_datapipe: IterDataPipe[T],
+        fn: Callable[[T], U],
+        input_col: None = ...,
+        output_col: None = ...,
+        scheduled_tasks: int = ...,
+        max_workers: int | None = ...,
+        **threadpool_kwargs: Any,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[Any],
+        source_datapipe: IterDataPipe[T],
+        fn: Callable[..., Any],
+        input_col: _Col | None = ...,
+        output_col: _Col | None = ...,
+        scheduled_tasks: int = ...,
+        max_workers: int | None = ...,
+        **threadpool_kwargs: Any,
+    ) -> None: ...
     def __init__(
         self,
         source_datapipe: IterDataPipe[Any],
@@ -663,6 +777,28 @@ class BatchAsyncMapper(Mapper[U]):
             return pipe.batch(pipe.batch_size)
         return super().__new__(cls)
 
+    @overload
+    def __init__(
+        self: IterDataPipe[U],
+        source_datapipe: IterDataPipe[T],
+        async_fn: Callable[[T], Awaitable[U]],
+        batch_size: int,
+        input_col: None = ...,
+        output_col: None = ...,
+        max_concurrency: int = ...,
+        flatten: Literal[True] = ...,
+    ) -> None: ...
+    @overload
+    def __init__(
+        self: IterDataPipe[Any],
+        source_datapipe: IterDataPipe[T],
+        async_fn: Callable[..., Awaitable[Any]],
+        batch_size: int,
+        input_col: _Col | None = ...,
+        output_col: _Col | None = ...,
+        max_concurrency: int = ...,
+        flatten: bool = ...,
+    ) -> None: ...
     def __init__(
         self,
         source_datapipe: IterDataPipe[Any],
