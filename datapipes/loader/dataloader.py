@@ -1,11 +1,13 @@
 """The public :class:`DataLoader`: checks its arguments, builds one pipe, runs it pass by pass.
 
-Two spellings reach the same implementation: torch's (``batch -> collate -> [worker processes] ->
-pin_memory -> to_device``) and SPDL's, translated by :mod:`.spdl_spelling` (``concurrent map (or
-flatmap) -> batch -> aggregate -> transfer on one thread``, then a buffer); what the loader reads
-becomes a pipe in :mod:`.datasets`. Each pass draws (once per loader) the agreed seed, installs the
-seeds and, with ``even_batches``, evens the batch count across ranks (:mod:`.distributed`); worker
-processes live in :mod:`.workers`, the timed buffer in :mod:`.buffer`.
+The loader builds one spelling, torch's (``batch -> collate -> [worker processes] -> pin_memory ->
+to_device``); a call in SPDL's spelling is translated into it by :mod:`.spdl_spelling` (the pipe
+``concurrent map (or flatmap) -> batch -> aggregate -> transfer``, and a buffer of ``buffer_size``),
+so the class body handles one spelling. What the loader reads becomes a pipe in :mod:`.datasets`;
+the arguments both spellings share are checked in :mod:`.arguments`. Each pass draws (once per
+loader) the agreed seed, installs the seeds and, with ``even_batches``, evens the batch count across
+ranks (:mod:`.distributed`); worker processes live in :mod:`.workers`, the timed buffer in
+:mod:`.buffer`.
 """
 
 from __future__ import annotations
@@ -112,7 +114,9 @@ class _Tracked:
 class DataLoader(Generic[T]):
     """Run a pipe and yield its batches, collated into tensors and moved to the device.
 
-    Two spellings, one implementation (see the how-to, ``docs/howto/dataloader.rst``):
+    Torch's spelling is the loader's own; SPDL's keywords are accepted through a translation into it
+    (``datapipes.loader.spdl_spelling.from_spdl``; the how-to, ``docs/howto/dataloader.rst``, says
+    what each becomes).
 
     torch's: ``DataLoader(pipe, batch_size=None, shuffle=None, *, sampler=None,
     batch_sampler=None, generator=None, drop_last=False, collate_fn=None, pin_memory=False,
@@ -124,11 +128,14 @@ class DataLoader(Generic[T]):
 
     SPDL's: ``DataLoader(src, *, preprocessor=None, batch_size=None, drop_last=False,
     aggregator=None, transfer_fn=None, buffer_size=3, num_threads=8, timeout=None,
-    output_order="input")`` builds::
+    output_order="input")`` is translated into torch's spelling over the pipe::
 
         src -> map(preprocessor, concurrency=num_threads)  (flatmap for a generator)
             -> [batch(batch_size, drop_last)] -> [map(aggregator, concurrency=num_threads)]
-            -> [map(transfer_fn)] -> prefetch(buffer_size)
+            -> [map(transfer_fn)]
+
+    with ``batch_size=None`` (the batches stay lists) and a final buffer of ``buffer_size`` batches
+    (``prefetch(buffer_size)``, a timed buffer with ``timeout``).
 
     Any SPDL-only argument (``src=``, ``preprocessor``, ``aggregator``, ``transfer_fn``,
     ``buffer_size``, ``num_threads``, ``output_order``) selects the SPDL spelling; it cannot be mixed
