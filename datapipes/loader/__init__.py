@@ -1,7 +1,7 @@
 """The DataLoader adapter: a pipe in, batched tensors on the device out.
 
-:class:`DataLoader` builds one pipe from what it is given and runs it. Two spellings reach the same
-implementation:
+:class:`DataLoader` builds one pipe from what it is given and runs it. It builds torch's spelling;
+SPDL's is translated into it (:mod:`.spdl_spelling`):
 
 - torch's: ``DataLoader(pipe, batch_size=32, collate_fn=..., pin_memory=True, device="cuda",
   num_workers=2, seed=0)``: ``batch -> collate -> pin_memory -> to_device`` after your pipe, the pipe
@@ -19,11 +19,14 @@ The package, one module per concern (each imports only those listed before it):
 - :mod:`.buffer`: :class:`TimedBuffer`, the buffer whose consumer waits at most ``timeout``;
 - :mod:`.distributed`: agreement across ranks: the loader's seed (broadcast from rank 0), the seeds
   of each shard, equal batch counts (``even_batches``);
+- :mod:`.arguments`: the checks of the arguments both spellings share;
+- :mod:`.spdl_spelling`: SPDL's spelling translated into torch's: the pipe of its stages and the
+  loader's keywords;
 - :mod:`.shards`: where each shard of a pass (a worker process, or the loader's own process) stands,
   the states the loader keeps of them, and resuming a state with another number of workers or
   ranks;
 - :mod:`.workers`: :class:`WorkerProcesses`, torch's DataLoader running the pipe in worker processes;
-- :mod:`.dataloader`: the public :class:`DataLoader`, its two spellings, the pipe it builds.
+- :mod:`.dataloader`: the public :class:`DataLoader`: the pipe it builds, its passes and states.
 """
 
 from .buffer import TimedBuffer

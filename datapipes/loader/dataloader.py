@@ -1,11 +1,13 @@
 """The public :class:`DataLoader`: checks its arguments, builds one pipe, runs it pass by pass.
 
-Two spellings reach the same implementation: torch's (``batch -> collate -> [worker processes] ->
-pin_memory -> to_device``) and SPDL's, translated by :mod:`.spdl_spelling` (``concurrent map (or
-flatmap) -> batch -> aggregate -> transfer on one thread``, then a buffer); what the loader reads
-becomes a pipe in :mod:`.datasets`. Each pass draws (once per loader) the agreed seed, installs the
-seeds and, with ``even_batches``, evens the batch count across ranks (:mod:`.distributed`); worker
-processes live in :mod:`.workers`, the timed buffer in :mod:`.buffer`.
+The loader builds one spelling, torch's (``batch -> collate -> [worker processes] -> pin_memory ->
+to_device``); a call in SPDL's spelling is translated into it by :mod:`.spdl_spelling` (the pipe
+``concurrent map (or flatmap) -> batch -> aggregate -> transfer``, and a buffer of ``buffer_size``),
+so the class body handles one spelling. What the loader reads becomes a pipe in :mod:`.datasets`;
+the arguments both spellings share are checked in :mod:`.arguments`. Each pass draws (once per
+loader) the agreed seed, installs the seeds and, with ``even_batches``, evens the batch count across
+ranks (:mod:`.distributed`); worker processes live in :mod:`.workers`, the timed buffer in
+:mod:`.buffer`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..graph import traverse
 from ..hooks import StatsReporter
 from ..iter import IterableWrapper
 from ..iter.sharding import SHARDING_PRIORITIES, is_sharding_stage
+from .arguments import check_shared, data_of
 from .buffer import TimedBuffer
 from .._runtime.passes import PassConfig
 from .distributed import _WHERE, _agreed_seed, _distributed, _even_pass, _shard_id
@@ -39,7 +42,7 @@ from .sampling import (
     shards_itself,
     shuffled,
 )
-from .spdl_spelling import SPDL_BUFFER_SIZE, SPDL_NUM_THREADS, SPDL_ONLY, SPDL_OUTPUT_ORDER, spdl_stages
+from .spdl_spelling import Translation, from_spdl, is_spdl_call
 from .workers import WorkerProcesses
 
 __all__ = ["DataLoader"]
@@ -47,14 +50,8 @@ __all__ = ["DataLoader"]
 T = TypeVar("T")  # what a loader yields
 U = TypeVar("U")  # the items of its pipe, where they differ from what it yields
 
-#: Arguments only the torch spelling takes (in signature order; SPDL's: spdl_spelling.SPDL_ONLY).
-_TORCH_ONLY = ("shuffle", "sampler", "batch_sampler", "generator", "collate_fn", "pin_memory", "device",
-               "num_workers", "persistent_workers", "prefetch_factor", "multiprocessing_context", "worker_init_fn")
-
 #: The buffer the torch spelling puts before pin_memory/to_device when ``timeout`` is set.
 _TIMEOUT_BUFFER = 2
-
-_EVEN = (None, "drop", "pad")
 
 _STATE_FORMAT = "datapipes.loader/2"
 
@@ -70,18 +67,6 @@ def _check_device(device: Any) -> Any:
         return torch.device(device)
     except (RuntimeError, ValueError) as e:
         raise ValueError(f"{_WHERE}: device={device!r} is not a device ({e})") from None
-
-
-def _check_timeout(timeout: Any) -> float | None:
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(f"{_WHERE}: timeout must be a number of seconds or None, got {type(timeout).__name__}")
-    if timeout == 0:
-        return None  # torch's default: no timeout
-    if not timeout > 0:
-        raise ValueError(f"{_WHERE}: timeout must be > 0 (or 0 or None: no timeout), got {timeout!r}")
-    return float(timeout)
 
 
 def _drain(it: Iterator[Any], done: list[bool], delivered: list[int]) -> Generator[Any, None, None]:
@@ -129,7 +114,9 @@ class _Tracked:
 class DataLoader(Generic[T]):
     """Run a pipe and yield its batches, collated into tensors and moved to the device.
 
-    Two spellings, one implementation (see the how-to, ``docs/howto/dataloader.rst``):
+    Torch's spelling is the loader's own; SPDL's keywords are accepted through a translation into it
+    (``datapipes.loader.spdl_spelling.from_spdl``; the how-to, ``docs/howto/dataloader.rst``, says
+    what each becomes).
 
     torch's: ``DataLoader(pipe, batch_size=None, shuffle=None, *, sampler=None,
     batch_sampler=None, generator=None, drop_last=False, collate_fn=None, pin_memory=False,
@@ -141,11 +128,14 @@ class DataLoader(Generic[T]):
 
     SPDL's: ``DataLoader(src, *, preprocessor=None, batch_size=None, drop_last=False,
     aggregator=None, transfer_fn=None, buffer_size=3, num_threads=8, timeout=None,
-    output_order="input")`` builds::
+    output_order="input")`` is translated into torch's spelling over the pipe::
 
         src -> map(preprocessor, concurrency=num_threads)  (flatmap for a generator)
             -> [batch(batch_size, drop_last)] -> [map(aggregator, concurrency=num_threads)]
-            -> [map(transfer_fn)] -> prefetch(buffer_size)
+            -> [map(transfer_fn)]
+
+    with ``batch_size=None`` (the batches stay lists) and a final buffer of ``buffer_size`` batches
+    (``prefetch(buffer_size)``, a timed buffer with ``timeout``).
 
     Any SPDL-only argument (``src=``, ``preprocessor``, ``aggregator``, ``transfer_fn``,
     ``buffer_size``, ``num_threads``, ``output_order``) selects the SPDL spelling; it cannot be mixed
@@ -432,37 +422,68 @@ class DataLoader(Generic[T]):
         num_threads: int | None = None,
         output_order: str | None = None,
     ) -> None:
-        given = locals()
-        torch_args = [n for n in _TORCH_ONLY if _is_set(n, given[n])]
-        spdl_args = [n for n in SPDL_ONLY if given[n] is not None]
-        if torch_args and spdl_args:
-            raise TypeError(
-                f"{_WHERE}: cannot mix the SPDL spelling ({', '.join(a + '=' for a in spdl_args)}) with torch-style "
-                f"arguments ({', '.join(a + '=' for a in torch_args)}); SPDL's aggregator= takes the place of "
-                f"collate_fn=, transfer_fn= of pin_memory=/device=, num_threads= of num_workers="
-            )
-        if pipe is not None and src is not None:
-            raise TypeError(f"{_WHERE}: give the data once, as pipe or as src, not both")
-        data = pipe if src is None else src
-        if data is None:
-            raise TypeError(f"{_WHERE}: missing the data: DataLoader(pipe, ...) or DataLoader(src=..., ...)")
-        require_int(batch_size, _WHERE, "batch_size", minimum=1, optional=True)
+        if is_spdl_call(locals()):  # the torch-only arguments are at their defaults
+            self._from_spdl(from_spdl(
+                pipe, batch_size, drop_last=drop_last, seed=seed, even_batches=even_batches, timeout=timeout,
+                report_stats_interval=report_stats_interval, max_threads=max_threads, max_memory=max_memory,
+                src=src, preprocessor=preprocessor, aggregator=aggregator, transfer_fn=transfer_fn,
+                buffer_size=buffer_size, num_threads=num_threads, output_order=output_order))
+            return
+        self._torch_spelling(
+            pipe, batch_size, shuffle, sampler=sampler, batch_sampler=batch_sampler, generator=generator,
+            drop_last=drop_last, collate_fn=collate_fn, pin_memory=pin_memory, device=device, num_workers=num_workers,
+            seed=seed, even_batches=even_batches, timeout=timeout, report_stats_interval=report_stats_interval,
+            max_threads=max_threads, max_memory=max_memory, persistent_workers=persistent_workers,
+            prefetch_factor=prefetch_factor, multiprocessing_context=multiprocessing_context,
+            worker_init_fn=worker_init_fn)
+
+    def _from_spdl(self, spdl: Translation) -> None:
+        """Build an SPDL call translated by :func:`.spdl_spelling.from_spdl`, and record its arguments
+        (the batches are stages of ``spdl.pipe``; ``datapipe`` is what it reads)."""
+        self._torch_spelling(spdl.pipe, **spdl.torch)
+        self.spdl = True
+        self.datapipe, self.batch_size, self.drop_last = spdl.source, spdl.batch_size, spdl.drop_last
+        self.buffer_size, self.num_threads, self.output_order = spdl.buffer_size, spdl.num_threads, spdl.output_order
+
+    def _torch_spelling(
+        self,
+        pipe: Any = None,
+        batch_size: int | None = None,
+        shuffle: bool | None = None,
+        *,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        generator: torch.Generator | None = None,
+        drop_last: bool = False,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        pin_memory: bool = False,
+        device: Any = None,
+        num_workers: int = 0,
+        seed: int | None = None,
+        even_batches: str | None = None,
+        timeout: float | None = None,
+        report_stats_interval: float | None = None,
+        max_threads: int | None = None,
+        max_memory: int | None = None,
+        persistent_workers: bool = False,
+        prefetch_factor: int | None = None,
+        multiprocessing_context: Any = None,
+        worker_init_fn: Callable[[int], None] | None = None,
+        buffer: int | None = None,
+    ) -> None:
+        """The constructor: torch's spelling, plus ``buffer``, the batches buffered on a background
+        thread ahead of ``pin_memory`` and the consumer (SPDL's ``buffer_size``; ``None``: a buffer of 2
+        where ``timeout`` needs one, none otherwise)."""
+        data, name = data_of(pipe, None)
+        self.drop_last, self.timeout = check_shared(batch_size, drop_last, seed, even_batches, timeout)
         self.batch_size = batch_size
-        self.drop_last = require_bool(drop_last, _WHERE, "drop_last", ints=True)
-        if self.drop_last and batch_size is None:
-            raise ValueError(f"{_WHERE}: drop_last=True needs a batch_size, got batch_size=None")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise TypeError(f"{_WHERE}: seed must be an int or None, got {type(seed).__name__}")
         self.seed = seed
-        if even_batches not in _EVEN or isinstance(even_batches, bool):
-            raise ValueError(f"{_WHERE}: even_batches must be None, 'drop' or 'pad', got {even_batches!r}")
         self.even_batches = even_batches
-        self.timeout = _check_timeout(timeout)
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"{_WHERE}: generator must be a torch.Generator or None, got {type(generator).__name__}")
         if generator is not None and seed is not None:
             raise ValueError(f"{_WHERE}: give seed= or generator=, not both (both seed the loader's passes)")
-        self.datapipe = as_pipe(data, "src" if src is not None else "pipe")
+        self.datapipe = as_pipe(data, name)
         self._indexed = data if map_style(data) else None  # a map-style dataset, read by index
         self.shuffle = None if shuffle is None else require_bool(shuffle, _WHERE, "shuffle", ints=True)
         self.sampler, self.batch_sampler = sampler, batch_sampler
@@ -473,15 +494,11 @@ class DataLoader(Generic[T]):
         #: a torch IterableDataset (not a DataPipe) runs whole in each worker, as with torch's
         #: DataLoader: it shards itself (get_worker_info()), so the loader adds no sharding_filter()
         self._shards_itself = isinstance(data, IterableDataset) and not isinstance(data, TorchIterDataPipe)
-        self.spdl = bool(spdl_args)
+        self.spdl = False
         self._workers: WorkerProcesses | None = None
         self._source: WorkerProcesses | InProcess  # the first stage of self.pipe: its shards' positions
-        if self.spdl:
-            self.pipe = self._build_spdl(preprocessor, aggregator, transfer_fn, buffer_size, num_threads,
-                                         output_order)
-        else:
-            self.pipe = self._build_torch(collate_fn, pin_memory, device, num_workers, persistent_workers,
-                                          prefetch_factor, multiprocessing_context, worker_init_fn)
+        self.pipe = self._build(collate_fn, pin_memory, device, num_workers, persistent_workers, prefetch_factor,
+                                multiprocessing_context, worker_init_fn, buffer)
         if report_stats_interval is not None:
             self.pipe.add_hook(StatsReporter(report_stats_interval))  # the loader's own last stage
         if max_threads is not None or max_memory is not None:
@@ -534,8 +551,9 @@ class DataLoader(Generic[T]):
                              .sharding_filter(group).map(self._indexed.__getitem__))
         return chosen
 
-    def _build_torch(self, collate_fn: Any, pin_memory: Any, device: Any, num_workers: Any, persistent_workers: Any,
-                     prefetch_factor: Any, multiprocessing_context: Any, worker_init_fn: Any) -> IterDataPipe[Any]:
+    def _build(self, collate_fn: Any, pin_memory: Any, device: Any, num_workers: Any, persistent_workers: Any,
+               prefetch_factor: Any, multiprocessing_context: Any, worker_init_fn: Any,
+               buffer: int | None) -> IterDataPipe[Any]:
         require_callable(collate_fn, _WHERE, "collate_fn", optional=True)
         pin = require_bool(pin_memory, _WHERE, "pin_memory", ints=True)
         self.device = _check_device(device)
@@ -586,7 +604,7 @@ class DataLoader(Generic[T]):
         elif collate_fn is not None and self.batch_size is None:
             pipe = pipe.collate(collate_fn=collate_fn)  # per item, as torch's loader does without batch_size
         self._worker_pipe = pipe
-        following = self.timeout is not None or pin or self.device is not None  # stages that read ahead
+        following = buffer is not None or self.timeout is not None or pin or self.device is not None  # read ahead
         if num_workers > 0:
             self._workers = WorkerProcesses(pipe, num_workers, persistent, prefetch_factor, multiprocessing_context,
                                      worker_init_fn)
@@ -594,7 +612,9 @@ class DataLoader(Generic[T]):
         else:
             pipe = self._source = InProcess(pipe, eager=following)
         if self.timeout is not None:
-            pipe = TimedBuffer(pipe, _TIMEOUT_BUFFER, self.timeout, _WHERE)
+            pipe = TimedBuffer(pipe, _TIMEOUT_BUFFER if buffer is None else buffer, self.timeout, _WHERE)
+        elif buffer is not None:
+            pipe = pipe.prefetch(buffer)
         if pin and (self.device is None or self.device.type != "cpu"):
             pipe = pipe.pin_memory()
         if self.device is not None:
@@ -602,31 +622,6 @@ class DataLoader(Generic[T]):
             # does not stack them either); otherwise they are collated batches already.
             pipe = pipe.to_device(self.device, collate=bool(batch_size or collate_fn is not None))
         return pipe
-
-    def _build_spdl(self, preprocessor: Any, aggregator: Any, transfer_fn: Any, buffer_size: Any, num_threads: Any,
-                    output_order: Any) -> IterDataPipe[Any]:
-        require_callable(preprocessor, _WHERE, "preprocessor", optional=True)
-        require_callable(aggregator, _WHERE, "aggregator", optional=True)
-        require_callable(transfer_fn, _WHERE, "transfer_fn", optional=True)
-        buffer_size = SPDL_BUFFER_SIZE if buffer_size is None else buffer_size
-        require_int(buffer_size, _WHERE, "buffer_size", minimum=1)
-        num_threads = SPDL_NUM_THREADS if num_threads is None else num_threads
-        require_int(num_threads, _WHERE, "num_threads", minimum=1)
-        output_order = SPDL_OUTPUT_ORDER if output_order is None else output_order
-        if output_order not in ("input", "completion"):
-            raise ValueError(f"{_WHERE}: output_order must be 'input' or 'completion', got {output_order!r}")
-        self.num_workers = 0
-        self.device = None
-        self.buffer_size = buffer_size
-        self.num_threads = num_threads
-        self.output_order = output_order
-        pipe = spdl_stages(self.datapipe, preprocessor, self.batch_size, self.drop_last, aggregator, transfer_fn,
-                           num_threads, output_order == "input")
-        self._worker_pipe = pipe
-        pipe = self._source = InProcess(pipe, eager=True)  # the buffer reads ahead
-        if self.timeout is None:
-            return pipe.prefetch(buffer_size)
-        return TimedBuffer(pipe, buffer_size, self.timeout, _WHERE)
 
     # -- epochs and seeds --------------------------------------------------------------------------
 
@@ -786,11 +781,3 @@ class DataLoader(Generic[T]):
         extra = f", num_workers={self.num_workers}" if self.num_workers else ""
         return f"DataLoader({self.pipe!r}{extra})"
 
-
-def _is_set(name: str, value: Any) -> bool:
-    """Whether a torch-only argument was given a value other than its default."""
-    if name in ("pin_memory", "persistent_workers"):
-        return value is not False
-    if name == "num_workers":
-        return isinstance(value, bool) or value != 0
-    return value is not None

@@ -1,11 +1,14 @@
 """SPDL's ``spdl.dataloader.DataLoader``: :class:`datapipes.DataLoader` with SPDL's signature, defaults
-and failure handling, its stages built by :class:`~datapipes.spdl.PipelineBuilder`."""
+and failure handling, its stages built by :class:`~datapipes.spdl.PipelineBuilder`, the rest
+translated into the loader's torch spelling as :class:`datapipes.DataLoader` translates it
+(:func:`datapipes.loader.spdl_spelling.from_spdl`)."""
 
 from __future__ import annotations
 
 from typing import Any, AsyncIterable, Callable, Iterable, Iterator
 
 from ..loader import DataLoader as _DataLoader
+from ..loader.spdl_spelling import from_spdl
 from ._builder import PipelineBuilder
 from ._pipeline import _failure
 
@@ -95,8 +98,8 @@ class DataLoader(_DataLoader[Any]):
         if transfer_fn is not None:
             builder.pipe(transfer_fn)  # one at a time: devices copy one batch at a time
         stages = builder._stages().set_budget(max_threads=num_threads)
-        super().__init__(src=stages, buffer_size=buffer_size, num_threads=num_threads, timeout=timeout,
-                         output_order=output_order)
+        self._from_spdl(from_spdl(src=stages, buffer_size=buffer_size, num_threads=num_threads, timeout=timeout,
+                                  output_order=output_order))
 
     def __iter__(self) -> Iterator[Any]:
         return _spdl_errors(super().__iter__())
