@@ -137,3 +137,110 @@ def test_no_module_imports_the_optional_ray_bridge():
     graph, lazy = _imports()
     assert [m for m, targets in graph.items() if "datapipes.ray" in targets] == []
     assert [x for x in lazy if "datapipes.ray" in x[2]] == []
+
+
+# -- stage traits (datapipes/_runtime/traits.py): declared in one place, read as attributes ----------
+
+TRAITS_MODULE = PACKAGE / "_runtime" / "traits.py"
+
+
+def _traits():
+    from datapipes._runtime.traits import TRAITS
+
+    return TRAITS | {"_pass_hooked"}  # the mark on an __iter__ that joins passes: read by pass_hooked()
+
+
+def _reads_by_name(tree, names):
+    """``(line, call)`` for every ``getattr``/``hasattr`` in ``tree`` that reads one of ``names`` by a
+    string."""
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value in names):
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_no_trait_is_read_by_name_outside_its_declaration():
+    # the runtime reads a trait as an attribute (stage._is_random), or through traits_of() where the
+    # stage may not be ours: a getattr(stage, "_trait", default) would hide a trait that is not declared
+    names = _traits()
+    found = [(str(path.relative_to(PACKAGE.parent)), line, call) for path in PACKAGE.rglob("*.py")
+             if path != TRAITS_MODULE for line, call in _reads_by_name(ast.parse(path.read_text()), names)]
+    assert found == []
+
+
+def _set_names(cls_source):
+    """The names a class body sets on its class (assignments, methods) or its instances (``self.x = ...``)."""
+    tree = ast.parse(cls_source)
+    body = tree.body[0].body
+    names = set()
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        names.update(t.id for t in targets if isinstance(t, ast.Name))
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+        for target in targets:
+            for t in ast.walk(target):
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    names.add(t.attr)
+    return names
+
+
+#: names stages use, near a trait's name but not meant as one
+NOT_TRAITS = {"_source"}  # a reader's source pipe (parquet), not _sources()
+
+
+def _misspelt(names, traits):
+    """The names of ``names`` that are not traits but one slip away from one (``_is_randon``)."""
+    import difflib
+
+    return sorted((name, close[0]) for name in names - NOT_TRAITS if name.startswith("_") and not name.startswith("__")
+                  and name not in traits and (close := difflib.get_close_matches(name, traits, n=1, cutoff=0.85)))
+
+
+def _stage_classes():
+    import importlib
+    import inspect
+
+    from datapipes._runtime.traits import Traits
+
+    for name in MODULES:
+        if name != "datapipes.ray":  # the optional bridge needs Ray
+            importlib.import_module(name)
+    found, todo = [], [Traits]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in found:
+                found.append(sub)
+                todo.append(sub)
+    return [c for c in found if c.__module__.startswith("datapipes.") and inspect.isclass(c)]
+
+
+def test_the_trait_check_sees_a_misspelt_trait():
+    source = "class Mine(IterDataPipe):\n    _is_randon = True\n    def __init__(self):\n        self._statless = True\n"
+    assert _misspelt(_set_names(source), _traits()) == [("_is_randon", "_is_random"), ("_statless", "_stateless")]
+
+
+def test_every_trait_a_stage_sets_is_declared():
+    # a stage that sets _is_randon = True (or self._statless = ...) would be read as declaring
+    # nothing: every name a stage class sets near a trait's name must be the trait itself
+    import inspect
+    import textwrap
+
+    from datapipes._runtime.traits import Traits
+
+    traits = _traits()
+    wrong, mistyped = [], []
+    for cls in _stage_classes():
+        wrong += [(cls.__qualname__, *pair) for pair in _misspelt(_set_names(textwrap.dedent(inspect.getsource(cls))), traits)]
+        for name, value in vars(cls).items():
+            default = Traits.__dict__.get(name)
+            if isinstance(default, bool) and not isinstance(value, (bool, property)) \
+                    or inspect.isfunction(default) and not callable(value):
+                mistyped.append((cls.__qualname__, name, value))
+    assert wrong == []
+    assert mistyped == []
+    assert len(_stage_classes()) > 100  # the pipes were found
