@@ -2,9 +2,15 @@
 import, and the base classes import no concrete pipe."""
 
 import ast
+import difflib
+import importlib
+import inspect
+import textwrap
 from pathlib import Path
 
 import pytest
+
+from datapipes._runtime.traits import TRAITS, Traits
 
 PACKAGE = Path(__file__).resolve().parent.parent / "datapipes"
 #: the command-line entry point may import lazily (start-up time); it is imported by nothing
@@ -144,10 +150,8 @@ def test_no_module_imports_the_optional_ray_bridge():
 TRAITS_MODULE = PACKAGE / "_runtime" / "traits.py"
 
 
-def _traits():
-    from datapipes._runtime.traits import TRAITS
-
-    return TRAITS | {"_pass_hooked"}  # the mark on an __iter__ that joins passes: read by pass_hooked()
+#: every trait, and the mark on an ``__iter__`` that joins passes (read by ``traits.pass_hooked``)
+ALL_TRAITS = TRAITS | {"_pass_hooked"}
 
 
 def _reads_by_name(tree, names):
@@ -164,28 +168,29 @@ def _reads_by_name(tree, names):
 def test_no_trait_is_read_by_name_outside_its_declaration():
     # the runtime reads a trait as an attribute (stage._is_random), or through traits_of() where the
     # stage may not be ours: a getattr(stage, "_trait", default) would hide a trait that is not declared
-    names = _traits()
     found = [(str(path.relative_to(PACKAGE.parent)), line, call) for path in PACKAGE.rglob("*.py")
-             if path != TRAITS_MODULE for line, call in _reads_by_name(ast.parse(path.read_text()), names)]
+             if path != TRAITS_MODULE for line, call in _reads_by_name(ast.parse(path.read_text()), ALL_TRAITS)]
     assert found == []
+
+
+def _targets(node):
+    if isinstance(node, ast.Assign):
+        return node.targets
+    return [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
 
 
 def _set_names(cls_source):
     """The names a class body sets on its class (assignments, methods) or its instances (``self.x = ...``)."""
     tree = ast.parse(cls_source)
-    body = tree.body[0].body
     names = set()
-    for node in body:
+    for node in tree.body[0].body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             names.add(node.name)
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        names.update(t.id for t in targets if isinstance(t, ast.Name))
+        names.update(t.id for t in _targets(node) if isinstance(t, ast.Name))
     for node in ast.walk(tree):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
-        for target in targets:
-            for t in ast.walk(target):
-                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
-                    names.add(t.attr)
+        for target in _targets(node):
+            names.update(t.attr for t in ast.walk(target) if isinstance(t, ast.Attribute)
+                         and isinstance(t.value, ast.Name) and t.value.id == "self")
     return names
 
 
@@ -195,20 +200,15 @@ NOT_TRAITS = {"_source"}  # a reader's source pipe (parquet), not _sources()
 
 def _misspelt(names, traits):
     """The names of ``names`` that are not traits but one slip away from one (``_is_randon``)."""
-    import difflib
-
     return sorted((name, close[0]) for name in names - NOT_TRAITS if name.startswith("_") and not name.startswith("__")
                   and name not in traits and (close := difflib.get_close_matches(name, traits, n=1, cutoff=0.85)))
 
 
 def _stage_classes():
-    import importlib
-    import inspect
-
-    from datapipes._runtime.traits import Traits
-
+    """Every stage class of the package (each module imported, the optional Ray bridge and the lazy
+    entry points aside)."""
     for name in MODULES:
-        if name != "datapipes.ray":  # the optional bridge needs Ray
+        if name != "datapipes.ray" and name not in LAZY_OK:
             importlib.import_module(name)
     found, todo = [], [Traits]
     while todo:
@@ -220,22 +220,21 @@ def _stage_classes():
 
 
 def test_the_trait_check_sees_a_misspelt_trait():
-    source = "class Mine(IterDataPipe):\n    _is_randon = True\n    def __init__(self):\n        self._statless = True\n"
-    assert _misspelt(_set_names(source), _traits()) == [("_is_randon", "_is_random"), ("_statless", "_stateless")]
+    source = "class Mine(IterDataPipe):\n    _is_randon = True\n    def __init__(self):\n        self._statless = 1\n"
+    found = _misspelt(_set_names(source), ALL_TRAITS)
+    assert found == [("_is_randon", "_is_random"), ("_statless", "_stateless")]
 
 
 def test_every_trait_a_stage_sets_is_declared():
     # a stage that sets _is_randon = True (or self._statless = ...) would be read as declaring
-    # nothing: every name a stage class sets near a trait's name must be the trait itself
-    import inspect
-    import textwrap
-
-    from datapipes._runtime.traits import Traits
-
-    traits = _traits()
+    # nothing: every name a stage class sets near a trait's name must be the trait itself, and a
+    # trait set in a class body has the declared kind (a flag, a method)
+    classes = _stage_classes()
+    assert len(classes) > 100  # the pipes were found
     wrong, mistyped = [], []
-    for cls in _stage_classes():
-        wrong += [(cls.__qualname__, *pair) for pair in _misspelt(_set_names(textwrap.dedent(inspect.getsource(cls))), traits)]
+    for cls in classes:
+        names = _set_names(textwrap.dedent(inspect.getsource(cls)))
+        wrong += [(cls.__qualname__, *pair) for pair in _misspelt(names, ALL_TRAITS)]
         for name, value in vars(cls).items():
             default = Traits.__dict__.get(name)
             if isinstance(default, bool) and not isinstance(value, (bool, property)) \
@@ -243,4 +242,3 @@ def test_every_trait_a_stage_sets_is_declared():
                 mistyped.append((cls.__qualname__, name, value))
     assert wrong == []
     assert mistyped == []
-    assert len(_stage_classes()) > 100  # the pipes were found

@@ -1,9 +1,9 @@
 """Every trait a stage declares to the pass runtime, in one place (:class:`Traits`).
 
-Both pipe base classes derive from :class:`Traits`, so each trait below is a plain attribute of
-every stage of the package, with its default. A stage overrides one in its class body
-(``_is_random = True``) or, where it depends on the stage's arguments, in ``__init__``
-(``self._stateless = concurrency == 1``). The runtime reads them when a pass is built or a state is
+Both pipe base classes derive from :class:`Traits` (through :class:`datapipes.graph.Node`), so each
+trait below is a plain attribute of every stage of the package, with its default. A stage
+overrides one in its class body (``_is_random = True``) or, where it depends on the stage's
+arguments, in ``__init__`` (``self._stateless = limit is None``). The runtime reads them when a pass is built or a state is
 taken, never per item, by plain attribute access; an object that may not be one of ours (a torch
 DataPipe in ``graph_settings``, a dataset handed to a loader) is read through :func:`traits_of`.
 
@@ -12,7 +12,7 @@ A stage written outside the package declares one more, public, trait: ``stateles
 honoured only for the package's stages (``_runtime.passes._stateless``).
 
 ``tests/test_layers.py`` checks that nothing reads a trait by name (``getattr(stage, "_trait", ...)``)
-outside this module, and that no stage class sets a name that is one letter off a trait.
+outside this module, and that no stage class sets a name one slip off a trait's (``_is_randon``).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class Traits:
     #: the pass's graph, its seeds and its state stop at this stage.
     _runs_sources_elsewhere: bool = False
     #: builds its sources' iterators later than its own (a thread, a cycle, a hub), under the pass:
-    #: ``passes.unbuilt`` does not report them as built outside the pass.
+    #: ``passes.unbuilt`` does not take it for a stage that iterates them outside the pass.
     _builds_sources_later: bool = False
 
     def _sources(self) -> list[Any] | None:
