@@ -3,9 +3,10 @@
 Both pipe base classes derive from :class:`Traits` (through :class:`datapipes.graph.Node`), so each
 trait below is a plain attribute of every stage of the package, with its default. A stage
 overrides one in its class body (``_is_random = True``) or, where it depends on the stage's
-arguments, in ``__init__`` (``self._stateless = limit is None``). The runtime reads them when a pass is built or a state is
-taken, never per item, by plain attribute access; an object that may not be one of ours (a torch
-DataPipe in ``graph_settings``, a dataset handed to a loader) is read through :func:`traits_of`.
+arguments, in ``__init__`` (``self._stateless = limit is None``). The runtime reads them when a
+pass is built or a state is taken, never per item, by plain attribute access; an object that may
+not be one of ours (a torch DataPipe in ``graph_settings``, a dataset handed to a loader) is read
+through :func:`traits_of`.
 
 A stage written outside the package declares one more, public, trait: ``stateless = True`` (or
 ``@datapipes.stateless``), read by :func:`declares_stateless`; the package's own ``_stateless`` is
