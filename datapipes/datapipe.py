@@ -35,6 +35,7 @@ from .hooks import Hook
 from ._checks import require_callable, require_int
 from ._methods import IterMethods, MapMethods
 from ._runtime.seeds import derive_seed, draw_seed
+from ._runtime.traits import mark_pass_hooked, pass_hooked, traits_of
 from .graph import Node, chain_repr, sources_of, stage_label, traverse
 
 __all__ = [
@@ -116,17 +117,14 @@ def _portable(value: Any) -> Any:
 
 
 class _DataPipeMixin(Node):
-    """What both bases share: repr, truthiness, pickling, seeds. Nothing here runs per item."""
+    """What both bases share: repr, truthiness, pickling, seeds. Nothing here runs per item. The
+    traits a stage declares to the pass (``_is_random``, ``_seed``, ...) are declared on
+    :class:`~datapipes._runtime.traits.Traits`, a base of :class:`~datapipes.graph.Node`."""
 
-    #: True on stages that draw random numbers (shuffle, sample, split); they get seeds from
-    #: :meth:`set_seed` and a fresh draw from torch's global generator when unseeded.
-    _is_random: bool = False
     #: What a pass's state holds for the stage, declared by each class of datapipes.iter and
     #: datapipes.map (never inherited): scripts/gen_docs_tables.py writes the table of
     #: docs/howto/checkpoint.rst from it (docs/howto/custom_pipe.rst says how to write it).
     _saves: str | dict[str, str]
-    _seed: int | None = None
-    _epoch: int = 0
 
     def __bool__(self) -> bool:
         # Always true, so ``if pipe:`` never calls ``__len__`` (which may raise).
@@ -247,7 +245,7 @@ def _hook_pass(iter_fn: Callable[[Any], Iterator[Any]]) -> Callable[[Any], Itera
             _worker.worker_pass(self)
         return _pass.start(self, iter_fn)
 
-    __iter__._pass_hooked = True  # type: ignore[attr-defined]
+    mark_pass_hooked(__iter__)
     return __iter__
 
 
@@ -271,15 +269,13 @@ class IterDataPipe(IterableDataset[T_co], IterMethods[T_co], _DataPipeMixin):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("__iter__")
-        if own is not None and not getattr(own, "_pass_hooked", False):
+        if own is not None and not pass_hooked(own):
             cls.__iter__ = _hook_pass(own)  # type: ignore[method-assign]
 
     def __iter__(self) -> Iterator[T_co]:
         raise TypeError(f"{type(self).__name__} is an IterDataPipe but defines no __iter__")
 
-    # -- watching and budgets: recorded on the pipe, read when a pass starts -----------------------
-    _hooks: tuple[tuple[Any, bool], ...] = ()
-    _budget: tuple[int | None, ...] = (None, None, None)
+    # -- watching and budgets: recorded on the pipe (the traits _hooks, _budget), read when a pass starts
 
     def add_hook(self, hook: Any, *, stage_only: bool = False) -> Any:
         """Attach ``hook`` (a :class:`datapipes.hooks.Hook`) to this stage and every stage upstream
@@ -353,10 +349,7 @@ def index_ordered(pipe: Any) -> bool:
     """Whether iterating the map-style ``pipe`` yields ``pipe[0], pipe[1], ...`` in that order: a
     pipe of this package says (``_index_ordered``); another object does when it has no ``__iter__``
     (Python then reads it by index)."""
-    method = getattr(pipe, "_index_ordered", None)
-    if method is not None:
-        return bool(method())
-    return not hasattr(type(pipe), "__iter__")
+    return bool(traits_of(pipe)._index_ordered())
 
 
 class MapDataPipe(Dataset[T_co], MapMethods[T_co], _DataPipeMixin):

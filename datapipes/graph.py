@@ -21,12 +21,15 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Iterator
 
+from ._runtime.traits import Traits, traits_of
+
 __all__ = ["Node", "walk", "traverse", "traverse_dps", "get_all_graph_pipes", "stages", "chain_repr", "describe",
            "to_mermaid", "sources_of", "stage_label"]
 
 
-class Node:
-    """What makes an object a stage of a pipe graph: the base of both pipe base classes.
+class Node(Traits):
+    """What makes an object a stage of a pipe graph: the base of both pipe base classes, with the
+    traits every stage declares to the pass runtime (:class:`~datapipes._runtime.traits.Traits`).
 
     This module sits below the base classes (it imports none of them), so it recognises stages by
     this marker alone.
@@ -57,14 +60,14 @@ def sources_of(pipe: Any) -> list[Any]:
     """The pipes ``pipe`` reads from, in the order of its constructor's parameters.
 
     Found by scanning the pipe's attributes (pipes, or lists/tuples of pipes); a class whose sources
-    live elsewhere defines ``_sources()``. The order is the constructor's, not the order in which
-    ``__init__`` happens to assign the attributes: it fixes each stage's place in the graph, hence
-    its state key and its seed (docs/architecture.rst, "The stage protocol"), which must not move
-    when two assignments are swapped.
+    live elsewhere says so (``_sources()``, a stage trait). The order is the constructor's, not the
+    order in which ``__init__`` happens to assign the attributes: it fixes each stage's place in the
+    graph, hence its state key and its seed (docs/architecture.rst, "The stage protocol"), which
+    must not move when two assignments are swapped.
     """
-    custom = getattr(pipe, "_sources", None)
+    custom = traits_of(pipe)._sources()
     if custom is not None:
-        return list(custom())
+        return list(custom)
     found: list[tuple[tuple[int, str], list[Any]]] = []
     rank = _parameter_ranks(type(pipe))
     for name, value in vars(pipe).items():
@@ -196,7 +199,7 @@ def chain_repr(pipe: Any) -> str:
     label = stage_label(pipe)
     if not srcs:
         return label
-    if len(srcs) == 1 and getattr(pipe, "_unseen", False):
+    if len(srcs) == 1 and traits_of(pipe)._unseen:
         return chain_repr(srcs[0])
     if len(srcs) == 1:
         return f"{chain_repr(srcs[0])} -> {label}"

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from ._runtime.traits import traits_of
 from .graph import get_all_graph_pipes, traverse_dps
 from .iter.sharding import SHARDING_PRIORITIES, apply_sharding
 
@@ -69,7 +70,7 @@ def apply_random_seed(datapipe: Any, rng: torch.Generator) -> Any:
         raise TypeError(f"apply_random_seed: rng must be a torch.Generator, got {type(rng).__name__}")
     seen: set[int] = set()
     for pipe in get_all_graph_pipes(traverse_dps(datapipe)):
-        if id(pipe) in seen or not getattr(pipe, "_is_random", False):
+        if id(pipe) in seen or not traits_of(pipe)._is_random:
             continue
         seen.add(id(pipe))
         pipe._seed = int(torch.empty((), dtype=torch.int64).random_(generator=rng).item())

@@ -153,7 +153,7 @@ class StatsReporter(Hook):
         log = self.logger if self.logger is not None else logger
         # Stages a loader adds without changing any item (the stage that runs the pipe as a pass of
         # its own, whose stages this hook reports from that pass) are left out.
-        stats = with_worker_stats([(stage, s) for stage, s in stats if not getattr(stage, "_unseen", False)])
+        stats = with_worker_stats([(stage, s) for stage, s in stats if not stage._unseen])
         if stats and log.isEnabledFor(self.level):
             log.log(self.level, "datapipes stage statistics:\n%s", format_stats(stats))
 

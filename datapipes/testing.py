@@ -43,6 +43,7 @@ from collections import Counter
 from typing import Any, Callable, Iterable, Sized, cast
 
 from ._runtime import passes as _pass
+from ._runtime.traits import traits_of
 from ._engine import close_iterator
 from .datapipe import IterDataPipe, MapDataPipe
 from .graph import traverse
@@ -128,7 +129,7 @@ def threads_started_since(before: set[threading.Thread], timeout: float = 5.0) -
 
 
 def _unseeded_random(pipe: Any) -> bool:
-    return any(getattr(s, "_is_random", False) and s._seed is None for s in traverse(pipe))
+    return any(t._is_random and t._seed is None for t in map(traits_of, traverse(pipe)))
 
 
 def _collect(pipe: Any, limit: int | None) -> list[Any]:

@@ -2,9 +2,15 @@
 import, and the base classes import no concrete pipe."""
 
 import ast
+import difflib
+import importlib
+import inspect
+import textwrap
 from pathlib import Path
 
 import pytest
+
+from datapipes._runtime.traits import TRAITS, Traits
 
 PACKAGE = Path(__file__).resolve().parent.parent / "datapipes"
 #: the command-line entry point may import lazily (start-up time); it is imported by nothing
@@ -137,3 +143,102 @@ def test_no_module_imports_the_optional_ray_bridge():
     graph, lazy = _imports()
     assert [m for m, targets in graph.items() if "datapipes.ray" in targets] == []
     assert [x for x in lazy if "datapipes.ray" in x[2]] == []
+
+
+# -- stage traits (datapipes/_runtime/traits.py): declared in one place, read as attributes ----------
+
+TRAITS_MODULE = PACKAGE / "_runtime" / "traits.py"
+
+
+#: every trait, and the mark on an ``__iter__`` that joins passes (read by ``traits.pass_hooked``)
+ALL_TRAITS = TRAITS | {"_pass_hooked"}
+
+
+def _reads_by_name(tree, names):
+    """``(line, call)`` for every ``getattr``/``hasattr`` in ``tree`` that reads one of ``names`` by a
+    string."""
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value in names):
+            found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_no_trait_is_read_by_name_outside_its_declaration():
+    # the runtime reads a trait as an attribute (stage._is_random), or through traits_of() where the
+    # stage may not be ours: a getattr(stage, "_trait", default) would hide a trait that is not declared
+    found = [(str(path.relative_to(PACKAGE.parent)), line, call) for path in PACKAGE.rglob("*.py")
+             if path != TRAITS_MODULE for line, call in _reads_by_name(ast.parse(path.read_text()), ALL_TRAITS)]
+    assert found == []
+
+
+def _targets(node):
+    if isinstance(node, ast.Assign):
+        return node.targets
+    return [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+
+
+def _set_names(cls_source):
+    """The names a class body sets on its class (assignments, methods) or its instances (``self.x = ...``)."""
+    tree = ast.parse(cls_source)
+    names = set()
+    for node in tree.body[0].body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        names.update(t.id for t in _targets(node) if isinstance(t, ast.Name))
+    for node in ast.walk(tree):
+        for target in _targets(node):
+            names.update(t.attr for t in ast.walk(target) if isinstance(t, ast.Attribute)
+                         and isinstance(t.value, ast.Name) and t.value.id == "self")
+    return names
+
+
+#: names stages use, near a trait's name but not meant as one
+NOT_TRAITS = {"_source"}  # a reader's source pipe (parquet), not _sources()
+
+
+def _misspelt(names, traits):
+    """The names of ``names`` that are not traits but one slip away from one (``_is_randon``)."""
+    return sorted((name, close[0]) for name in names - NOT_TRAITS if name.startswith("_") and not name.startswith("__")
+                  and name not in traits and (close := difflib.get_close_matches(name, traits, n=1, cutoff=0.85)))
+
+
+def _stage_classes():
+    """Every stage class of the package (each module imported, the optional Ray bridge and the lazy
+    entry points aside)."""
+    for name in MODULES:
+        if name != "datapipes.ray" and name not in LAZY_OK:
+            importlib.import_module(name)
+    found, todo = [], [Traits]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub not in found:
+                found.append(sub)
+                todo.append(sub)
+    return [c for c in found if c.__module__.startswith("datapipes.") and inspect.isclass(c)]
+
+
+def test_the_trait_check_sees_a_misspelt_trait():
+    source = "class Mine(IterDataPipe):\n    _is_randon = True\n    def __init__(self):\n        self._statless = 1\n"
+    found = _misspelt(_set_names(source), ALL_TRAITS)
+    assert found == [("_is_randon", "_is_random"), ("_statless", "_stateless")]
+
+
+def test_every_trait_a_stage_sets_is_declared():
+    # a stage that sets _is_randon = True (or self._statless = ...) would be read as declaring
+    # nothing: every name a stage class sets near a trait's name must be the trait itself, and a
+    # trait set in a class body has the declared kind (a flag, a method)
+    classes = _stage_classes()
+    assert len(classes) > 100  # the pipes were found
+    wrong, mistyped = [], []
+    for cls in classes:
+        names = _set_names(textwrap.dedent(inspect.getsource(cls)))
+        wrong += [(cls.__qualname__, *pair) for pair in _misspelt(names, ALL_TRAITS)]
+        for name, value in vars(cls).items():
+            default = Traits.__dict__.get(name)
+            if isinstance(default, bool) and not isinstance(value, (bool, property)) \
+                    or inspect.isfunction(default) and not callable(value):
+                mistyped.append((cls.__qualname__, name, value))
+    assert wrong == []
+    assert mistyped == []

@@ -186,6 +186,7 @@ class AsyncWorkers(Closeable):
         self._lock = threading.Lock()
         self._batch = max(1, n // 32)
         self._started = False
+        self._blocked = False  # a fn held the loop past its deadline (timed runs): close() does not wait
 
     def start(self) -> None:
         self._ref = LoopRef()
@@ -550,7 +551,7 @@ class AsyncWorkers(Closeable):
                 except RuntimeError:  # the loop closed in between: its shutdown cancelled the tasks
                     pass
                 else:
-                    if not getattr(self, "_blocked", False):  # a blocked loop cannot answer: don't wait
+                    if not self._blocked:  # a blocked loop cannot answer: don't wait
                         stopped.wait(_STOP_GRACE_S)
         finally:
             self._closed = True

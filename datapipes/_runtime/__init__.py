@@ -1,5 +1,6 @@
 """The pass runtime: what runs while a pipe is iterated (docs/architecture.rst, "The pass").
 
+- ``traits``: every trait a stage declares to the runtime (``Traits``), with its default;
 - ``passes``: the pass itself (``Pass``, ``PassIterator``, ``configured``), its stages' runs and
   their state (``state_dict``/``load_state_dict``);
 - ``shares``: what a stage takes from the pass building it (threads, processes, CPUs, hooks);

@@ -184,7 +184,7 @@ class Observer:
         for hook in extra:
             watch(hook, graph)
         for stage in graph:
-            for hook, only in getattr(stage, "_hooks", ()):
+            for hook, only in stage._hooks:
                 watch(hook, [stage] if only else list(walk(stage)))
         order = self.order = {id(s): i for i, s in enumerate(graph)}
         for _, stages in self.scopes.values():

@@ -54,6 +54,7 @@ from .._positions import remaining
 from .observe import Observer, observing, pending_observation
 from .tuning import Budget, Tuner
 from .seeds import derive_seed, draw_seed
+from .traits import declares_stateless, pass_hooked
 from .worker import base_seed, is_sharding_stage, unseeded_across_ranks
 from ..graph import sources_of, stage_label, stages, walk
 
@@ -268,7 +269,7 @@ class Pass:
         self._budget: Budget | None = None
         self._tuner: Tuner | None = None
         self.observer: Observer | None = None
-        if observe is not None or any(getattr(s, "_hooks", ()) for s in self.graph):
+        if observe is not None or any(s._hooks for s in self.graph):
             self.observer = Observer(self, self.graph, observe or ())
             weakref.finalize(self, self.observer.end)
 
@@ -281,11 +282,11 @@ class Pass:
                 _owners[stage] = ref
         random = [s for s in graph if s._is_random]
         sharding = [s for s in graph if is_sharding_stage(s)]
+        placed = None if self.config is None else self.config.placed
         for stage in sharding:
-            shard = getattr(stage, "_pass_shard", None)
-            if shard is not None:
-                placed = None if self.config is None else self.config.placed
-                self._shards[id(stage)] = shard() if placed is None else shard(placed)
+            shard = stage._pass_shard(placed)
+            if shard is not None:  # a sharding stage written elsewhere: the pass decides no shard
+                self._shards[id(stage)] = shard
         config = self.config
         if config is not None:
             below = _downstream_of_sharding(self.root)
@@ -312,9 +313,9 @@ class Pass:
         if self.in_worker:
             passes = _worker_passes.get(stage, 0)
             _worker_passes[stage] = passes + 1
-        ranks = stage._pass_ranks() if hasattr(stage, "_pass_ranks") else 1
+        ranks = stage._pass_ranks()
         root: int | None = None
-        agreed = getattr(stage, "_loader_seed", None)
+        agreed = stage._loader_seed
         if agreed is not None:
             root = derive_seed(agreed[0], "loader epoch", agreed[1])
         elif self.in_worker and ranks == 1:
@@ -348,7 +349,7 @@ class Pass:
         shard = self._shards.get(id(stage))
         if shard is None:  # a stage this pass did not see when it started (built lazily elsewhere)
             placed = None if self.config is None else self.config.placed
-            shard = self._shards[id(stage)] = stage._pass_shard() if placed is None else stage._pass_shard(placed)
+            shard = self._shards[id(stage)] = stage._pass_shard(placed)
         return shard
 
     def budget(self) -> Budget:
@@ -357,7 +358,7 @@ class Pass:
         with self._lock:
             if self._budget is None:
                 # (max_threads, max_memory, max_processes); a pipe pickled before max_processes has two
-                limits = [(*s._budget, None, None)[:3] for s in self.graph if any(getattr(s, "_budget", ()))]
+                limits = [(*s._budget, None, None)[:3] for s in self.graph if any(s._budget)]
                 if self.budget_limits is not None:
                     limits.append((*self.budget_limits, None, None)[:3])
                 tightest = [min((v for v in column if v is not None), default=None) for column in zip(*limits)]
@@ -426,9 +427,7 @@ class Pass:
         round) must not save, or be resumed into, the previous round's positions."""
         graph = list(walk(root))
         for stage in graph:
-            hook = getattr(stage, "_pass_forgotten", None)  # stages sharing state across passes (fork)
-            if hook is not None:
-                hook(self)
+            stage._pass_forgotten(self)  # stages sharing state across passes (fork)
         ids = {id(stage) for stage in graph}
         with self._lock:
             for key in ids:
@@ -478,7 +477,7 @@ def unbuilt(it: Any) -> list[Any]:
         if id(stage) in seen or not type(stage).__module__.startswith("datapipes."):
             continue
         seen.add(id(stage))
-        if getattr(stage, "_runs_sources_elsewhere", False) or getattr(stage, "_builds_sources_later", False):
+        if stage._runs_sources_elsewhere or stage._builds_sources_later:
             continue  # the workers' own passes; or a stage that builds its sources under this pass later
         sources = [s for s in sources_of(stage)
                    if type(s).__module__.startswith("datapipes.") and _iterated_in_passes(s)]
@@ -492,14 +491,14 @@ def unbuilt(it: Any) -> list[Any]:
 def _iterated_in_passes(stage: Any) -> bool:
     """True for iterable-style stages (their ``__iter__`` joins passes); map-style ones are read by
     index, outside passes."""
-    return getattr(type(stage).__iter__, "_pass_hooked", False)
+    return pass_hooked(type(stage).__iter__)
 
 
 def _pass_graph(root: Any) -> list[Any]:
     """The stages a pass of ``root`` runs, in graph order: the graph, less what lies upstream of a
     stage that runs its sources in other processes (``_runs_sources_elsewhere``: the DataLoader's
     worker stage, whose workers start passes of their own)."""
-    return list(walk(root, stop=lambda s: getattr(s, "_runs_sources_elsewhere", False)))
+    return list(walk(root, stop=lambda s: s._runs_sources_elsewhere))
 
 
 def _downstream_of_sharding(root: Any) -> set[int]:
@@ -593,9 +592,9 @@ def _stateless(stage: Any) -> bool:
     ``state_dict``/``load_state_dict``, the protocol for your own stateful stages) is stateless only
     when its class says so (``stateless = True``, or ``@datapipes.stateless``): one that reads an
     item ahead or keeps a buffer would otherwise resume with those items lost, and say nothing."""
-    if getattr(type(stage), "stateless", False) is True:
+    if declares_stateless(stage):
         return True
-    return type(stage).__module__.startswith("datapipes.") and bool(getattr(stage, "_stateless", False))
+    return type(stage).__module__.startswith("datapipes.") and bool(stage._stateless)
 
 
 def _undeclared(stage: Any) -> str:
@@ -616,7 +615,7 @@ def _replayed(graph: list[Any]) -> set[int]:
     source): their positions are neither saved nor restored."""
     out: set[int] = set()
     for stage in graph:
-        if getattr(stage, "_replays_sources", False):
+        if stage._replays_sources:
             stack = list(sources_of(stage))
             while stack:
                 upstream = stack.pop()
@@ -734,7 +733,7 @@ def start(pipe: Any, iter_fn: Callable[[Any], Iterator[Any]], config: PassConfig
     finally:
         if outer:
             del starting[key]
-    if getattr(getattr(type(it), "__iter__", None), "_pass_hooked", False):
+    if pass_hooked(getattr(type(it), "__iter__", None)):
         # A pipe that is its own iterator (``__iter__`` returns ``self``, items from ``__next__``, as
         # torch DataPipes allow): read it through ``__next__``; iter() of it would start a new pass.
         it = iter(it.__next__, _NEVER)

@@ -59,6 +59,7 @@ from typing import Any
 from .._engine.process import live_worker_pids
 from .._engine.tune import HillClimber, Observation
 from .observe import Reporter
+from .traits import traits_of
 from ..hooks import Hook
 
 __all__ = ["AUTO", "INTERVAL", "PROCESS_MAXIMUM", "START_MAXIMUM", "THREAD_MAXIMUM", "Budget", "Tuner", "auto_maximum",
@@ -144,8 +145,7 @@ def workers_memory() -> int:
 def thread_demand(stage: Any) -> int | str | None:
     """What a stage asks of the thread budget: its fixed concurrency, ``"auto"``, or None (no
     worker threads of its own: serial, async, processes, an executor the user built)."""
-    demand = getattr(stage, "_thread_demand", None)
-    return None if demand is None else demand()  # type: ignore[no-any-return]
+    return traits_of(stage)._thread_demand()
 
 
 class Budget:

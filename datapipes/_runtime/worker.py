@@ -63,6 +63,7 @@ from torch.utils.data import get_worker_info
 
 from .._checks import require_int
 from ..graph import stage_label, traverse
+from .traits import Traits
 
 __all__ = [
     "Placement",
@@ -183,7 +184,7 @@ def set_loader_seed(pipe: Any, seed: int | None, epoch: int = 0) -> Any:
     require_int(seed, "set_loader_seed", "seed", optional=True)
     require_int(epoch, "set_loader_seed", "epoch", minimum=0)
     for stage in traverse(pipe):
-        if is_sharding_stage(stage) and hasattr(stage, "_loader_seed"):
+        if is_sharding_stage(stage) and isinstance(stage, Traits):  # torch's declares no _loader_seed
             stage._loader_seed = None if seed is None else (seed, epoch)
     return pipe
 

@@ -332,7 +332,7 @@ def _replay_problem(stage: Any) -> str | None:
         return "yields in completion order (ordered=False)"
     if getattr(stage, "non_deterministic", False) is True:
         return "lists files in no fixed order (non_deterministic=True)"
-    if getattr(stage, "_one_shot", False) or getattr(stage, "_async", False):
+    if stage._one_shot or stage._async:
         return "reads a one-shot or async iterable, which cannot be read again"
     return None
 

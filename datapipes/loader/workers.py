@@ -81,7 +81,7 @@ def _snapshot(stream: ShardStream) -> list[tuple[str, Any]]:
     """``(label, StageStats)`` of the worker's stages (plain data, pickled to the main process), in
     data-flow order, leaving out those the loader adds without changing any item."""
     return [(stage_label(stage), stats) for stage, stats in reversed(stream.stats())
-            if not getattr(stage, "_unseen", False)]
+            if not stage._unseen]
 
 
 def _feed(stream: ShardStream, worker: int, workers: int, watched: bool = False) -> Iterator[Any]:
