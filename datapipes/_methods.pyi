@@ -7,7 +7,7 @@ import torch
 from typing import Any, AsyncIterable, Awaitable, Callable, Coroutine, Generic, Hashable, Iterable, Literal, Mapping, overload, Sequence, TypeVar
 from .datapipe import IterDataPipe, MapDataPipe
 from .errors import _OnError
-from .iter.archive import Decompressor, TarArchiveLoader, WebDatasetGrouper, ZipArchiveLoader
+from .iter.archive import TarArchiveLoader, WebDatasetGrouper, ZipArchiveLoader
 from .iter.broadcast.demux import DemultiplexerChild, RoundRobinDemultiplexerChild
 from .iter.broadcast.fork import ForkerChild
 from .iter.bucketing import MaxTokenBucketizer
@@ -20,7 +20,7 @@ from .iter.distributed import FullSync, ShardingRoundRobinDispatcher
 from .iter.fileio import FileLister, FileOpener, PathLike, Saver
 from .iter.grouping import BucketBatcher
 from .iter.image import ImageDecoder
-from .iter.io.compression import Bz2FileLoader, Extractor, XzFileLoader
+from .iter.io.compression import Bz2FileLoader, Decompressor, Extractor, XzFileLoader
 from .iter.io.http import HttpReader, OnlineReader
 from .iter.io.json import JsonParser
 from .iter.io.tfrecord import TFRecordLoader
@@ -63,7 +63,6 @@ class IterMethods(Generic[T_co]):
     """The functional methods of ``IterDataPipe``."""
 
     # -- datapipes.iter.archive --------------------------------------------------------------------
-    def decompress(self: IterMethods[tuple[Any, Any]], file_type: str | None = ...) -> Decompressor: ...
     def load_from_tar(
         self: IterMethods[tuple[str, Any]],
         mode: str = ...,
@@ -297,6 +296,7 @@ class IterMethods(Generic[T_co]):
         warn_failures: int | float | None = ...,
     ) -> ImageDecoder: ...
     # -- datapipes.iter.io.compression -------------------------------------------------------------
+    def decompress(self: IterMethods[tuple[Any, Any]], file_type: str | None = ...) -> Decompressor: ...
     def extract(self: IterMethods[tuple[str, Any]], file_type: str | None = ...) -> Extractor: ...
     def load_from_bz2(self: IterMethods[tuple[str, Any]], length: int = ...) -> Bz2FileLoader: ...
     def load_from_xz(self: IterMethods[tuple[str, Any]], length: int = ...) -> XzFileLoader: ...

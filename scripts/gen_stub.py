@@ -17,7 +17,6 @@ from __future__ import annotations
 import ast
 import builtins
 import collections.abc
-import importlib
 import inspect
 import re
 import sys

@@ -1,5 +1,6 @@
-"""Archives and compressed files in ``(path, stream)`` pairs: TarArchiveLoader [load_from_tar],
-ZipArchiveLoader [load_from_zip], WebDatasetGrouper [webdataset], Decompressor [decompress].
+"""Archives in ``(path, stream)`` pairs: TarArchiveLoader [load_from_tar], ZipArchiveLoader
+[load_from_zip], WebDatasetGrouper [webdataset]. Compressed files (``decompress``) are
+:mod:`datapipes.iter.io.compression`'s.
 
 The archive loaders yield ``(path inside the archive, stream)`` where the stream is an
 ``io.BytesIO`` of the member's bytes, read before the archive advances: members stay valid
@@ -20,7 +21,7 @@ stay yielded.
 **Checkpoints** (``it.state_dict()``). A loader stopped inside an archive saves its path and the
 entries read, as the text readers (``readlines``, ``parse_csv``) do (a resumed pass reads past them in
 a tar, jumps to them in a zip); ``webdataset`` saves the sample it has begun (its in-memory files
-copied); ``decompress`` keeps no position (one reader per item).
+copied).
 
 >>> import io, tarfile
 >>> from datapipes.iter import IterableWrapper
@@ -36,28 +37,25 @@ copied); ``decompress`` keeps no position (one reader per item).
 
 from __future__ import annotations
 
-import bz2
 import copy
-import gzip
 import io
-import lzma
 import os
 import re
 import tarfile
 import zipfile
 from itertools import chain, islice
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from .._runtime import passes as _pass
 from .._positions import Enumerated, skip as skip_items
-from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
+from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
 from .._engine import abandon
 from .._engine import close_iterator as _close
-from ..errors import WARN_FAILURES, _OnError, add_stage_note, policy_and_log
-from ._readers import _REWRAP, _item, _on_fail, _open_item, _pair, _read_run, _ReadRun, _reopener, set_origin
+from ..errors import WARN_FAILURES, _OnError, policy_and_log
+from ._readers import _item, _on_fail, _open_item, _pair, _read_run, _ReadRun
 from .._engine.lifecycle import Resumable
 
-__all__ = ["Decompressor", "TarArchiveLoader", "WebDataset", "WebDatasetGrouper", "ZipArchiveLoader"]
+__all__ = ["TarArchiveLoader", "WebDataset", "WebDatasetGrouper", "ZipArchiveLoader"]
 
 
 def _member_path(archive: Any, name: str) -> str:
@@ -513,298 +511,3 @@ class WebDatasetGrouper(IterDataPipe[dict[str, Any]]):
 
 #: torchdata's name for :class:`WebDatasetGrouper` (``webdataset``).
 WebDataset = WebDatasetGrouper
-
-
-# -- decompression ---------------------------------------------------------------------------------
-
-
-class _Reading:
-    """Mixin of the decompressing readers: closing one closes the compressed stream under it, and
-    an error while reading gets a note naming the stage and the file."""
-
-    _dp_source: Any = None
-    _dp_note: tuple[str, int, str] | None = None
-    _dp_format: str | None = None  # the key of _OPENERS that made it
-
-    def _dp_failed(self, exc: BaseException) -> None:
-        if self._dp_note is not None:
-            stage, position, what = self._dp_note
-            add_stage_note(exc, stage, position, what)
-
-    def read(self, size: Any = -1) -> bytes:
-        try:
-            return super().read(size)  # type: ignore[misc]
-        except Exception as e:
-            self._dp_failed(e)
-            raise
-
-    def read1(self, size: Any = -1) -> bytes:
-        try:
-            return super().read1(size)  # type: ignore[misc]
-        except Exception as e:
-            self._dp_failed(e)
-            raise
-
-    def readinto(self, b: Any) -> int:
-        try:
-            return super().readinto(b)  # type: ignore[misc]
-        except Exception as e:
-            self._dp_failed(e)
-            raise
-
-    def readline(self, size: Any = -1) -> bytes:
-        try:
-            return super().readline(size)  # type: ignore[misc]
-        except Exception as e:
-            self._dp_failed(e)
-            raise
-
-    def close(self) -> None:
-        try:
-            super().close()  # type: ignore[misc]
-        finally:
-            source = self._dp_source
-            if source is not None:
-                self._dp_source = None
-                _close(source)
-
-
-class _GzipReader(_Reading, gzip.GzipFile):
-    pass
-
-
-class _BZ2Reader(_Reading, bz2.BZ2File):
-    pass
-
-
-class _XZReader(_Reading, lzma.LZMAFile):
-    pass
-
-
-class _ZstdReader(_Reading, io.BufferedReader):
-    pass
-
-
-class _ZstdRaw(io.RawIOBase):
-    """zstd decompression as a raw stream: frame after frame, and ``EOFError`` when the input ends
-    inside a frame (``zstandard``'s own stream reader returns the truncated data silently)."""
-
-    _CHUNK = 1 << 14  # compressed bytes fed at a time: bounds the memory of one decompress call
-
-    def __init__(self, source: Any, zstandard: Any) -> None:
-        self._source = source
-        self._new = zstandard.ZstdDecompressor().decompressobj
-        self._dec = self._new()
-        self._in_frame = False
-        self._out = b""
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: Any) -> int:
-        while self._pos >= len(self._out):
-            chunk = self._source.read(self._CHUNK)
-            if not chunk:
-                if self._in_frame:
-                    raise EOFError("Compressed file ended before the end-of-stream marker was reached")
-                return 0
-            self._feed(chunk)
-        n = min(len(b), len(self._out) - self._pos)
-        b[:n] = self._out[self._pos : self._pos + n]
-        self._pos += n
-        return n
-
-    def _feed(self, chunk: bytes) -> None:
-        out = []
-        while chunk:
-            self._in_frame = True
-            out.append(self._dec.decompress(chunk))
-            chunk = b""
-            if self._dec.eof:  # a frame ended; what follows is the next frame
-                chunk = self._dec.unused_data
-                self._dec = self._new()
-                self._in_frame = False
-        self._out = b"".join(out)
-        self._pos = 0
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            _close(self._source)
-
-
-def _zstd_module() -> Any:
-    try:
-        import zstandard
-    except ImportError:
-        return None
-    return zstandard
-
-
-def _open_gzip(source: Any) -> Any:
-    return _GzipReader(fileobj=source, mode="rb")
-
-
-def _open_bz2(source: Any) -> Any:
-    return _BZ2Reader(source, "rb")
-
-
-def _open_xz(source: Any) -> Any:
-    return _XZReader(source, "rb")
-
-
-def _open_zstd(source: Any) -> Any:
-    zstandard = _zstd_module()
-    if zstandard is None:
-        raise ModuleNotFoundError(_ZSTD_MISSING, name="zstandard")
-    return _ZstdReader(_ZstdRaw(source, zstandard))
-
-
-_ZSTD_MISSING = "reading zstd needs the 'zstandard' package (pip install zstandard)"
-
-_OPENERS: dict[str, Callable[[Any], Any]] = {"gzip": _open_gzip, "bz2": _open_bz2, "xz": _open_xz, "zstd": _open_zstd}
-_ALIASES = {
-    "gzip": "gzip", "gz": "gzip", "bz2": "bz2", "bzip2": "bz2", "xz": "xz", "lzma": "xz", "zstd": "zstd", "zst": "zstd",
-}
-_EXTENSIONS = (
-    (".gz", "gzip"), (".tgz", "gzip"), (".bz2", "bz2"), (".tbz2", "bz2"), (".tbz", "bz2"),
-    (".xz", "xz"), (".txz", "xz"), (".lzma", "xz"), (".zst", "zstd"), (".zstd", "zstd"),
-)
-
-
-def _detect(path: Any, stage: str) -> str:
-    name = str(path).lower()
-    for ext, fmt in _EXTENSIONS:
-        if name.endswith(ext):
-            return fmt
-    raise ValueError(
-        f"{stage}: cannot tell the compression of {path!r} from its extension "
-        f"({', '.join(e for e, _ in _EXTENSIONS)}); pass file_type='gzip', 'bz2', 'xz' or 'zstd'"
-    )
-
-
-def _decompressing(fmt: str, stream: Any) -> Any:
-    """A reader decompressing ``stream`` (``fmt``: a key of ``_OPENERS``); closing it closes ``stream``."""
-    try:
-        reader = _OPENERS[fmt](stream)
-    except BaseException:
-        _close(stream)
-        raise
-    reader._dp_source = stream
-    reader._dp_format = fmt  # with _dp_source: how a reader's state copies it when in memory (_readers._memory_copy)
-    return reader
-
-
-_REWRAP["decompressed"] = _decompressing
-
-
-def _decompressed(pipe: Decompressor, stage: str, path: Any, stream: Any, n: int) -> Any:
-    """The reader of item ``n``, ``(path, stream)``, with a note naming the stage and the file on
-    its errors; ``stream`` is closed if it cannot be made."""
-    try:
-        try:
-            fmt = pipe._format or _detect(path, stage)
-        except BaseException:
-            _close(stream)
-            raise
-        reader = _decompressing(fmt, stream)
-    except Exception as e:
-        add_stage_note(e, stage, n, f"file {path!r}, item")
-        raise
-    reader._dp_note = (stage, n, f"file {path!r}, item")
-    return reader
-
-
-def _decompress(pipe: Decompressor, it: Iterator[Any]) -> Iterator[tuple[Any, Any]]:
-    stage = stage_label(pipe)
-    n = -1
-    try:
-        for item in it:
-            n += 1
-            path, stream = _pair(item, stage, n)
-            yield path, set_origin(_decompressed(pipe, stage, path, stream, n), pipe, path, n)
-    except BaseException:
-        abandon(it)  # this frame names the upstream: release it now, not at collection
-        raise
-
-
-@functional_datapipe("decompress")
-class Decompressor(IterDataPipe[tuple[Any, Any]]):
-    """Decompress the streams of ``(path, stream)`` pairs (functional name: ``decompress``).
-
-    Args:
-        source_datapipe: a pipe of ``(path, binary stream)`` pairs.
-        file_type: ``"gzip"`` (``"gz"``), ``"bz2"``, ``"xz"`` (``"lzma"``) or ``"zstd"`` (needs the
-            ``zstandard`` package); ``None`` (default): from each path's extension (``.gz``,
-            ``.tgz``, ``.bz2``, ``.xz``, ``.lzma``, ``.zst``, ...). Tar and zip archives are read by
-            :class:`TarArchiveLoader` (which also decompresses ``.tar.gz``) and
-            :class:`ZipArchiveLoader`.
-
-    Yields:
-        ``(path, reader)``: the path unchanged (as torchdata) and a binary stream that decompresses
-        lazily as it is read. Closing the reader closes the compressed stream.
-
-    Raises:
-        ValueError: the compression of a path cannot be told from its extension (raised when that
-        item is reached). ModuleNotFoundError: zstd without the ``zstandard`` package.
-        Errors of the compressed data (``EOFError`` for a truncated file, ``gzip.BadGzipFile``,
-        ``lzma.LZMAError``, ...) are raised when the reader is read, with a note naming this stage
-        and the file; a parser reading the stream adds the line.
-
-    ``len()`` is the source's length.
-
-    Example:
-        >>> import gzip, io
-        >>> from datapipes.iter import IterableWrapper
-        >>> files = IterableWrapper([("a.txt.gz", io.BytesIO(gzip.compress(b"x\\ny\\n")))])
-        >>> list(files.decompress().readlines(return_path=False))
-        [b'x', b'y']
-
-    See also: :class:`TarArchiveLoader`, :class:`~datapipes.iter.LineReader`.
-    """
-
-    _saves = (
-        "nothing: one lazy reader per item; the reader below it keeps the position. A reader stopped inside a "
-        "file that ``load_from_bz2``/``load_from_xz`` decompressed from a file cannot save it (``TypeError``: "
-        "the renamed path cannot be opened again); ``decompress`` keeps the path"
-    )
-
-    _stateless = True  # one lazy reader per item (its consumer keeps its position): the position is its source's
-
-    def __init__(self, source_datapipe: IterDataPipe[tuple[Any, Any]], file_type: str | None = None) -> None:
-        stage = "Decompressor"
-        require_pipe(source_datapipe, stage, "source_datapipe")
-        fmt = None
-        if file_type is not None:
-            if not isinstance(file_type, str):
-                raise TypeError(f"{stage}: file_type must be a str or None, got {type(file_type).__name__}")
-            low = file_type.lower()
-            if low in ("tar", "zip"):
-                raise ValueError(
-                    f"{stage}: file_type={file_type!r} is an archive: read it with load_from_tar() or load_from_zip()"
-                )
-            fmt = _ALIASES.get(low)
-            if fmt is None:
-                raise ValueError(f"{stage}: file_type must be one of {sorted(_ALIASES)} or None, got {file_type!r}")
-            if fmt == "zstd" and _zstd_module() is None:
-                raise ModuleNotFoundError(f"{stage}: file_type={file_type!r}: {_ZSTD_MISSING}", name="zstandard")
-        self.source_datapipe = source_datapipe
-        self.file_type = file_type
-        self._format = fmt
-
-    def __iter__(self) -> Iterator[tuple[Any, Any]]:
-        return _decompress(self, iter(self.source_datapipe))
-
-    def _reopener(self) -> Callable[[Any, int], Any] | None:
-        """How a reader of this stage's items opens one again by its path: through the source's own
-        (an opener's), decompressed again; ``None`` where the source has none."""
-        reopen = _reopener(self.source_datapipe)
-        if reopen is None:
-            return None
-        stage = stage_label(self)
-        return lambda path, n: _decompressed(self, stage, path, reopen(path, n), n)
-
-    def __len__(self) -> int:
-        return source_len(self, self.source_datapipe, "source_datapipe")

@@ -46,7 +46,6 @@ from ..datapipe import IterDataPipe, source_len
 from ..graph import stage_label, walk
 from ..iter.sharding import is_sharding_stage
 from .._runtime.worker import placement
-from .distributed import _WHERE
 
 __all__ = ["InProcess", "ShardStream", "ShardsRun", "loader_layout", "merged_states", "plan", "redistribute"]
 

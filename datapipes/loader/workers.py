@@ -24,7 +24,7 @@ from ..graph import sources_of, traverse
 from ..iter.mapping import Mapper
 from ..iter.sharding import SHARDING_PRIORITIES, ShardingFilter
 from .._runtime import shares
-from .._runtime.passes import PassConfig, configured
+from .._runtime.passes import PassConfig
 from .distributed import _shard_id
 from .shards import ShardsRun, ShardStream
 

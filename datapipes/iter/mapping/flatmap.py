@@ -9,7 +9,6 @@ concurrent pass keeps the items in flight and the outputs of the current item no
 
 from __future__ import annotations
 
-from concurrent.futures import Executor
 from itertools import islice
 from typing import Any, AsyncIterable, Callable, Iterable, Iterator, Literal, TypeVar, cast, overload
 

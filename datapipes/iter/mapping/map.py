@@ -1,9 +1,9 @@
 """Mapper [map]: ``fn`` applied to every item, serially on the consumer's thread or concurrently on
 the engine (:mod:`datapipes._engine`: threads, processes, an ``Executor`` or the event loop), with a
-CUDA stream hand-over each way downstream of ``to_cuda``; and torchdata's concurrent maps under their
-own names and parameters, each a concurrent Mapper: ThreadPoolMapper [threadpool_map] and
-BatchAsyncMapper [async_map_batches] (they follow torchdata 0.9; the differences are listed in each
-docstring).
+CUDA stream hand-over each way downstream of ``to_cuda`` (:mod:`.handover`); and torchdata's
+concurrent maps under their own names and parameters, each a concurrent Mapper: ThreadPoolMapper
+[threadpool_map] and BatchAsyncMapper [async_map_batches] (they follow torchdata 0.9; the
+differences are listed in each docstring).
 
 The serial loops are bare generators chosen once at construction: no per-item branching on options.
 
@@ -16,18 +16,16 @@ included) keeps the items in flight.
 from __future__ import annotations
 
 import inspect
-import threading
-from concurrent.futures import Executor, ProcessPoolExecutor
 from typing import Any, Awaitable, Callable, Coroutine, Iterable, Iterator, Literal, TypeVar, cast, overload
 
 from ..._runtime import passes as _pass, shares
 from ..._checks import phrased, require_bool
-from ..._engine import EngineRun, abandon, close_iterator, concurrent_map, is_async_callable, is_async_gen_callable, new_stats
+from ..._engine import EngineRun, abandon, concurrent_map, is_async_callable, is_async_gen_callable, new_stats
 from ..._engine.rng import item_seed, make_rng, seeded_call, with_seeds
 from ..._runtime.tuning import usable_cpus
 from ...datapipe import IterDataPipe, functional_datapipe, require_callable, require_int, require_pipe, source_len, stage_label
 from ...errors import WARN_FAILURES, _OnError, add_stage_note, call_lines, policy_and_log, raised_at
-from ..device import StreamOps, cuda_upstream
+from .handover import _check_crossing, _handed_back, _handover_fn, _tagged
 from ._shared import (
     _Col,
     _Executor,
@@ -193,48 +191,6 @@ def _seeded(it: Iterator[Any], run: _MapRun) -> Iterator[tuple[Any, int]]:
     yield from with_seeds(it, run.seed, lambda: run.engine.pulled)  # type: ignore[arg-type]
 
 
-def _tagged(source: Iterable[Any], record: Callable[[], Any]) -> Iterator[tuple[Any, Any]]:
-    """``(item, event)`` for each item of ``source``, the event recorded on the consumer's thread."""
-    it = iter(source)
-    try:
-        for x in it:
-            yield x, record()
-    finally:
-        close_iterator(it)  # closing this pass closes the upstream's now
-
-
-def _handover_fn(fn: Callable[[Any], Any], ops: StreamOps, is_async: bool) -> Callable[[Any], Any]:
-    """``fn`` for a worker thread (or the event loop) receiving ``(item, event)`` pairs: its current
-    stream waits on the consumer's event and marks the item as used before ``fn`` runs, and an event
-    recorded after ``fn`` goes back with the result. A worker thread sets its CUDA device to the
-    consumer's before its first item; the event loop thread, shared by every async stage, is left
-    as it is."""
-    record, wait, mark_used = ops.record, ops.wait, ops.mark_used
-    if is_async:
-        async def call_async(pair: tuple[Any, Any]) -> tuple[Any, Any]:
-            x, event = pair
-            wait(event)
-            mark_used(x)
-            y = await fn(x)
-            return y, record()
-
-        return call_async
-
-    entered = threading.local()  # worker threads set their CUDA device once, before their first item
-
-    def call(pair: tuple[Any, Any]) -> tuple[Any, Any]:
-        if not getattr(entered, "done", False):
-            ops.enter_thread()
-            entered.done = True
-        x, event = pair
-        wait(event)
-        mark_used(x)
-        y = fn(x)
-        return y, record()
-
-    return call
-
-
 def _map_engine_handover(pipe: Mapper, it: Iterator[Any], seed: int | None = None) -> Iterator[Any]:
     """A concurrent pass downstream of a CUDA mover: items cross to the workers and results come
     back with a stream hand-over each way (:mod:`datapipes.iter.device`)."""
@@ -252,32 +208,6 @@ def _map_engine_handover(pipe: Mapper, it: Iterator[Any], seed: int | None = Non
         log=pipe.failures, stats=stats, run=run.engine, hooks=shares.task_hooks(pipe), tune=tune, owner=pipe,
     )
     return _handed_back(out, ops)
-
-
-def _handed_back(out: Iterator[tuple[Any, Any]], ops: Any) -> Iterator[Any]:
-    """The results of a hand-over map, each waited on by the consumer's stream before it is yielded."""
-    wait, mark_used = ops.wait, ops.mark_used
-    try:
-        for y, event in out:
-            wait(event)
-            mark_used(y)
-            yield y
-    finally:
-        close_iterator(out)  # stops the workers now, also when our consumer closes us
-
-
-def _check_crossing(datapipe: Any, executor: Any) -> StreamOps | None:
-    """The stream hand-over a concurrent map needs: that of a CUDA mover upstream, or None."""
-    mover = cuda_upstream(datapipe)
-    if mover is None:
-        return None
-    if executor == "process" or isinstance(executor, ProcessPoolExecutor):
-        raise ValueError(
-            f"Mapper: executor={executor!r} cannot run downstream of {stage_label(mover)}: CUDA tensors are not "
-            "sent to worker processes; put this map before to_cuda/to_device, or run it on threads "
-            "(executor='thread')"
-        )
-    return mover._handover_ops  # type: ignore[no-any-return]
 
 
 _MAP_FN_LINES = call_lines(_map_raise)
