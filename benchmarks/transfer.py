@@ -23,11 +23,15 @@ Systems, all with ``--workers`` worker processes:
 - ``datapipes, batches``: ``IterableWrapper(range(n)).batch(32).map(make_batch, executor="process")``:
   each worker stacks 32 arrays, and the stacked batch comes back through the memfd;
 - ``datapipes.DataLoader``: ``datapipes.DataLoader(pipe, batch_size=32, num_workers=W)`` over
-  ``IterableWrapper(range(n)).sharding_filter().map(make_tensor)``, its workers
-  collating into shared memory and handing batches back through torch's worker queues (the
-  transport it shares with torch's DataLoader).
+  ``IterableWrapper(range(n)).sharding_filter().map(make_tensor)``, its workers collating into
+  shared memory and sending each batch's descriptors in one message over a socket of their own
+  (docs/architecture.rst, "The loader");
+- ``datapipes.DataLoader, torch's queue``: the same with ``DATAPIPES_WORKER_FDS=0``: the batches'
+  storages handed over by torch's worker queue, one connection per storage (what torch's
+  DataLoader does).
 
-Target: datapipes' MB/s >= torch DataLoader's (item by item) in every run.
+Targets, in every run: datapipes' MB/s >= torch DataLoader's (item by item); datapipes.DataLoader's
+>= the same loader's through torch's queue.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ SYSTEMS = {
     "dataloader_batch": "torch DataLoader, batches of 32",
     "datapipes_batch": "datapipes (memfd), batches of 32 stacked in the worker",
     "loader_batch": "datapipes.DataLoader(num_workers=W), batches of 32",
+    "loader_batch_queue": "datapipes.DataLoader(num_workers=W), batches of 32, through torch's queue",
 }
 _ARRAY: list[Any] = []
 
@@ -99,7 +104,9 @@ def items(system: str, n: int, size: int, workers: int) -> Iterator[Any]:
 
         return iter(IterableWrapper(range(n)).batch(32).map(functools.partial(make_batch, size=size),
                                                             executor="process", concurrency=workers))
-    if system == "loader_batch":
+    if system in ("loader_batch", "loader_batch_queue"):
+        if system == "loader_batch_queue":
+            os.environ["DATAPIPES_WORKER_FDS"] = "0"
         import datapipes
         from datapipes.iter import IterableWrapper
 
@@ -208,6 +215,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n  {'PASS' if passed else 'FAIL'}  datapipes >= torch DataLoader's MB/s in every run: run ratios min "
                   f"{min(ratios):.2f}, median {statistics.median(ratios):.2f}, max {max(ratios):.2f}, held in "
                   f"{held}/{len(ratios)}")
+        channel, queue = runs.get("loader_batch") or [], runs.get("loader_batch_queue") or []
+        if channel and queue:
+            ratios = [a["mb_s"] / b["mb_s"] for a, b in zip(channel, queue)]
+            held = sum(r >= 1.0 for r in ratios)
+            passed = held == len(ratios)
+            ok &= passed
+            print(f"  {'PASS' if passed else 'FAIL'}  datapipes.DataLoader's descriptor channel >= torch's queue in every "
+                  f"run: run ratios min {min(ratios):.2f}, median {statistics.median(ratios):.2f}, max "
+                  f"{max(ratios):.2f}, held in {held}/{len(ratios)}")
     return 0 if ok else 1
 
 

@@ -25,6 +25,7 @@ from ..iter.mapping import Mapper
 from ..iter.sharding import SHARDING_PRIORITIES, ShardingFilter
 from .._runtime import shares
 from .._runtime.passes import PassConfig
+from . import fdpass
 from .distributed import _shard_id
 from .shards import ShardsRun, ShardStream
 
@@ -44,12 +45,14 @@ class _WorkerFeed(IterableDataset):  # type: ignore[type-arg]
     The seed travels with the object (fixed per loader); the epoch is read at the start of every
     pass from ``epoch.value``: shared memory that the loader sets as each pass of persistent workers
     starts (they serve one pass at a time), or the pass's own epoch for workers of one pass. ``resume``: the state of each
-    worker's shard for a resumed pass (a loader gives such a pass workers of its own).
+    worker's shard for a resumed pass (a loader gives such a pass workers of its own). ``channel``:
+    the address the workers send their batches' descriptors to (:mod:`.fdpass`), or None.
     """
 
     def __init__(self, datapipe: IterDataPipe[Any], seed: int, epoch: Any, resume: list[Any] | None,
-                 inherit: tuple[bool, Any] = (False, None)) -> None:
+                 inherit: tuple[bool, Any] = (False, None), channel: str | None = None) -> None:
         self.datapipe = datapipe
+        self.channel = channel
         self.seed = seed
         self.epoch = epoch
         self.resume = resume
@@ -67,7 +70,7 @@ class _WorkerFeed(IterableDataset):  # type: ignore[type-arg]
         stream = ShardStream(self.datapipe, config, None if self.resume is None else self.resume[worker])
         watched, budget = self.inherit
         stream.inherit = (() if watched else None, budget)
-        return _feed(stream, worker, where.num_workers, watched)
+        return _feed(stream, worker, where.num_workers, watched, self.channel)
 
 
 #: the kind of a worker's record that carries the exception its pass raised (items: True; end: False)
@@ -84,17 +87,19 @@ def _snapshot(stream: ShardStream) -> list[tuple[str, Any]]:
             if not stage._unseen]
 
 
-def _feed(stream: ShardStream, worker: int, workers: int, watched: bool = False) -> Iterator[Any]:
+def _feed(stream: ShardStream, worker: int, workers: int, watched: bool = False,
+          channel: str | None = None) -> Iterator[Any]:
     """The worker's records: ``(worker, kind, state, item, statistics)``, the statistics (see
     :func:`_snapshot`) sent every :data:`STATS_INTERVAL` seconds and with the last record when the
-    pass is watched (profiled, or reported on), else None."""
+    pass is watched (profiled, or reported on), else None. With a ``channel``, an item's tensors
+    travel as descriptors over it (:func:`.fdpass.send`)."""
     last = -STATS_INTERVAL
     try:
         for item, state in stream.items_with_states(pickle.dumps):
             stats = None
             if watched and time.monotonic() - last >= STATS_INTERVAL:
                 stats, last = _snapshot(stream), time.monotonic()
-            yield worker, True, state, item, stats
+            yield worker, True, state, item if channel is None else fdpass.send(channel, worker, item), stats
     except Exception as e:  # noqa: BLE001 - every failure of the pass goes back to the main process as it is
         before = _position_before_sharding(stream, e)
         if before is not None:
@@ -161,7 +166,7 @@ def _run_workers(stage: WorkerProcesses, run: ShardsRun | None, epoch: int) -> I
     """The workers' batches, one worker after the other (torch's order), each recorded in ``run``
     with its worker's state as it is handed on. ``epoch``: the one the pass was given at ``iter()``."""
     with stage._lock:  # workers fork (or pickle the pipe) here: not while len() lends shards
-        loader = stage._torch_loader(None if run is None else run.resume, epoch)
+        loader, channel = stage._torch_loader(None if run is None else run.resume, epoch)
         it = iter(loader)
     count = stage.num_workers
     waiting: list[deque[Any]] = [deque() for _ in range(count)]
@@ -187,6 +192,8 @@ def _run_workers(stage: WorkerProcesses, run: ShardsRun | None, epoch: int) -> I
                 turn = (turn + 1) % count
                 continue
             worker, is_item, state, item, stats = next(it)
+            if type(item) is fdpass.Exported:
+                item = channel.receive(worker, item)  # type: ignore[union-attr]  # a channel sent it
             if stats is not None:
                 stage._received(worker, stats)
             waiting[worker].append((is_item, state, item))
@@ -195,6 +202,8 @@ def _run_workers(stage: WorkerProcesses, run: ShardsRun | None, epoch: int) -> I
     finally:
         if not stage.persistent_workers or run is not None and run.resume is not None:
             it._shutdown_workers()
+            if channel is not None and loader is not stage._loader:
+                channel.close()
 
 
 class _Epoch:
@@ -236,6 +245,7 @@ class WorkerProcesses(IterDataPipe[Any]):
         self._epoch: Any = None  # shared memory the persistent workers read their pass's epoch from
         self._next_epoch = 0  # the epoch prepare() gave the next pass
         self._loader: Any = None
+        self._channel: fdpass.Channel | None = None  # the persistent workers' descriptor channel
         self._next_run: ShardsRun | None = None
         self._lock = threading.Lock()
         self._inherit: tuple[bool, Any] = (False, None)
@@ -249,8 +259,9 @@ class WorkerProcesses(IterDataPipe[Any]):
         self._next_epoch = epoch
         self.seed = seed  # fixed per loader: persistent workers keep the one they started with
 
-    def _torch_loader(self, resume: list[Any] | None, epoch: int) -> Any:
-        """torch's DataLoader over the workers' shards for a pass of epoch ``epoch``; a pass
+    def _torch_loader(self, resume: list[Any] | None, epoch: int) -> tuple[Any, fdpass.Channel | None]:
+        """torch's DataLoader over the workers' shards for a pass of epoch ``epoch``, and the channel
+        its workers send their batches' descriptors over (None: torch's queue carries them); a pass
         resuming ``resume`` (the states of the workers' shards) gets workers of its own, persistent
         or not. Persistent workers read the epoch from shared memory, set here as their pass
         starts; workers of one pass get that pass's epoch with the feed, so two passes started
@@ -265,29 +276,34 @@ class WorkerProcesses(IterDataPipe[Any]):
         if resume is not None:
             self.close()
         elif self._loader is not None:
-            return self._loader
+            return self._loader, self._channel
         from torch.utils.data import DataLoader as TorchDataLoader
+
+        channel = fdpass.Channel() if fdpass.enabled() else None
 
         kwargs: dict[str, Any] = {}
         if self.prefetch_factor is not None:
             kwargs["prefetch_factor"] = self.prefetch_factor
         loader = TorchDataLoader(
             _WorkerFeed(self.datapipe, self.seed, self._epoch if persistent else _Epoch(epoch), resume,
-                        self._inherit), batch_size=None,
+                        self._inherit, None if channel is None else channel.address), batch_size=None,
             num_workers=self.num_workers, collate_fn=_identity,
             persistent_workers=persistent, worker_init_fn=self.worker_init_fn,
             multiprocessing_context=self.multiprocessing_context, **kwargs,
         )
         if persistent:
-            self._loader = loader
-        return loader
+            self._loader, self._channel = loader, channel
+        return loader, channel
 
     def close(self) -> None:
         """Stop persistent workers (idempotent); the next pass starts new ones."""
         loader, self._loader = self._loader, None
+        channel, self._channel = self._channel, None
         it = getattr(loader, "_iterator", None)
         if it is not None:
             it._shutdown_workers()
+        if channel is not None:
+            channel.close()
 
     def __iter__(self) -> Iterator[Any]:
         run, self._next_run = self._next_run, None
@@ -316,6 +332,7 @@ class WorkerProcesses(IterDataPipe[Any]):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_loader"] = None
+        state["_channel"] = None
         state["_epoch"] = None
         state["_lock"] = None
         state["_next_run"] = None

@@ -1,0 +1,207 @@
+"""DataLoader workers send their batches' descriptors over a channel of their own
+(``datapipes.loader.fdpass``): the batches are what torch's queue gives, nothing leaks whatever ends
+the pass, and a channel out of step or silent raises instead of hanging or mixing batches."""
+
+from __future__ import annotations
+
+import collections
+import gc
+import os
+
+import pytest
+import torch
+
+import datapipes
+from datapipes.iter import IterableWrapper
+from datapipes.loader import fdpass
+
+pytestmark = pytest.mark.skipif(not fdpass.enabled(), reason="descriptor passing needs Linux and torch's "
+                                                               "file_descriptor sharing strategy")
+
+Pair = collections.namedtuple("Pair", "image label")
+
+
+def sample(i):
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6) + i
+    return {"image": base, "view": base[1:, ::2], "pair": Pair(torch.full((2,), i), i), "name": f"n{i}",
+            "empty": torch.zeros(0), "flag": torch.tensor(i % 2 == 0)}
+
+
+def pipe(n=24):
+    return IterableWrapper(range(n)).sharding_filter().map(sample)
+
+
+def open_fds():
+    gc.collect()
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # the listing's own descriptor
+            pass
+    return sorted(found)
+
+
+def same(a, b):
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, dict):
+        return type(a) is type(b) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def batches(monkeypatch, on, **kwargs):
+    monkeypatch.setenv("DATAPIPES_WORKER_FDS", "1" if on else "0")
+    return list(datapipes.DataLoader(pipe(), batch_size=4, num_workers=2, **kwargs))
+
+
+class TestLoader:
+    def test_the_batches_are_those_torchs_queue_gives(self, monkeypatch):
+        through_channel = batches(monkeypatch, True)
+        through_queue = batches(monkeypatch, False)
+        assert len(through_channel) == 6
+        assert same(through_channel, through_queue)
+        first = through_channel[0]
+        assert isinstance(first["pair"], Pair) and first["image"].is_shared()
+
+    def test_the_channel_carries_them(self, monkeypatch):
+        received = []
+        real = fdpass.Channel.receive
+
+        def spy(self, worker, exported):
+            received.append(worker)
+            return real(self, worker, exported)
+
+        monkeypatch.setattr(fdpass.Channel, "receive", spy)
+        batches(monkeypatch, True)
+        assert sorted(received) == [0, 0, 0, 1, 1, 1]
+        received.clear()
+        batches(monkeypatch, False)
+        assert received == []
+
+    def test_persistent_workers_skip_the_messages_of_a_pass_ended_early(self, monkeypatch):
+        monkeypatch.setenv("DATAPIPES_WORKER_FDS", "1")
+        loader = datapipes.DataLoader(pipe(), batch_size=4, num_workers=2, persistent_workers=True)
+        try:
+            full = list(loader)
+            for stop in (1, 3, 0):
+                for i, batch in enumerate(loader):
+                    assert same(batch, full[i])
+                    if i == stop:
+                        break
+            assert same(list(loader), full)
+        finally:
+            loader.close()
+
+    def test_no_descriptor_is_left_open(self, monkeypatch):
+        monkeypatch.setenv("DATAPIPES_WORKER_FDS", "1")
+
+        def passes():
+            kept = batches(monkeypatch, True)
+            del kept
+            for batch in datapipes.DataLoader(pipe(), batch_size=4, num_workers=2):
+                break
+            del batch  # its storages keep their segments' descriptors, as torch's do
+            loader = datapipes.DataLoader(pipe(), batch_size=4, num_workers=2, persistent_workers=True)
+            next(iter(loader))
+            loader.close()
+
+        passes()  # what torch keeps once made (its epoch's shared memory for persistent workers, ...)
+        before = open_fds()
+        for _ in range(3):
+            passes()
+        assert open_fds() == before
+
+    def test_a_worker_that_dies_raises_and_leaves_nothing_open(self, monkeypatch):
+        monkeypatch.setenv("DATAPIPES_WORKER_FDS", "1")
+
+        def die_at_9(x):
+            if x == 9:
+                os._exit(3)
+            return sample(x)
+
+        batches(monkeypatch, True)
+        before = open_fds()
+        loader = datapipes.DataLoader(IterableWrapper(range(24)).sharding_filter().map(die_at_9), batch_size=2,
+                                      num_workers=2)
+        with pytest.raises(RuntimeError, match="exited unexpectedly"):
+            list(loader)
+        assert open_fds() == before
+
+
+class TestChannel:
+    """Both ends in this process: the main process can send to its own channel."""
+
+    def batch(self, i=0):
+        return torch.utils.data.default_collate([sample(i), sample(i + 1)])
+
+    def test_export_and_import_keep_the_batch_and_share_its_memory(self):
+        batch = self.batch()
+        tree, fds, sizes = fdpass.export(batch)
+        assert len(fds) == 5  # image, view, the pair's tensor and label, flag; the empty one stays
+        back = fdpass.imported(fdpass.Exported(tree, tuple(sizes), 1), [os.dup(fd) for fd in fds])
+        assert same(back, batch)
+        back["image"][0, 0, 0] = -1.0
+        assert batch["image"][0, 0, 0] == -1.0
+
+    def test_views_of_one_storage_travel_once_and_stay_views(self):
+        base = torch.arange(12.0).reshape(3, 4)
+        batch = [base, base[1:, ::2], base.t()]
+        tree, fds, sizes = fdpass.export(batch)
+        assert len(fds) == 1 and base.is_shared()  # moved to shared memory, as torch's queue would
+        back = fdpass.imported(fdpass.Exported(tree, tuple(sizes), 1), [os.dup(fd) for fd in fds])
+        assert same(back, batch) and back[1].stride() == (4, 2) and back[2].stride() == (1, 4)
+        assert len({t.untyped_storage().data_ptr() for t in back}) == 1
+
+    def test_a_message_whose_record_was_dropped_is_closed_not_taken(self):
+        channel = fdpass.Channel()
+        try:
+            before = open_fds()
+            dropped = fdpass.send(channel.address, 0, self.batch(0))
+            kept = fdpass.send(channel.address, 0, self.batch(5))
+            assert isinstance(dropped, fdpass.Exported) and kept.seq == dropped.seq + 1
+            assert same(channel.receive(0, kept), self.batch(5))
+        finally:
+            channel.close()
+            fdpass.close_senders()
+        assert len(open_fds()) <= len(before)
+
+    def test_a_message_that_never_comes_raises(self, monkeypatch):
+        monkeypatch.setattr(fdpass, "WAIT", 0.2)
+        channel = fdpass.Channel()
+        try:
+            sent = fdpass.send(channel.address, 0, self.batch())
+            late = fdpass.Exported(sent.tree, sent.sizes, sent.seq + 1)
+            channel.receive(0, sent)
+            channel._conns[0].settimeout(0.2)
+            with pytest.raises(RuntimeError, match="did not arrive within"):
+                channel.receive(0, late)
+            with pytest.raises(RuntimeError, match="worker 1 did not connect"):
+                channel.receive(1, sent)
+        finally:
+            channel.close()
+            fdpass.close_senders()
+
+    def test_a_message_out_of_step_raises(self):
+        channel = fdpass.Channel()
+        try:
+            sent = fdpass.send(channel.address, 0, self.batch())
+            with pytest.raises(RuntimeError, match="out of step"):
+                channel.receive(0, fdpass.Exported(sent.tree, sent.sizes[:2], sent.seq))
+        finally:
+            channel.close()
+            fdpass.close_senders()
+
+    def test_a_closed_channel_leaves_the_batch_to_torchs_queue(self):
+        channel = fdpass.Channel()
+        address = channel.address
+        channel.close()
+        batch = self.batch()
+        assert fdpass.send(address, 0, batch) is batch
+        fdpass.close_senders()
+
+    def test_switched_off_by_the_environment(self, monkeypatch):
+        monkeypatch.setenv("DATAPIPES_WORKER_FDS", "0")
+        assert not fdpass.enabled()
