@@ -12,7 +12,7 @@ from ..._runtime import passes as _pass
 from ..._engine import abandon
 from ...datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_pipe, stage_label
 from ...errors import WARN_FAILURES, _OnError, add_stage_note, call_lines, policy_and_log, raised_at
-from ._shared import _Col, _budget_start, _budget_state, _check_cols, _selected_fn, check_arity
+from ._shared import _Col, _budget_start, _budget_state, _check_cols, _selected_fn, check_arity, taken_reader
 
 __all__ = ["Filter"]
 
@@ -33,7 +33,7 @@ def _filter_call(pipe: Filter) -> tuple[Callable[[Any], Any], Hashable | None]:
 
 def _filter_raise(pipe: Filter, it: Iterator[Any]) -> Iterator[Any]:
     fn, col = _filter_call(pipe)
-    n = 0.0  # a float counter: see _map_raise
+    n = 0.0  # a float counter: see _map_raise (and _filter_told, where the source tells the position)
     try:
         # The result's truth value decides, as for Python's filter(): checking that it is a bool,
         # as torch does, would cost every item of every pipe (about 10 ns, 7% of map -> filter ->
@@ -51,6 +51,29 @@ def _filter_raise(pipe: Filter, it: Iterator[Any]) -> Iterator[Any]:
     except Exception as e:
         if raised_at(e, _FILTER_FN_LINES):
             add_stage_note(e, stage_label(pipe), int(n))
+        abandon(it)
+        raise
+    except BaseException:
+        abandon(it)
+        raise
+
+
+def _filter_told(pipe: Filter, it: Iterator[Any], taken: Callable[[], int]) -> Iterator[Any]:
+    """``_filter_raise`` over a source that tells its own position (``taken_reader``): nothing counted."""
+    fn, col = _filter_call(pipe)
+    start = taken()
+    try:
+        if col is None:
+            for x in it:
+                if fn(x):
+                    yield x
+        else:
+            for x in it:
+                if fn(x[col]):
+                    yield x
+    except Exception as e:
+        if raised_at(e, _FILTER_TOLD_FN_LINES):
+            add_stage_note(e, stage_label(pipe), taken() - start - 1)
         abandon(it)
         raise
     except BaseException:
@@ -79,6 +102,7 @@ def _filter_skip(pipe: Filter, it: Iterator[Any], run: _pass.FrameRun | None = N
 
 
 _FILTER_FN_LINES = call_lines(_filter_raise)
+_FILTER_TOLD_FN_LINES = call_lines(_filter_told)
 
 
 @functional_datapipe("filter")
@@ -170,6 +194,10 @@ class Filter(IterDataPipe[T]):
         if self._run is _filter_skip and self._policy.max_failures is not None:  # a budget: its count is saved
             run = _pass.FrameRun(_budget_state)
             return _pass.track_generator(self, _filter_skip(self, it, run), run)
+        if self._run is _filter_raise:
+            taken = taken_reader(it)
+            if taken is not None:
+                return _filter_told(self, it, taken)
         return self._run(self, it)
 
     def __len__(self) -> int:
