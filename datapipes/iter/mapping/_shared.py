@@ -18,7 +18,7 @@ from ..._checks import phrased
 from ..._engine import is_async_callable
 from ..._engine.rng import check_rng
 from ...datapipe import require_int, stage_label
-from ...errors import PassFailures, add_stage_note
+from ...errors import PassFailures, add_stage_note, raised_at
 
 _Col = Hashable | Sequence[Hashable] | None
 #: where a concurrent stage runs its calls: a pool it starts, or an executor of the caller's
@@ -43,6 +43,15 @@ def one_to_one(loop: Callable[..., Any]) -> Callable[..., Any]:
     that name, as yielding one item per item it takes (see :func:`taken_reader`)."""
     _ONE_TO_ONE.add(loop.__code__)
     return loop
+
+
+def serial_failed(e: BaseException, pipe: Any, lines: frozenset[int], position: float | Callable[[], int]) -> None:
+    """What a serial loop's ``except`` does before re-raising: an exception that ``fn`` raised (it
+    passed through one of ``lines``, see ``errors.call_lines``) gets the note naming the stage and
+    the item's position: the loop's count, or ``position()`` read only now. (A count is passed as
+    it is, not in a closure: that would make it a cell, slower to add to in the loop.)"""
+    if isinstance(e, Exception) and raised_at(e, lines):
+        add_stage_note(e, stage_label(pipe), position() if callable(position) else int(position))
 
 
 def taken_reader(it: Any) -> Callable[[], int] | None:

@@ -10,9 +10,9 @@ from typing import Any, Callable, Hashable, Iterator, Sequence, TypeVar, overloa
 
 from ..._runtime import passes as _pass
 from ..._engine import abandon
-from ...datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_pipe, stage_label
-from ...errors import WARN_FAILURES, _OnError, add_stage_note, call_lines, policy_and_log, raised_at
-from ._shared import _Col, _budget_start, _budget_state, _check_cols, _selected_fn, check_arity, taken_reader
+from ...datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_pipe
+from ...errors import WARN_FAILURES, _OnError, call_lines, policy_and_log
+from ._shared import _Col, _budget_start, _budget_state, _check_cols, _selected_fn, check_arity, serial_failed, taken_reader
 
 __all__ = ["Filter"]
 
@@ -48,12 +48,8 @@ def _filter_raise(pipe: Filter, it: Iterator[Any]) -> Iterator[Any]:
                 if fn(x[col]):
                     yield x
                 n += 1.0
-    except Exception as e:
-        if raised_at(e, _FILTER_FN_LINES):
-            add_stage_note(e, stage_label(pipe), int(n))
-        abandon(it)
-        raise
-    except BaseException:
+    except BaseException as e:
+        serial_failed(e, pipe, _FILTER_FN_LINES, n)
         abandon(it)
         raise
 
@@ -71,12 +67,8 @@ def _filter_told(pipe: Filter, it: Iterator[Any], taken: Callable[[], int]) -> I
             for x in it:
                 if fn(x[col]):
                     yield x
-    except Exception as e:
-        if raised_at(e, _FILTER_TOLD_FN_LINES):
-            add_stage_note(e, stage_label(pipe), taken() - start - 1)
-        abandon(it)
-        raise
-    except BaseException:
+    except BaseException as e:
+        serial_failed(e, pipe, _FILTER_TOLD_FN_LINES, lambda: taken() - start - 1)
         abandon(it)
         raise
 

@@ -24,7 +24,7 @@ from ..._engine import EngineRun, abandon, concurrent_map, is_async_callable, is
 from ..._engine.rng import item_seed, make_rng, seeded_call, with_seeds
 from ..._runtime.tuning import usable_cpus
 from ...datapipe import IterDataPipe, functional_datapipe, require_callable, require_int, require_pipe, source_len, stage_label
-from ...errors import WARN_FAILURES, _OnError, add_stage_note, call_lines, policy_and_log, raised_at
+from ...errors import WARN_FAILURES, _OnError, call_lines, policy_and_log
 from .handover import _check_crossing, _handed_back, _handover_fn, _tagged
 from ._shared import (
     _Col,
@@ -43,6 +43,7 @@ from ._shared import (
     _stage_concurrency,
     check_arity,
     one_to_one,
+    serial_failed,
     taken_reader,
 )
 from .flatmap import _flat_engine, _listing_fn
@@ -66,12 +67,8 @@ def _map_raise(pipe: Mapper, it: Iterator[Any]) -> Iterator[Any]:
         for x in it:
             yield fn(x)
             n += 1.0
-    except Exception as e:
-        if raised_at(e, _MAP_FN_LINES):
-            add_stage_note(e, stage_label(pipe), int(n))
-        abandon(it)
-        raise
-    except BaseException:
+    except BaseException as e:
+        serial_failed(e, pipe, _MAP_FN_LINES, n)
         abandon(it)
         raise
 
@@ -84,12 +81,8 @@ def _map_told(pipe: Mapper, it: Iterator[Any], taken: Callable[[], int]) -> Iter
     try:
         for x in it:
             yield fn(x)
-    except Exception as e:
-        if raised_at(e, _MAP_TOLD_FN_LINES):
-            add_stage_note(e, stage_label(pipe), taken() - start - 1)
-        abandon(it)
-        raise
-    except BaseException:
+    except BaseException as e:
+        serial_failed(e, pipe, _MAP_TOLD_FN_LINES, lambda: taken() - start - 1)
         abandon(it)
         raise
 
