@@ -19,6 +19,8 @@ interpreter at import (docs/platforms.rst):
   any other iterator is moved by :func:`skip`.
 - :func:`remaining` lists what a list or tuple iterator has left without advancing it, through
   :func:`copy.copy`.
+- :func:`handed_out` tells how many items a built-in sequence's or range's iterator has handed out
+  since it was asked, by :func:`operator.length_hint`, so a stage need not count them.
 
 tests/test_positions.py checks each of these on every interpreter CI runs.
 """
@@ -29,9 +31,9 @@ import copy
 import itertools
 import sys
 from operator import itemgetter, length_hint
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
-__all__ = ["Counted", "Enumerated", "remaining", "seek", "skip"]
+__all__ = ["Counted", "Enumerated", "handed_out", "remaining", "seek", "skip"]
 
 _LIMIT = sys.maxsize  # the counting range stays within a C long: the fast range iterator
 _FIRST = itemgetter(0)
@@ -81,6 +83,26 @@ def remaining(it: Iterator[Any]) -> list[Any]:
     """The items a list or tuple iterator has not yielded yet, as a new list; ``it`` stays where it
     stands (a copy of it is read)."""
     return list(copy.copy(it))
+
+
+#: iterators whose ``length_hint`` is the exact number of items left: those of the built-in
+#: sequences (while the sequence keeps its length) and of ranges
+_TELLING_SAMPLES: tuple[Any, ...] = ([], (), "", "\u20ac", b"", bytearray(), range(0), range(1 << 64, 1 << 65))
+_TELLING = frozenset(type(iter(s)) for s in _TELLING_SAMPLES)
+
+
+def handed_out(it: Any) -> Callable[[], int] | None:
+    """A function telling how many items ``it`` has handed out since this call, where ``it`` is
+    the iterator of a list, tuple, string, bytes, bytearray or range (by :func:`length_hint`, read
+    only when asked: nothing per item); ``None`` for any other iterator.
+
+    Exact while the sequence keeps its length: items appended to a list during the pass shift the
+    figure by as many.
+    """
+    if type(it) not in _TELLING:
+        return None
+    first = length_hint(it)
+    return lambda: first - length_hint(it)
 
 
 class _Probe:

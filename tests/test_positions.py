@@ -5,12 +5,13 @@ machinery leans on is checked here on the interpreter at hand, so a change in a 
 up as one named failure rather than as a silently wrong resume.
 """
 
+import itertools
 import sys
 from operator import length_hint
 
 import pytest
 
-from datapipes._positions import MOVES, Counted, Enumerated, remaining, seek, skip
+from datapipes._positions import MOVES, Counted, Enumerated, _Probe, handed_out, remaining, seek, skip
 from datapipes.iter import IterableWrapper
 
 
@@ -104,6 +105,30 @@ def test_a_sequence_iterator_tells_what_it_has_left(seq):
     assert len(seq) - length_hint(it) == 2
     list(it)
     assert length_hint(it) == 0
+
+
+@pytest.mark.parametrize("seq", [list(range(6)), tuple(range(6)), range(6), range(2**64, 2**64 + 6), "abcdef",
+                                 "\u20acbcdef", b"abcdef", bytearray(b"abcdef")],
+                         ids=["list", "tuple", "range", "long range", "str", "non-ascii str", "bytes", "bytearray"])
+def test_handed_out_counts_from_when_it_was_asked(seq):
+    it = iter(seq)
+    next(it)
+    taken = handed_out(it)
+    assert taken() == 0
+    next(it)
+    next(it)
+    assert taken() == 2
+    list(it)
+    assert taken() == 5  # to the end: what was left when asked
+
+
+def test_handed_out_is_none_for_iterators_that_cannot_tell():
+    import collections
+
+    assert handed_out(iter(collections.deque([1, 2]))) is None
+    assert handed_out(x for x in [1, 2]) is None
+    assert handed_out(iter(_Probe())) is None  # a __getitem__ source: its __len__ may do work
+    assert handed_out(itertools.chain([1, 2])) is None
 
 
 def test_a_resumed_range_source_on_this_interpreter():

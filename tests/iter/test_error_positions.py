@@ -105,23 +105,6 @@ def test_which_sources_tell():
     assert taken_reader(counted_map) is None
 
 
-def test_reader_follows_the_iterator():
-    it = iter([5, 6, 7])
-    taken = taken_reader(it)
-    assert taken() == 0
-    next(it)
-    next(it)
-    assert taken() == 2
-    next(it)
-    assert taken() == 3
-    assert next(it, None) is None
-    assert taken() == 3  # exhausted: the whole length
-    r = iter(range(3, 30, 3))
-    taken = taken_reader(r)
-    next(r)
-    assert taken() == 1
-
-
 def test_an_upstream_failure_gets_only_its_own_note():
     # a failing upstream map's note is its own; the told map after it adds none
     pipe = IterableWrapper([0, 1, 2], deepcopy=False).map(fail_at(1)).map(identity)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import functools
 import inspect
-import operator
 from concurrent.futures import Executor
 from typing import Any, Callable, Hashable, Literal, Sequence
 
 from ..._runtime import passes as _pass, shares
+from ..._positions import handed_out
 from ..._checks import phrased
 from ..._engine import is_async_callable
 from ..._engine.rng import check_rng
@@ -29,10 +29,6 @@ _Rng = Literal["python", "numpy", "torch"]
 
 # -- positions without counting --------------------------------------------------------------------
 
-#: iterators over a sequence whose ``__reduce__`` names the index of the next item
-_SEQUENCES: tuple[Sequence[Any], ...] = ([], (), "", "\u20ac", b"", bytearray())
-_INDEXED = frozenset(type(iter(s)) for s in _SEQUENCES)
-_RANGE_ITERATORS = frozenset(type(iter(r)) for r in (range(0), range(2**64, 2**64 + 1)))
 #: code objects of the serial one-to-one loops that take a ``taken`` reader: each hands out exactly
 #: the items it takes, so its consumers can read their position from its source
 _ONE_TO_ONE: set[Any] = set()
@@ -55,27 +51,19 @@ def serial_failed(e: BaseException, pipe: Any, lines: frozenset[int], position: 
 
 
 def taken_reader(it: Any) -> Callable[[], int] | None:
-    """A function telling how many items ``it`` has handed out so far, where ``it`` can tell without
-    being counted; None where only counting tells.
+    """A function telling how many items ``it`` has handed out since this call, where ``it`` can tell
+    without being counted; None where only counting tells.
 
     A serial stage names the failing item's position in its error note. Counting items costs its
     loop about 12 ns per item on CPython 3.11 and 20 ns on 3.13 (``benchmarks/overhead.py`` holds a
     ``map`` stage to 1.3x a bare generator's time), so a loop whose source can tell its own position
     reads it only when an item fails. Sources that can: the iterators of lists, tuples, strings,
-    bytes and ranges, and the serial one-to-one loops (:func:`one_to_one`) over such a source.
+    bytes and ranges (:func:`datapipes._positions.handed_out`), and the serial one-to-one loops
+    (:func:`one_to_one`) over such a source.
     """
-    kind = type(it)
-    if kind in _INDEXED:
-        sequence = it.__reduce__()[1][0]
-
-        def taken() -> int:
-            reduced = it.__reduce__()  # (iter, (sequence,), index of the next item), or 2 long at the end
-            return int(reduced[2]) if len(reduced) > 2 else len(sequence)
-
-        return taken
-    if kind in _RANGE_ITERATORS:
-        first = operator.length_hint(it)
-        return lambda: first - operator.length_hint(it)
+    told = handed_out(it)
+    if told is not None:
+        return told
     code = getattr(it, "gi_code", None)
     if code in _ONE_TO_ONE and it.gi_frame is not None:
         reader = it.gi_frame.f_locals.get("taken")
