@@ -85,10 +85,10 @@ def remaining(it: Iterator[Any]) -> list[Any]:
     return list(copy.copy(it))
 
 
-#: iterators whose ``length_hint`` is the exact number of items left: those of the built-in
-#: sequences (while the sequence keeps its length) and of ranges
-_TELLING_SAMPLES: tuple[Any, ...] = ([], (), "", "\u20ac", b"", bytearray(), range(0), range(1 << 64, 1 << 65))
-_TELLING = frozenset(type(iter(s)) for s in _TELLING_SAMPLES)
+#: iterators whose ``length_hint`` is the exact number of items left (while the sequence keeps its
+#: length), and which :func:`seek` moves to an index: those of list, tuple, range, str, bytes, bytearray
+SEQUENCES: tuple[Any, ...] = ([], (), range(0), range(1 << 64), "", "\u20ac", b"", bytearray())
+INDEXED = frozenset(type(iter(x)) for x in SEQUENCES)
 
 
 def handed_out(it: Any) -> Callable[[], int] | None:
@@ -99,7 +99,7 @@ def handed_out(it: Any) -> Callable[[], int] | None:
     Exact while the sequence keeps its length: items appended to a list during the pass shift the
     figure by as many.
     """
-    if type(it) not in _TELLING:
+    if type(it) not in INDEXED:
         return None
     first = length_hint(it)
     return lambda: first - length_hint(it)

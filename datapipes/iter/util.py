@@ -22,7 +22,7 @@ from typing import Any, AsyncIterable, Callable, Generator, Iterable, Iterator, 
 import numpy
 
 from .._runtime import passes as _pass
-from .._positions import Counted, Enumerated, seek, skip
+from .._positions import INDEXED as _INDEXED, Counted, Enumerated, seek, skip
 from .._engine import abandon, close_iterator, iterate_async
 from ..datapipe import IterDataPipe, functional_datapipe, lacks_len, len_root, len_unknown, require_int, require_pipe, source_len, stage_label
 from .._engine.lifecycle import Resumable
@@ -143,11 +143,8 @@ class _Probe:
         raise IndexError(i)
 
 
-#: iterators read by how many items they have left (``__length_hint__``, exact for these) and moved
-#: to an index by :func:`datapipes._positions.seek`: those of list, tuple, range, str, bytes, bytearray
-_SEQUENCES: tuple[Any, ...] = ([], (), range(0), range(1 << 64), "", "\u20ac", b"", bytearray())
-_INDEXED = frozenset(type(iter(x)) for x in _SEQUENCES)
-#: iterators read the same way: dict, set, deque
+#: iterators read by how many items they have left as the sequences' (``_positions.INDEXED``) are:
+#: dict, set, deque
 _COLLECTIONS: tuple[Any, ...] = ({}, {}.values(), {}.items(), set(), deque())
 _HINTED = frozenset(type(iter(x)) for x in _COLLECTIONS)
 #: the iterator of an object with ``__getitem__`` only (a NumPy array's): read by index where the
