@@ -22,6 +22,8 @@ Systems, all with ``--workers`` worker processes:
   memory: one copy in the worker, none in the consumer);
 - ``datapipes, batches``: ``IterableWrapper(range(n)).batch(32).map(make_batch, executor="process")``:
   each worker stacks 32 arrays, and the stacked batch comes back through the memfd;
+- ``datapipes, then collate``: ``datapipes`` followed by ``.batch(32).collate()``, the consumer
+  stacking each batch (what a pipe with a process stage does: ``benchmarks/end_to_end.py``);
 - ``datapipes.DataLoader``: ``datapipes.DataLoader(pipe, batch_size=32, num_workers=W)`` over
   ``IterableWrapper(range(n)).sharding_filter().map(make_tensor)``, its workers collating into
   shared memory and sending each batch's descriptors in one message over a socket of their own
@@ -29,6 +31,16 @@ Systems, all with ``--workers`` worker processes:
 - ``datapipes.DataLoader, torch's queue``: the same with ``DATAPIPES_WORKER_FDS=0``: the batches'
   storages handed over by torch's worker queue, one connection per storage (what torch's
   DataLoader does).
+
+``--work-ms MS`` makes every item wait about ``MS`` first (jittered per item, the same in every
+system), and sizes each run to about two seconds of the workers' work: a sleep costs no CPU, so 16
+workers keep 16 items in progress on a 2-CPU machine, and what the table shows is the pipeline
+itself (the window of chunks in flight, the consumer's cost per message) at 16 workers, as a
+many-core host runs it. The table then adds items/s and their share of the workers' rate
+(``W / (1.1 MS)``)::
+
+    .venv-bench/bin/python benchmarks/transfer.py --work-ms 4 --workers 16 --sizes 150528 --repeats 3 \
+        --only datapipes,datapipes_collate,dataloader_batch
 
 Targets, in every run: datapipes' MB/s >= torch DataLoader's (item by item); datapipes.DataLoader's
 >= the same loader's through torch's queue, for arrays up to 256 KB (larger batches are reported,
@@ -40,6 +52,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -53,6 +66,8 @@ sys.path.insert(0, ROOT)
 #: what it saves is a connection per batch (a fixed cost), which larger batches hide behind their
 #: copies and this machine's run-to-run spread (1 GB is 4 batches of 8 MiB arrays)
 JUDGED_UP_TO = 256 << 10
+#: with ``--work-ms``, seconds of the workers' work in a run (the items are sized from it)
+ITEMS_S = 2.0
 
 SYSTEMS = {
     "datapipes": "datapipes (memfd)",
@@ -60,15 +75,29 @@ SYSTEMS = {
     "dataloader": "torch DataLoader (shared-memory tensors)",
     "dataloader_batch": "torch DataLoader, batches of 32",
     "datapipes_batch": "datapipes (memfd), batches of 32 stacked in the worker",
+    "datapipes_collate": "datapipes (memfd), then batch(32).collate() in the consumer",
     "loader_batch": "datapipes.DataLoader(num_workers=W), batches of 32",
     "loader_batch_queue": "datapipes.DataLoader(num_workers=W), batches of 32, through torch's queue",
 }
 _ARRAY: list[Any] = []
+#: seconds each item waits before its array is made (``--work-ms``; 0: none)
+WORK_S = 0.0
+
+
+def work_s(i: int) -> float:
+    """Item ``i``'s wait with ``--work-ms``: ``WORK_S`` times a factor drawn from ``i`` alone (the same
+    in every system and run): uniform in 0.5-1.5, and three times that for one item in 20. Its mean
+    is 1.1 ``WORK_S``."""
+    r = random.Random(i)
+    f = r.uniform(0.5, 1.5)
+    return WORK_S * f * (3.0 if r.random() < 0.05 else 1.0)
 
 
 def make(i: int, size: int) -> Any:
     import numpy as np
 
+    if WORK_S:
+        time.sleep(work_s(i))  # a wait, not CPU: W workers keep W items in progress on any number of cores
     if not _ARRAY:
         _ARRAY.append(np.arange(size, dtype=np.uint8))
     return _ARRAY[0].copy()
@@ -118,6 +147,11 @@ def items(system: str, n: int, size: int, workers: int) -> Iterator[Any]:
 
         pipe = IterableWrapper(range(n)).sharding_filter().map(functools.partial(make_tensor, size=size))
         return iter(datapipes.DataLoader(pipe, batch_size=32, num_workers=workers))
+    if system == "datapipes_collate":
+        from datapipes.iter import IterableWrapper
+
+        return iter(IterableWrapper(range(n)).map(functools.partial(make, size=size), executor="process",
+                                                  concurrency=workers).batch(32).collate())
     if system in ("datapipes", "inband"):
         from datapipes._engine import _procworker
         from datapipes.iter import IterableWrapper
@@ -140,7 +174,7 @@ def child(system: str, size: int, workers: int) -> dict[str, Any]:
 
     import datapipes.iter  # noqa: F401
 
-    n = max(200, (1 << 30) // size)
+    n = max(200, (1 << 30) // size) if not WORK_S else max(200, int(ITEMS_S * workers / (1.1 * WORK_S)))
     page = 4096
     t0 = time.perf_counter()
     total = 0
@@ -156,11 +190,12 @@ def child(system: str, size: int, workers: int) -> dict[str, Any]:
     per_item = expected * n
     if total != n * size or check != per_item:
         raise SystemExit(f"{system}: got {total} bytes (checksum {check}), expected {n * size} ({per_item})")
-    return {"system": system, "seconds": seconds, "mb_s": total / seconds / 1e6, "items": n}
+    return {"system": system, "seconds": seconds, "mb_s": total / seconds / 1e6, "items": n, "items_s": n / seconds}
 
 
 def run_child(system: str, size: int, workers: int) -> dict[str, Any] | str:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", system, "--sizes", str(size), "--workers", str(workers)]
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", system, "--sizes", str(size), "--workers", str(workers),
+           "--work-ms", str(1000 * WORK_S)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         return (r.stderr.strip().splitlines() or ["failed"])[-1][:120]
@@ -174,8 +209,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="worker processes of every system (default 2)")
     parser.add_argument("--repeats", type=int, default=5, help="runs, each running every system once (default 5)")
     parser.add_argument("--only", default=None, help="comma list of systems: " + ",".join(SYSTEMS))
+    parser.add_argument("--work-ms", type=float, default=0.0,
+                        help="each item first waits about this long (a sleep, jittered per item: see work_s), so "
+                             "that --workers 16 behaves as 16 busy workers would on any machine: the many-core "
+                             "proxy of a process stage's pipeline (its window, its consumer); runs last about "
+                             f"{ITEMS_S:.0f} s of work each, and report items/s against the workers' rate")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    global WORK_S
+    WORK_S = args.work_ms / 1000
+    if WORK_S < 0:
+        parser.error(f"--work-ms must be >= 0, got {args.work_ms}")
     sizes = [int(x) for x in args.sizes.split(",")]
     if args.child:
         print(json.dumps(child(args.child, sizes[0], args.workers)))
@@ -186,24 +230,35 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--only: unknown system {s!r}; choose from {','.join(SYSTEMS)}")
     import torch
 
+    what = "1 GB of results each" if not WORK_S else (
+        f"each item waits {args.work_ms:g} ms x U(0.5, 1.5) (x3 for 1 in 20) first: the workers' rate is "
+        f"{args.workers / (1.1 * WORK_S):,.0f} items/s")
     print(f"python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} CPUs; {args.workers} worker "
-          f"processes; medians of {args.repeats} fresh-process runs, 1 GB of results each")
+          f"processes; medians of {args.repeats} fresh-process runs, {what}")
     ok = True
     for size in sizes:
         runs: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
         failed: dict[str, str] = {}
-        for _ in range(args.repeats):
+        for r in range(args.repeats):
             for s in systems:
                 if s in failed:
                     continue
                 out = run_child(s, size, args.workers)
                 if isinstance(out, str):
                     failed[s] = out
+                    print(f"  {size:,} bytes, run {r + 1} {SYSTEMS[s]}: failed: {out}", file=sys.stderr, flush=True)
                 else:
                     runs[s].append(out)
+                    print(f"  {size:,} bytes, run {r + 1} {SYSTEMS[s]}: {out['mb_s']:,.0f} MB/s, "
+                          f"{out['items_s']:,.0f} items/s", file=sys.stderr, flush=True)
         print(f"\n### arrays of {size:,} bytes\n")
-        print("| system | MB/s | vs torch DataLoader |")
-        print("|---|---:|---:|")
+        if WORK_S:
+            rate = args.workers / (1.1 * WORK_S)
+            print("| system | MB/s | vs torch DataLoader | items/s | of the workers' rate |")
+            print("|---|---:|---:|---:|---:|")
+        else:
+            print("| system | MB/s | vs torch DataLoader |")
+            print("|---|---:|---:|")
         base = runs.get("dataloader") or []
         base_med = statistics.median(r["mb_s"] for r in base) if base else None
         for s in systems:
@@ -211,7 +266,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"| {SYSTEMS[s]} | failed: {failed[s]} | |")
                 continue
             med = statistics.median(r["mb_s"] for r in runs[s])
-            print(f"| {SYSTEMS[s]} | {med:,.0f} | {f'{med / base_med:.2f}x' if base_med else '-'} |")
+            row = f"| {SYSTEMS[s]} | {med:,.0f} | {f'{med / base_med:.2f}x' if base_med else '-'} |"
+            if WORK_S:
+                ips = statistics.median(r["items_s"] for r in runs[s])
+                row += f" {ips:,.0f} | {ips / rate:.0%} |"
+            print(row)
         ours = runs.get("datapipes") or []
         if ours and base:
             ratios = [a["mb_s"] / b["mb_s"] for a, b in zip(ours, base)]

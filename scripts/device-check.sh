@@ -20,8 +20,10 @@
 #      (tests/iter/test_device.py, tests/test_demo.py, tests/test_loader.py; slow ones left out);
 #   2. benchmarks/gpu_overlap.py with its defaults (--device cpu: 40 images, 1 repeat);
 #   3. benchmarks/end_to_end.py --cores <the host's CPU count> (every system given every core: the
-#      many-core figures of the process stage), --concurrency 2 (the judged thread figure) and the
-#      CPU count, 2000 images, 3 repeats, tuned malloc; --device cpu: 64 images, 1 repeat, 3 systems.
+#      many-core figures of the process stage), --concurrency <CPU count>,2 (threaded peers get a
+#      thread per CPU; datapipes' thread stage also runs with 2), 2000 images, 3 repeats, tuned
+#      malloc; --device cpu: 64 images, 1 repeat, 3 systems. It prints each run's figures as it
+#      goes, and a run cut short by the time limit still tabulates the runs that completed.
 # Each part runs under a time limit (SIGINT, then SIGKILL) inside a budget of DEVICE_CHECK_BUDGET_S
 # seconds for all the parts (default 380: the check fits in 7 minutes with the set-up of a built .venv).
 #
@@ -168,9 +170,11 @@ PY
     run_part "1b. device modules' other tests, with CUDA" 60 140 tests "${pytest[@]}" -m "not gpu and not slow" \
       tests/iter/test_device.py tests/test_demo.py tests/test_loader.py ${junit2[@]+"${junit2[@]}"}
     run_part "2. benchmarks/gpu_overlap.py" 110 90 bench "$PY" benchmarks/gpu_overlap.py --device "$device"
+    # Every threaded peer (and the natural pipe) gets as many threads as the host has CPUs, as the
+    # peers' own docs size them; datapipes' thread stage also runs at concurrency 2 beside it.
     local conc=2
-    [ "$ncpu" -gt 2 ] && conc="2,$ncpu"
-    run_part "3. benchmarks/end_to_end.py --cores $ncpu" 200 0 bench "$PY" benchmarks/end_to_end.py \
+    [ "$ncpu" -gt 2 ] && conc="$ncpu,2"
+    run_part "3. benchmarks/end_to_end.py --cores $ncpu" 300 0 bench "$PY" benchmarks/end_to_end.py \
       --images 2000 --repeats 3 --malloc tuned --cores "$ncpu" --concurrency "$conc" --wait-idle 5 \
       ${e2e_json[@]+"${e2e_json[@]}"}
   else

@@ -28,8 +28,10 @@ A pass ends in one of two ways for its pool:
   after ``GRACE_S`` are killed).
 
 Chunk size: ``chunksize`` items, or chosen automatically: the first chunk of each pass holds one item,
-then each chunk aims at about 10 ms of work in ``fn`` (measured by the workers), at most 4 MiB of
-pickled items and at most 4 MiB of results, between 1 and 4096 items.
+then each chunk aims at :func:`chunk_target_s` of work in ``fn`` (measured by the workers: 10 ms up to
+4 active workers, then growing with them, so that the pool returns about ``_MAX_CHUNKS_PER_S``
+chunks a second at most), at most 4 MiB of pickled items and at most 4 MiB of results, between 1 and
+4096 items.
 
 Exceptions raised by ``fn`` come back as pickled copies (a process cannot share objects) with the
 worker's traceback as a note; an item or ``fn`` that cannot be pickled stops the pass with a
@@ -60,6 +62,8 @@ from .stats import StageStats
 __all__ = ["IDLE_S", "ProcessWorkers", "run_process_stage", "live_worker_pids"]
 
 _TARGET_CHUNK_S = 0.010
+#: chunks a second that a pool's results may cost the consumer's process at most (see chunk_target_s)
+_MAX_CHUNKS_PER_S = 400.0
 _MAX_CHUNK = 4096
 _MAX_CHUNK_BYTES = 4 << 20
 _IN_FLIGHT_PER_WORKER = 2
@@ -84,6 +88,22 @@ def live_worker_pids() -> set[int]:
     included)."""
     with _live_lock:
         return set(_live_pids)
+
+
+def chunk_target_s(active: int) -> float:
+    """Seconds of ``fn``'s work that an automatically sized chunk aims at, with ``active`` workers
+    taking chunks: ``_TARGET_CHUNK_S`` (10 ms), or ``active / _MAX_CHUNKS_PER_S`` where that is more
+    (16 workers: 40 ms).
+
+    Each chunk costs the consumer's process a message, a memfd mapping and a reader's wake-up (about
+    100-200 us; the readers share its GIL with the consumer), and the ordered window holds two chunks
+    per worker. With 10 ms chunks, 16 workers would send 1,600 messages a second and keep only 20 ms
+    of work each ahead of the consumer, so one slow item or a consumer's pause left the others idle:
+    the stage reached 63% of its workers' rate where items took 2-6 ms, against 85% with 40 ms
+    chunks (docs/architecture.rst, "Process stages"). Up to four workers nothing changes, so a
+    small pool's first batch and its tail at the end of a pass stay as they were.
+    """
+    return max(_TARGET_CHUNK_S, active / _MAX_CHUNKS_PER_S)
 
 
 def in_dataloader_worker() -> bool:
@@ -604,7 +624,7 @@ def run_process_stage(
             done += 1
             if chunksize is None and values:
                 per_item = seconds / len(values)
-                want = int(_TARGET_CHUNK_S / per_item) if per_item > 0 else _MAX_CHUNK
+                want = int(chunk_target_s(workers.active) / per_item) if per_item > 0 else _MAX_CHUNK
                 if bytes_per_item > 0:
                     want = min(want, int(_MAX_CHUNK_BYTES / bytes_per_item))
                 # large results too: a chunk's results come back whole, so a smaller chunk overlaps more

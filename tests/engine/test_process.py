@@ -9,7 +9,8 @@ import pytest
 
 from datapipes._engine import ProcessWorkers, StageStats, live_worker_pids
 from datapipes._engine.core import failure_handler
-from datapipes._engine.process import run_process_stage
+from datapipes._engine import process
+from datapipes._engine.process import chunk_target_s, run_process_stage
 from datapipes.errors import ErrorPolicy, FailureLog
 from datapipes.iter import IterableWrapper
 from datapipes.testing import check_datapipe
@@ -328,6 +329,51 @@ class TestWarmPool:
             it._shutdown_workers()
         used, out = _pids_of(pipe)  # the forked worker (now gone) neither stopped nor used the pool
         assert out == list(range(40)) and used <= pool and live_worker_pids() == pool
+
+
+class TestChunkSizing:
+    """Automatically sized chunks aim at more work per chunk as the workers grow in number
+    (``chunk_target_s``): a large pool's results cost the consumer fewer messages, and its ordered
+    window holds enough work per worker to ride out a slow item."""
+
+    def test_target_grows_with_the_active_workers(self):
+        assert [chunk_target_s(n) for n in (1, 2, 3, 4)] == [0.010] * 4
+        assert chunk_target_s(16) == pytest.approx(0.040)
+        assert chunk_target_s(64) == pytest.approx(0.160)
+        targets = [chunk_target_s(n) for n in range(1, 129)]
+        assert targets == sorted(targets)
+
+    @staticmethod
+    def chunk_sizes(monkeypatch, workers):
+        sizes = []
+        real = _ENCODE  # the module's own (a second call must not wrap the first's wrapper)
+
+        def encode(chunk_id, items, first, label):
+            sizes.append(len(items))
+            return real(chunk_id, items, first, label)
+
+        monkeypatch.setattr(process, "_encode", encode)
+        pipe = IterableWrapper(range(600)).map(_sleep_2ms, concurrency=workers, executor="process")
+        assert list(pipe) == list(range(600))
+        return sizes
+
+    @pytest.mark.usefixtures("no_child_left", "pools_released")
+    def test_sixteen_workers_take_larger_chunks_than_two(self, monkeypatch):
+        # 2 ms an item (a sleep: no CPU, so 16 workers run side by side on any machine): 10 ms chunks
+        # hold 5 items at most, 40 ms chunks up to 20 (fewer where the sleeps run long)
+        two = self.chunk_sizes(monkeypatch, 2)
+        sixteen = self.chunk_sizes(monkeypatch, 16)
+        assert two[0] == sixteen[0] == 1  # the first chunk of a pass holds one item
+        assert max(two) <= 5
+        assert max(sixteen) >= 10
+
+
+_ENCODE = process._encode
+
+
+def _sleep_2ms(x):
+    time.sleep(0.002)
+    return x
 
 
 class Owner:
