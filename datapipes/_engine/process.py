@@ -138,12 +138,11 @@ class _Gate:
                 self.cond.wait()
 
 
-def _writer(conn: Any, inq: Any, slots: threading.Semaphore, gate: _Gate, k: int, spec: list[Any],
-            sent: bytes | None = None) -> None:
+def _writer(conn: Any, inq: Any, slots: threading.Semaphore, gate: _Gate, k: int, spec: list[Any]) -> None:
     """Feed worker ``k`` from the pool's queue, ``_IN_FLIGHT_PER_WORKER`` chunks at most at a time
     (a free worker takes the next chunk, whichever it is), while the gate lets it: the pass's ``fn``
-    before the first chunk of each pass, then chunks. ``sent``: the pass's ``fn`` where the pool's
-    start already sent it (with a first chunk, which holds one of ``slots``)."""
+    before the first chunk of each pass, then chunks."""
+    sent = None
     try:
         while True:
             slots.acquire()
@@ -273,26 +272,20 @@ class _Pool(Closeable):
     using the pool sets ``spec[0]`` (its pickled ``fn``) before putting chunks on ``inq``; the gate
     says how many of the workers take them; results come back on ``outq``.
 
-    ``spec`` and ``first``: the starting pass's ``fn`` and a callable returning its next chunk
-    (``None`` once there is none). Each of the first ``first_to`` workers is sent the ``fn`` and one
-    chunk as soon as it is started, so it works while the next ones start (the threads, and with
-    them the queue, can only come once every worker is forked).
-
     Owner of its processes and threads (a writer and a reader per worker, and an idle thread that
     shuts the pool down once it has been parked for ``IDLE_S``): :meth:`close` is
     idempotent (it asks the workers to exit, kills those still busy after ``GRACE_S``, and reaps
     them), and a ``weakref.finalize`` does the same at interpreter exit.
     """
 
-    def __init__(self, n: int, label: str, spec: bytes | None = None, first: Callable[[], bytes | None] | None = None,
-                 first_to: int = 0) -> None:
+    def __init__(self, n: int, label: str) -> None:
         self.n = n
         self.parent = os.getpid()
         self.inq: Any = queue.SimpleQueue()
         self.gate = _Gate(n)
         slots: list[threading.Semaphore] = []
         self.outq: Any = queue.SimpleQueue()
-        self.spec: list[Any] = [spec]
+        self.spec: list[Any] = [None]
         self.infos: list[dict[str, Any]] = []
         self.procs: list[Any] = []  # subprocess.Popen or ForkedWorker
         self.idle = _Idle()
@@ -304,8 +297,7 @@ class _Pool(Closeable):
         setup = pickle.dumps({"sys_path": list(sys.path), "oob": oob})
         fork = start_method() == "fork"
         ends: list[tuple[Any, Any]] = []
-        started: list[int] = []  # chunks sent to each worker as it started (0 or 1)
-        for k in range(n):  # every worker first, then the threads: a fork must see this thread alone
+        for _ in range(n):  # every worker first, then the threads: a fork must see this thread alone
             try:
                 proc, tx, rx = start_worker(fork, oob, [end for pair in ends for end in pair])
             except BaseException:
@@ -318,28 +310,15 @@ class _Pool(Closeable):
             with _live_lock:
                 _live_pids.add(proc.pid)
             ends.append((tx, rx))
-            try:
-                tx.send_bytes(setup)
-                chunk = first() if first is not None and spec is not None and k < first_to else None
-                if chunk is not None:
-                    tx.send_bytes(spec)
-                    tx.send_bytes(chunk)
-            except BaseException:
-                for tx, rx in ends:
-                    tx.close()
-                    rx.close()
-                self.close()
-                raise
-            started.append(chunk is not None)
         for k, (tx, rx) in enumerate(ends):
             sock = socket.socket(fileno=os.dup(rx.fileno())) if oob else None  # to receive the memfds
+            tx.send_bytes(setup)
             forked = isinstance(self.procs[k], ForkedWorker)
             info: dict[str, Any] = {"pid": self.procs[k].pid, "torch_imported": None, "forked": forked}
             self.infos.append(info)
-            sem = threading.Semaphore(_IN_FLIGHT_PER_WORKER - started[k])
+            sem = threading.Semaphore(_IN_FLIGHT_PER_WORKER)
             slots.append(sem)
-            sent = spec if started[k] else None
-            for target, args, role in ((_writer, (tx, self.inq, sem, self.gate, k, self.spec, sent), "writer"),
+            for target, args, role in ((_writer, (tx, self.inq, sem, self.gate, k, self.spec), "writer"),
                                        (_reader, (rx, self.outq, sem, info, self._closing, sock), "reader")):
                 t = threading.Thread(target=target, args=args, name=f"datapipes {label} {role} {k}", daemon=True)
                 threads.append(t)
@@ -502,10 +481,7 @@ class ProcessWorkers(Closeable):
         if self._gate is not None:
             self._gate.set(self.active)
 
-    def start(self, first: Callable[[], bytes | None] | None = None) -> None:
-        """Start the pass's pool, or take the owner's warm one. ``first``: the pass's next chunk
-        (``None`` once there is none), which a starting pool sends to its workers as each starts
-        (:class:`_Pool`); chunks it did not take go on the queue as usual."""
+    def start(self) -> None:
         if in_dataloader_worker():
             raise RuntimeError(
                 f"stage {self.label}: executor='process' cannot run inside a torch DataLoader worker or another "
@@ -523,7 +499,7 @@ class ProcessWorkers(Closeable):
         pool = None if owner is None else _take_parked(owner, self.n)
         self.warm = pool is not None
         if pool is None:
-            pool = _Pool(self.n, self.label, spec, first, min(self.active, self.n))
+            pool = _Pool(self.n, self.label)
         pool.spec[0] = spec
         self.infos = pool.infos
         self._inq: Any = pool.inq
@@ -587,17 +563,17 @@ def run_process_stage(
     inputs = run.inputs
     try:
         src, n_in = resumed_source(run, iter(source))
+        workers.start()
+        stats.begin(workers.busy, run.live(count))
+        put, get, ready = workers._inq.put, workers._outq.get, workers._outq.qsize
         starts: dict[int, int] = {}  # chunk id -> position of its first item
         sent = 0
         deferred: BaseException | None = None
         more = True
         bytes_per_item = 0.0
 
-        def next_chunk() -> bytes | None:
-            """The next chunk's payload, counted as sent (``None``: the source has no more)."""
+        def send_one() -> None:
             nonlocal n_in, sent, more, deferred, bytes_per_item, pulling
-            if not more:
-                return None
             items: list[Any] = []
             t = time.perf_counter()
             try:
@@ -609,7 +585,7 @@ def run_process_stage(
             pulling += time.perf_counter() - t
             stats.source_s = pulling
             if not items:
-                return None
+                return
             payload = _encode(sent, items, n_in, label)
             bytes_per_item = len(payload) / len(items)
             starts[sent] = n_in
@@ -617,18 +593,7 @@ def run_process_stage(
             n_in += len(items)
             sent += 1
             tally.in_flight += 1
-            return payload
-
-        # a starting pool hands each worker its first chunk as the worker starts (fewer than the
-        # window's two per worker: the rest go on the queue below)
-        workers.start(next_chunk)
-        stats.begin(workers.busy, run.live(count))
-        put, get, ready = workers._inq.put, workers._outq.get, workers._outq.qsize
-
-        def send_one() -> None:
-            payload = next_chunk()
-            if payload is not None:
-                put(payload)
+            put(payload)
 
         def fill_up() -> None:
             # the chunks not yielded yet (results stashed for order included): two per active worker
