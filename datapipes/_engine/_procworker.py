@@ -271,7 +271,10 @@ def main(rfd: int, wfd: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     rx = Connection(rfd, writable=False)
     tx = Connection(wfd, readable=False)
-    setup = pickle.loads(rx.recv_bytes())
+    try:
+        setup = pickle.loads(rx.recv_bytes())
+    except (EOFError, OSError):  # the pool was closed while starting (a later worker failed to start)
+        return
     sys.path[:] = setup["sys_path"]
     sock = None
     if setup.get("oob"):

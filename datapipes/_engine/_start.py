@@ -142,10 +142,14 @@ class ForkedWorker:
 def _reseed_global_generators() -> None:
     """Give a forked worker fresh global generators, as a fresh interpreter has: otherwise every
     worker would draw the parent's sequence from numpy's and torch's (Python's ``random`` reseeds
-    itself at a fork). ``fn``'s per-item generator (``rng=``) is seeded by position, not here."""
-    np = sys.modules.get("numpy")
-    if np is not None:
-        np.random.seed()
+    itself at a fork). ``fn``'s per-item generator (``rng=``) is seeded by position, not here.
+
+    numpy's is reseeded only where the parent imported ``numpy.random``: numpy 2 imports it on first
+    use, and a worker that would import it here paid about 11 ms of CPU before its first item (a
+    module the worker imports later seeds itself from the OS, as in a fresh interpreter)."""
+    np_random = sys.modules.get("numpy.random")
+    if np_random is not None:
+        np_random.seed()
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.seed()
