@@ -78,6 +78,7 @@ import gc
 import io
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -724,6 +725,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(args.child, args.root, conc[0], CORES)))
         return 0
+    # A time limit's SIGTERM (`timeout`'s default) ends the runs as Ctrl-C does: the runs that
+    # completed are still tabulated and written (see the KeyboardInterrupt below).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
 
     systems = SYSTEMS if args.only is None else [ALIASES.get(s, s) for s in args.only.split(",") if s]
     for s in systems:
