@@ -95,13 +95,14 @@ def chunk_target_s(active: int) -> float:
     taking chunks: ``_TARGET_CHUNK_S`` (10 ms), or ``active / _MAX_CHUNKS_PER_S`` where that is more
     (16 workers: 40 ms).
 
-    Each chunk costs the consumer's process a message, a memfd mapping and a reader's wake-up (about
-    100-200 us; the readers share its GIL with the consumer), and the ordered window holds two chunks
+    Each chunk costs the consumer's process a message, a memfd mapping and a reader thread's
+    wake-up (the readers share its GIL with the consumer), and the ordered window holds two chunks
     per worker. With 10 ms chunks, 16 workers would send 1,600 messages a second and keep only 20 ms
     of work each ahead of the consumer, so one slow item or a consumer's pause left the others idle:
-    the stage reached 63% of its workers' rate where items took 2-6 ms, against 85% with 40 ms
-    chunks (docs/architecture.rst, "Process stages"). Up to four workers nothing changes, so a
-    small pool's first batch and its tail at the end of a pass stay as they were.
+    ``benchmarks/transfer.py --work-ms 4 --workers 16`` (items of 2-12 ms) read 62% of the workers'
+    rate with 10 ms chunks and 79% with 40 ms ones (docs/architecture.rst, "Process stages"). Up to
+    four workers nothing changes, so a small pool's first batch and its tail at the end of a pass
+    stay as they were.
     """
     return max(_TARGET_CHUNK_S, active / _MAX_CHUNKS_PER_S)
 

@@ -286,7 +286,8 @@ class Mapper(IterDataPipe[U]):
             where it has not started: a stage whose tasks cannot be scheduled fails instead of
             hanging.
         chunksize: with ``executor="process"``, items per message; ``None`` picks it from the measured
-            cost of ``fn`` (about 10 ms of work per chunk, ``N / 400`` seconds from five workers up). With an ``Executor``, items per task
+            cost of ``fn`` (about 10 ms of work per chunk, ``N / 400`` seconds from five workers up).
+            With an ``Executor``, items per task
             (``None``: one): one ``submit`` runs ``fn`` on up to ``chunksize`` items, for executors
             whose cost per task outweighs a cheap ``fn``; order, completion order, failure budgets
             and resume are the same, item by item.
