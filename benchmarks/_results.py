@@ -34,7 +34,7 @@ import os
 import platform
 import shlex
 import sys
-from typing import Any
+from typing import Any, Callable
 
 SCHEMA = 1
 
@@ -105,3 +105,17 @@ def add_ratios(workload: dict[str, Any]) -> dict[str, Any]:
             if "throughput" in s:
                 s["ratio"] = s["throughput"] / base
     return workload
+
+
+def record_run(out: dict[str, Any] | str, key: str, rows: list[dict[str, Any]], failed: dict[str, str], what: str,
+               figures: Callable[[dict[str, Any]], str]) -> None:
+    """Keep one child run's figures in ``rows`` (or, where ``out`` is its error, the failure under
+    ``key``) and print one line about it to stderr (``what``: the run and the system; ``figures``:
+    the run's figures as text), so that a benchmark cut short by a time limit still leaves every
+    completed run's figures in its log."""
+    if isinstance(out, str):
+        failed[key] = out
+        print(f"  {what}: failed: {out}", file=sys.stderr, flush=True)
+    else:
+        rows.append(out)
+        print(f"  {what}: {figures(out)}", file=sys.stderr, flush=True)

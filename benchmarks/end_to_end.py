@@ -783,16 +783,10 @@ def main(argv: list[str] | None = None) -> int:
                             continue
                         if args.wait_idle > 0 and wait_idle(args.wait_idle) > 0.1:
                             noisy += 1
-                        out = run_child(s, root, c if c else conc[0], env)
-                        if isinstance(out, str):
-                            failed[key] = out
-                            print(f"  run {r + 1} {label(s, c)}: failed: {out}", file=sys.stderr, flush=True)
-                        else:
-                            results[key].append(out)
-                            # one line per run, so that a run cut short (a time limit's SIGINT) still
-                            # leaves its figures in the log
-                            print(f"  run {r + 1} {label(s, c)}: {out['images'] / out['seconds']:,.0f} images/s, "
-                                  f"first batch {1000 * out['first_s']:.0f} ms", file=sys.stderr, flush=True)
+                        _results.record_run(
+                            run_child(s, root, c if c else conc[0], env), key, results[key], failed,
+                            f"run {r + 1} {label(s, c)}",
+                            lambda o: f"{o['images'] / o['seconds']:,.0f} images/s, first batch {1000 * o['first_s']:.0f} ms")
                     print(f"  repeat {r + 1}/{args.repeats} done", file=sys.stderr, flush=True)
             except KeyboardInterrupt:
                 # Tabulate and judge what completed (the per-run ratios use only complete repeats),

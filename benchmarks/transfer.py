@@ -62,6 +62,8 @@ from typing import Any, Iterator
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks import _results  # noqa: E402
+
 #: the largest array size at which the loader's descriptor channel is judged against torch's queue:
 #: what it saves is a connection per batch (a fixed cost), which larger batches hide behind their
 #: copies and this machine's run-to-run spread (1 GB is 4 batches of 8 MiB arrays)
@@ -243,14 +245,9 @@ def main(argv: list[str] | None = None) -> int:
             for s in systems:
                 if s in failed:
                     continue
-                out = run_child(s, size, args.workers)
-                if isinstance(out, str):
-                    failed[s] = out
-                    print(f"  {size:,} bytes, run {r + 1} {SYSTEMS[s]}: failed: {out}", file=sys.stderr, flush=True)
-                else:
-                    runs[s].append(out)
-                    print(f"  {size:,} bytes, run {r + 1} {SYSTEMS[s]}: {out['mb_s']:,.0f} MB/s, "
-                          f"{out['items_s']:,.0f} items/s", file=sys.stderr, flush=True)
+                _results.record_run(run_child(s, size, args.workers), s, runs[s], failed,
+                                    f"{size:,} bytes, run {r + 1} {SYSTEMS[s]}",
+                                    lambda o: f"{o['mb_s']:,.0f} MB/s, {o['items_s']:,.0f} items/s")
         print(f"\n### arrays of {size:,} bytes\n")
         if WORK_S:
             rate = args.workers / (1.1 * WORK_S)
