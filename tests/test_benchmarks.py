@@ -147,3 +147,20 @@ def test_cluster_benchmark_smoke_run():
     for system in ("Ray tasks, one item per submit", "Ray actors, chunksize=32", "Dask get_executor(), chunksize=32",
                    "process executor, one item per submit"):
         assert system in out
+
+
+def test_transfer_many_core_proxy_smoke_run():
+    # --work-ms: every item sleeps first, so that W workers behave as on W cores; the table adds
+    # items/s and their share of the workers' rate, and every run prints its progress line
+    script = os.path.join(ROOT, "benchmarks", "transfer.py")
+    proc = subprocess.run(
+        [sys.executable, script, "--work-ms", "10", "--workers", "4", "--sizes", "65536", "--repeats", "1",
+         "--only", "datapipes,datapipes_collate,dataloader"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode in (0, 1), proc.stderr  # 1: a target missed (a smoke run's figures mean nothing)
+    assert "the workers' rate is 364 items/s" in proc.stdout
+    assert "| items/s | of the workers' rate |" in proc.stdout
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| datapipes (memfd)")]
+    assert len(rows) == 2 and all(re.search(r"\| [\d,]+ \| \d+% \|$", row) for row in rows)
+    assert proc.stderr.count("65,536 bytes, run 1 ") == 3
+    assert "PASS" in proc.stdout or "FAIL" in proc.stdout
