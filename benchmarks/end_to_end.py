@@ -488,7 +488,9 @@ def table(results: dict[str, list[dict[str, Any]]], order: list[tuple[str, int]]
     med: dict[str, dict[str, float]] = {}
     for key, rows in results.items():
         if rows:
-            med[key] = {k: median(rows, k) for k in ("seconds", "first_s", "steady_ips", "rss_mb", "cpu_s", "thread_cpu_s")}
+            med[key] = {k: median(rows, k) for k in ("seconds", "first_s", "steady_ips", "rss_mb", "cpu_s")}
+            if all("thread_cpu_s" in r for r in rows):  # (figures written before it was measured lack it)
+                med[key]["thread_cpu_s"] = median(rows, "thread_cpu_s")
             med[key]["cores"] = statistics.median(r["cpu_s"] / r["seconds"] for r in rows)
             med[key]["ips"] = rows[0]["images"] / med[key]["seconds"]
     base = med.get("dataloader0:0", {}).get("ips")
@@ -639,7 +641,7 @@ def process_verdicts(med: dict[str, dict[str, float]], proc: dict[str, float], o
             "proc_first", lambda v: v <= 2.0)
     serial = med.get("dataloader0:0")
     if serial:
-        cpu_per_image = serial["thread_cpu_s"] / (serial["ips"] * serial["seconds"])
+        cpu_per_image = serial.get("thread_cpu_s", serial["cpu_s"]) / (serial["ips"] * serial["seconds"])
         limit = CORES / cpu_per_image
         share = proc["ips"] / limit
         text = (f"process stage at {share:.0%} of the core limit ({proc['ips']:,.0f} of {limit:,.0f} images/s: "
