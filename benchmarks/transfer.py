@@ -24,6 +24,12 @@ Systems, all with ``--workers`` worker processes:
   each worker stacks 32 arrays, and the stacked batch comes back through the memfd;
 - ``datapipes, then collate``: ``datapipes`` followed by ``.batch(32).collate()``, the consumer
   stacking each batch (what a pipe with a process stage does: ``benchmarks/end_to_end.py``);
+- ``datapipes, then collate, forked by the consumer``: the same with ``DATAPIPES_PROCESS_START=fork``:
+  every worker forked by the consumer before the pool's threads start, where a pool of 6 workers or
+  more is otherwise forked by a zygote while they start (docs/architecture.rst, "Process stages");
+- ``threads, then collate``: ``datapipes, then collate`` on ``W`` threads
+  (``map(make, concurrency=W)``): the first batch a process stage's is judged against (with
+  ``--work-ms`` the items wait without the GIL, as the threads of a real I/O-bound stage do);
 - ``datapipes.DataLoader``: ``datapipes.DataLoader(pipe, batch_size=32, num_workers=W)`` over
   ``IterableWrapper(range(n)).sharding_filter().map(make_tensor)``, its workers collating into
   shared memory and sending each batch's descriptors in one message over a socket of their own
@@ -41,6 +47,14 @@ many-core host runs it. The table then adds items/s and their share of the worke
 
     .venv-bench/bin/python benchmarks/transfer.py --work-ms 4 --workers 16 --sizes 150528 --repeats 3 \
         --only datapipes,datapipes_collate,dataloader_batch
+
+The *first* column is the time from building the system to its first result (the first batch, for
+the systems that batch): what starting the workers costs. With ``--work-ms`` and both
+``threads_collate`` and ``datapipes_collate`` run, it reports the process stage's first batch
+against the thread stage's (``end_to_end.py`` judges the 2x target on real images)::
+
+    .venv-bench/bin/python benchmarks/transfer.py --work-ms 5 --workers 16 --sizes 150528 --repeats 7 \
+        --only threads_collate,datapipes_collate,datapipes_collate_direct
 
 Targets, in every run: datapipes' MB/s >= torch DataLoader's (item by item); datapipes.DataLoader's
 >= the same loader's through torch's queue, for arrays up to 256 KB (larger batches are reported,
@@ -78,18 +92,22 @@ SYSTEMS = {
     "dataloader_batch": "torch DataLoader, batches of 32",
     "datapipes_batch": "datapipes (memfd), batches of 32 stacked in the worker",
     "datapipes_collate": "datapipes (memfd), then batch(32).collate() in the consumer",
+    "datapipes_collate_direct": "datapipes (memfd), then collate; every worker forked by the consumer",
+    "threads_collate": "datapipes threads, then batch(32).collate()",
     "loader_batch": "datapipes.DataLoader(num_workers=W), batches of 32",
     "loader_batch_queue": "datapipes.DataLoader(num_workers=W), batches of 32, through torch's queue",
 }
 _ARRAY: list[Any] = []
 #: seconds each item waits before its array is made (``--work-ms``; 0: none)
 WORK_S = 0.0
+#: the mean of :func:`work_s`'s factor: the workers' rate is ``W / (WORK_MEAN * WORK_S)``
+WORK_MEAN = 1.1
 
 
 def work_s(i: int) -> float:
     """Item ``i``'s wait with ``--work-ms``: ``WORK_S`` times a factor drawn from ``i`` alone (the same
     in every system and run): uniform in 0.5-1.5, and three times that for one item in 20. Its mean
-    is 1.1 ``WORK_S``."""
+    is ``WORK_MEAN`` (1.1) times ``WORK_S``."""
     r = random.Random(i)
     f = r.uniform(0.5, 1.5)
     return WORK_S * f * (3.0 if r.random() < 0.05 else 1.0)
@@ -149,10 +167,13 @@ def items(system: str, n: int, size: int, workers: int) -> Iterator[Any]:
 
         pipe = IterableWrapper(range(n)).sharding_filter().map(functools.partial(make_tensor, size=size))
         return iter(datapipes.DataLoader(pipe, batch_size=32, num_workers=workers))
-    if system == "datapipes_collate":
+    if system in ("datapipes_collate", "datapipes_collate_direct", "threads_collate"):
         from datapipes.iter import IterableWrapper
 
-        return iter(IterableWrapper(range(n)).map(functools.partial(make, size=size), executor="process",
+        if system == "datapipes_collate_direct":
+            os.environ["DATAPIPES_PROCESS_START"] = "fork"
+        executor = "thread" if system == "threads_collate" else "process"
+        return iter(IterableWrapper(range(n)).map(functools.partial(make, size=size), executor=executor,
                                                   concurrency=workers).batch(32).collate())
     if system in ("datapipes", "inband"):
         from datapipes._engine import _procworker
@@ -176,12 +197,15 @@ def child(system: str, size: int, workers: int) -> dict[str, Any]:
 
     import datapipes.iter  # noqa: F401
 
-    n = max(200, (1 << 30) // size) if not WORK_S else max(200, int(ITEMS_S * workers / (1.1 * WORK_S)))
+    n = max(200, (1 << 30) // size) if not WORK_S else max(200, int(ITEMS_S * workers / (WORK_MEAN * WORK_S)))
     page = 4096
     t0 = time.perf_counter()
+    first = None
     total = 0
     check = 0
     for x in items(system, n, size, workers):
+        if first is None:
+            first = time.perf_counter() - t0
         a = x.numpy() if isinstance(x, torch.Tensor) else x
         rows = a.reshape(-1, size)  # one row per array (a batch holds several)
         check += int(rows[:, ::page].sum())  # touch every page of the result
@@ -192,7 +216,8 @@ def child(system: str, size: int, workers: int) -> dict[str, Any]:
     per_item = expected * n
     if total != n * size or check != per_item:
         raise SystemExit(f"{system}: got {total} bytes (checksum {check}), expected {n * size} ({per_item})")
-    return {"system": system, "seconds": seconds, "mb_s": total / seconds / 1e6, "items": n, "items_s": n / seconds}
+    return {"system": system, "seconds": seconds, "mb_s": total / seconds / 1e6, "items": n, "items_s": n / seconds,
+            "first_ms": 1000 * (first or 0.0)}
 
 
 def run_child(system: str, size: int, workers: int) -> dict[str, Any] | str:
@@ -234,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
 
     what = "1 GB of results each" if not WORK_S else (
         f"each item waits {args.work_ms:g} ms x U(0.5, 1.5) (x3 for 1 in 20) first: the workers' rate is "
-        f"{args.workers / (1.1 * WORK_S):,.0f} items/s")
+        f"{args.workers / (WORK_MEAN * WORK_S):,.0f} items/s")
     print(f"python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} CPUs; {args.workers} worker "
           f"processes; medians of {args.repeats} fresh-process runs, {what}")
     ok = True
@@ -247,15 +272,16 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 _results.record_run(run_child(s, size, args.workers), s, runs[s], failed,
                                     f"{size:,} bytes, run {r + 1} {SYSTEMS[s]}",
-                                    lambda o: f"{o['mb_s']:,.0f} MB/s, {o['items_s']:,.0f} items/s")
+                                    lambda o: f"{o['mb_s']:,.0f} MB/s, {o['items_s']:,.0f} items/s, "
+                                              f"first {o['first_ms']:.0f} ms")
         print(f"\n### arrays of {size:,} bytes\n")
         if WORK_S:
-            rate = args.workers / (1.1 * WORK_S)
-            print("| system | MB/s | vs torch DataLoader | items/s | of the workers' rate |")
-            print("|---|---:|---:|---:|---:|")
+            rate = args.workers / (WORK_MEAN * WORK_S)
+            print("| system | MB/s | vs torch DataLoader | first | items/s | of the workers' rate |")
+            print("|---|---:|---:|---:|---:|---:|")
         else:
-            print("| system | MB/s | vs torch DataLoader |")
-            print("|---|---:|---:|")
+            print("| system | MB/s | vs torch DataLoader | first |")
+            print("|---|---:|---:|---:|")
         base = runs.get("dataloader") or []
         base_med = statistics.median(r["mb_s"] for r in base) if base else None
         for s in systems:
@@ -263,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"| {SYSTEMS[s]} | failed: {failed[s]} | |")
                 continue
             med = statistics.median(r["mb_s"] for r in runs[s])
-            row = f"| {SYSTEMS[s]} | {med:,.0f} | {f'{med / base_med:.2f}x' if base_med else '-'} |"
+            first = statistics.median(r["first_ms"] for r in runs[s])
+            row = f"| {SYSTEMS[s]} | {med:,.0f} | {f'{med / base_med:.2f}x' if base_med else '-'} | {first:.0f} ms |"
             if WORK_S:
                 ips = statistics.median(r["items_s"] for r in runs[s])
                 row += f" {ips:,.0f} | {ips / rate:.0%} |"
@@ -277,6 +304,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n  {'PASS' if passed else 'FAIL'}  datapipes >= torch DataLoader's MB/s in every run: run ratios min "
                   f"{min(ratios):.2f}, median {statistics.median(ratios):.2f}, max {max(ratios):.2f}, held in "
                   f"{held}/{len(ratios)}")
+        threads = runs.get("threads_collate") or []
+        for s in ("datapipes_collate", "datapipes_collate_direct"):
+            procs = runs.get(s) or []
+            if procs and threads:
+                ratios = [a["first_ms"] / b["first_ms"] for a, b in zip(procs, threads)]
+                print(f"  (reported)  first batch of {SYSTEMS[s]} over the threads': run ratios min {min(ratios):.2f}, "
+                      f"median {statistics.median(ratios):.2f}, max {max(ratios):.2f}")
         channel, queue = runs.get("loader_batch") or [], runs.get("loader_batch_queue") or []
         if channel and queue:
             ratios = [a["mb_s"] / b["mb_s"] for a, b in zip(channel, queue)]

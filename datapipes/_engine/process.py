@@ -1,8 +1,10 @@
 """The process backend: ``fn`` on worker processes, items travelling in chunks.
 
-Workers are forked from the consumer's process where the fork is clean, else fresh interpreters
-running ``_procworker.py`` by path (``_start.py``; docs/architecture.rst, "Process stages"). Items travel in chunks to amortise the inter-process cost (about 50-100 us
-per message here, more than a small item's work). Each worker has two chunks in flight at most, so
+Workers are forked where the fork is clean (a pool of 6 or more by a zygote forked from the
+consumer's process, a smaller one by the consumer itself), else fresh interpreters running
+``_procworker.py`` by path (``_start.py``; docs/architecture.rst, "Process stages"). Items travel in
+chunks to amortise the inter-process cost (about 50-100 us per message here, more than a small
+item's work). Each worker has two chunks in flight at most, so
 one is queued in its pipe while it works on the other.
 
 Lifetime of the workers (a *pool*): a pass starts its pool at its first ``next()``. A stage that
@@ -54,7 +56,7 @@ from itertools import islice
 from typing import Any, Callable, Iterable, Iterator
 
 from . import _procworker
-from ._start import ForkedWorker, start_method, start_worker
+from ._start import ForkedWorker, Zygote, start_method, start_worker, use_zygote
 from .core import EngineRun, resumed_source
 from .lifecycle import Closeable, abandon
 from .stats import StageStats
@@ -73,6 +75,8 @@ IDLE_S = 60.0
 
 _STOP = object()
 _DIED = object()
+_BORN = threading.Event()  # a worker started by this process exists from the start
+_BORN.set()
 _live_pids: set[int] = set()
 _live_lock = threading.Lock()
 
@@ -139,12 +143,16 @@ class _Gate:
                 self.cond.wait()
 
 
-def _writer(conn: Any, inq: Any, slots: threading.Semaphore, gate: _Gate, k: int, spec: list[Any]) -> None:
+def _writer(conn: Any, inq: Any, slots: threading.Semaphore, gate: _Gate, k: int, spec: list[Any],
+            born: threading.Event) -> None:
     """Feed worker ``k`` from the pool's queue, ``_IN_FLIGHT_PER_WORKER`` chunks at most at a time
     (a free worker takes the next chunk, whichever it is), while the gate lets it: the pass's ``fn``
-    before the first chunk of each pass, then chunks."""
+    before the first chunk of each pass, then chunks. Nothing is taken before the worker exists
+    (``born``: a zygote forks the workers one after the other), so the first chunks go to the
+    workers already running."""
     sent = None
     try:
+        born.wait()
         while True:
             slots.acquire()
             gate.wait(k)
@@ -165,7 +173,7 @@ def _writer(conn: Any, inq: Any, slots: threading.Semaphore, gate: _Gate, k: int
 
 
 def _reader(conn: Any, outq: Any, slots: threading.Semaphore, info: dict[str, Any], closing: threading.Event,
-            sock: Any) -> None:
+            sock: Any, proc: Any) -> None:
     try:
         while True:
             data = conn.recv_bytes()
@@ -187,7 +195,10 @@ def _reader(conn: Any, outq: Any, slots: threading.Semaphore, info: dict[str, An
             rec = None  # the consumer alone holds the results (and their mappings) from here
     except (EOFError, OSError):
         if not closing.is_set():
-            outq.put((_DIED, info["pid"], None))
+            if isinstance(proc, ForkedWorker):
+                proc.born.wait(GRACE_S)  # a worker its zygote did not fork: it says why
+                info["pid"] = proc.pid
+            outq.put((_DIED, info["pid"], getattr(proc, "error", None)))
     except BaseException as e:  # noqa: BLE001 - a result that does not unpickle here
         outq.put((_DIED, info["pid"], e))
     finally:
@@ -223,7 +234,7 @@ def _shutdown(parent: int, procs: list[Any], inq: Any, slots: list[threading.Sem
             _live_pids.discard(p.pid)
     me = threading.current_thread()
     for t in threads:
-        if t is not me:
+        if t is not me and t.ident is not None:  # a pool that failed to start never started its threads
             t.join(GRACE_S)
 
 
@@ -297,8 +308,21 @@ class _Pool(Closeable):
         oob = _procworker.OOB_SUPPORTED
         setup = pickle.dumps({"sys_path": list(sys.path), "oob": oob})
         fork = start_method() == "fork"
+        zygote = Zygote.start(n, oob) if fork and use_zygote(n) else None
         ends: list[tuple[Any, Any]] = []
-        for _ in range(n):  # every worker first, then the threads: a fork must see this thread alone
+        if zygote is not None:  # it forks the workers while this thread starts the pool's threads
+            self.procs.extend(zygote.workers)
+            ends = zygote.ends
+            infos = self.infos
+
+            def born(k: int, proc: ForkedWorker) -> None:
+                with _live_lock:
+                    _live_pids.add(proc.pid)  # type: ignore[arg-type]
+                infos[k]["pid"] = proc.pid
+
+            t = threading.Thread(target=zygote.watch, args=(born,), name=f"datapipes {label} zygote", daemon=True)
+            threads.append(t)
+        for _ in range(0 if zygote else n):  # every worker, then the threads: a fork must see this thread alone
             try:
                 proc, tx, rx = start_worker(fork, oob, [end for pair in ends for end in pair])
             except BaseException:
@@ -312,22 +336,37 @@ class _Pool(Closeable):
                 _live_pids.add(proc.pid)
             ends.append((tx, rx))
         for k, (tx, rx) in enumerate(ends):
-            sock = socket.socket(fileno=os.dup(rx.fileno())) if oob else None  # to receive the memfds
-            tx.send_bytes(setup)
             forked = isinstance(self.procs[k], ForkedWorker)
-            info: dict[str, Any] = {"pid": self.procs[k].pid, "torch_imported": None, "forked": forked}
-            self.infos.append(info)
+            self.infos.append({"pid": self.procs[k].pid, "torch_imported": None, "forked": forked})
+        for k, (tx, rx) in enumerate(ends):
+            sock = socket.socket(fileno=os.dup(rx.fileno())) if oob else None  # to receive the memfds
+            try:
+                tx.send_bytes(setup)  # a few hundred bytes: the pipe holds them until the worker exists
+            except OSError:  # the worker is gone (or was never forked): its reader reports it
+                pass
+            proc = self.procs[k]
+            born_event = proc.born if isinstance(proc, ForkedWorker) else _BORN
+            info = self.infos[k]
             sem = threading.Semaphore(_IN_FLIGHT_PER_WORKER)
             slots.append(sem)
-            for target, args, role in ((_writer, (tx, self.inq, sem, self.gate, k, self.spec), "writer"),
-                                       (_reader, (rx, self.outq, sem, info, self._closing, sock), "reader")):
-                t = threading.Thread(target=target, args=args, name=f"datapipes {label} {role} {k}", daemon=True)
-                threads.append(t)
+            for target, args, role in ((_writer, (tx, self.inq, sem, self.gate, k, self.spec, born_event), "writer"),
+                                       (_reader, (rx, self.outq, sem, info, self._closing, sock, proc), "reader")):
+                threads.append(threading.Thread(target=target, args=args, name=f"datapipes {label} {role} {k}",
+                                                daemon=True))
+        threads.append(threading.Thread(target=_idle_watch, args=(self.idle, self), name=f"datapipes {label} idle pool",
+                                        daemon=True))
+        self._threads = threads
+        self._launched = False
+
+    def launch(self) -> None:
+        """Start the pool's threads (once): its zygote's watcher first, then each worker's writer and
+        reader. The first pass puts its ``fn`` and first chunks on the queue before (see
+        :meth:`ProcessWorkers.launch`), so each writer feeds its worker from its first moment, while
+        the others start (on a busy machine a thread's start costs a few milliseconds)."""
+        if not self._launched:
+            self._launched = True
+            for t in self._threads:
                 t.start()
-        t = threading.Thread(target=_idle_watch, args=(self.idle, self), name=f"datapipes {label} idle pool",
-                             daemon=True)
-        threads.append(t)
-        t.start()
 
     def usable(self) -> bool:
         """Every worker alive and nothing waiting on the result queue (a death is reported there)."""
@@ -437,6 +476,7 @@ class _Tally:
 
 
 def _end_pass(pool: _Pool, owner_ref: weakref.ref[Any] | None, tally: _Tally) -> None:
+    pool.launch()  # after a pass that failed before its first chunks: the writers take a stop, or the next fn
     if owner_ref is not None and not tally.failed and pool.drain(tally.in_flight) and _park(owner_ref, pool):
         return
     pool.close()
@@ -501,6 +541,7 @@ class ProcessWorkers(Closeable):
         self.warm = pool is not None
         if pool is None:
             pool = _Pool(self.n, self.label)
+        self._pool = pool
         pool.spec[0] = spec
         self.infos = pool.infos
         self._inq: Any = pool.inq
@@ -511,6 +552,11 @@ class ProcessWorkers(Closeable):
         self._finalizer.atexit = False  # at exit the pool's own finaliser stops it; nothing is parked
         if self.started is not None:
             self.started()
+
+    def launch(self) -> None:
+        """Start the pool's threads, if :meth:`start` started a new pool: called once the pass's
+        first chunks are queued (a warm pool's threads already run)."""
+        self._pool.launch()
 
 
 def _encode(chunk_id: int, items: list[Any], first: int, label: str) -> bytes:
@@ -523,6 +569,15 @@ def _encode(chunk_id: int, items: list[Any], first: int, label: str) -> bytes:
             except Exception as e:
                 raise TypeError(f"stage {label}: item {first + j} cannot be pickled to go to a worker process: {e}") from e
         raise
+
+
+def _died(label: str, rec: tuple[Any, ...]) -> None:
+    """Raise the error of a pass whose worker died (``rec``: ``(_DIED, pid, why or None)``)."""
+    _, pid, why = rec
+    if pid is None:  # its zygote could not fork it
+        why = why or "its zygote did not report it"
+        raise RuntimeError(f"stage {label}: a worker process could not be started: {why}")
+    raise RuntimeError(f"stage {label}: worker process {pid} died unexpectedly" + (f": {why!r}" if why else ""))
 
 
 def _closed_by_failure(exc: GeneratorExit) -> bool:
@@ -601,21 +656,23 @@ def run_process_stage(
             while more and sent - done < _IN_FLIGHT_PER_WORKER * workers.active:
                 send_one()
 
-        fill_up()
+        try:
+            fill_up()  # the first chunks wait on the queue for the pool's threads, started now
+        finally:
+            workers.launch()
         while done < sent:
             rec = stash.pop(done, None) if ordered else None
             if rec is None:
                 t = time.perf_counter()
                 rec = get()
                 if rec[0] is _DIED:
-                    why = f": {rec[2]!r}" if rec[2] is not None else ""
-                    raise RuntimeError(f"stage {label}: worker process {rec[1]} died unexpectedly{why}")
+                    _died(label, rec)
                 tally.in_flight -= 1
                 while ordered and rec[0] != done:
                     stash[rec[0]] = rec
                     rec = get()
                     if rec[0] is _DIED:
-                        raise RuntimeError(f"stage {label}: worker process {rec[1]} died unexpectedly")
+                        _died(label, rec)
                     tally.in_flight -= 1
                 waiting += time.perf_counter() - t
                 stats.wait_s = waiting

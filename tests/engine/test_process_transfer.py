@@ -74,26 +74,29 @@ class TestStart:
         got = run_script("import numpy\n" + STAGE)
         pids = {pid for pid, _, _ in got["rows"]}
         assert len(pids) == 2 and got["me"] not in pids
-        assert all(ppid == got["me"] and has_numpy for _, ppid, has_numpy in got["rows"])
+        assert all(has_numpy for _, _, has_numpy in got["rows"])
 
     def test_forked_workers_draw_their_own_global_random_numbers(self):
         # a fork copies numpy's and torch's global generators: each worker gets fresh ones, as a fresh
         # interpreter would (else every worker repeats the same "random" augmentations)
         body = """
-        import json, os, random
+        import json, os, random, sys
         import numpy as np, torch
         from datapipes.iter import IterableWrapper
 
+        sys.modules["parent_only"] = type(sys)("parent_only")  # a forked worker has it, a fresh one not
+
         def draw(x):
-            return os.getpid(), os.getppid(), float(np.random.random()), float(torch.rand(1)), random.random()
+            forked = "parent_only" in sys.modules
+            return os.getpid(), forked, float(np.random.random()), float(torch.rand(1)), random.random()
 
         rows = list(IterableWrapper(range(40)).map(draw, executor="process", concurrency=2, chunksize=1))
         print(json.dumps({"me": os.getpid(), "rows": rows, "parent": [float(np.random.random()), float(torch.rand(1))]}))
         """
         got = run_script(body)
         firsts = {}
-        for pid, ppid, *draws in got["rows"]:
-            assert ppid == got["me"]  # forked
+        for pid, forked, *draws in got["rows"]:
+            assert forked
             firsts.setdefault(pid, draws)
         assert len(firsts) == 2
         a, b = firsts.values()
@@ -158,10 +161,12 @@ class TestStart:
 
     def test_bad_setting_is_named(self, monkeypatch):
         monkeypatch.setenv("DATAPIPES_PROCESS_START", "forkserver")
-        with pytest.raises(ValueError, match="DATAPIPES_PROCESS_START must be one of auto, spawn, got 'forkserver'"):
+        with pytest.raises(ValueError,
+                           match="DATAPIPES_PROCESS_START must be one of auto, fork, spawn, got 'forkserver'"):
             start_method()
 
-    def test_forked_workers_exit_when_their_parent_is_killed(self):
+    @pytest.mark.parametrize("workers", [3, 6])  # forked by the consumer, then by a zygote
+    def test_forked_workers_exit_when_their_parent_is_killed(self, workers):
         # each forked worker closes the parent's ends of the others' channels, so every one of them
         # sees the end of its input when the parent dies, not only the last one started
         code = "import sys\nsys.path.insert(0, %r)\n" % ROOT + textwrap.dedent("""
@@ -169,11 +174,11 @@ class TestStart:
             import numpy
             from datapipes.iter import IterableWrapper
             it = iter(IterableWrapper(range(1000)).map(lambda x: (os.getpid(), time.sleep(0.01)), executor="process",
-                                                       concurrency=3, chunksize=1))
-            pids = {next(it)[0] for _ in range(60)}
+                                                       concurrency=WORKERS, chunksize=1))
+            pids = {next(it)[0] for _ in range(120)}
             print(" ".join(map(str, sorted(pids))), flush=True)
             time.sleep(60)
-            """)
+            """).replace("WORKERS", str(workers))
         env = {k: v for k, v in os.environ.items() if k != "DATAPIPES_PROCESS_START"}
         p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
         try:
@@ -182,7 +187,7 @@ class TestStart:
             os.kill(p.pid, signal.SIGKILL)
             p.wait()
             p.stdout.close()
-        assert len(pids) == 3
+        assert len(pids) == workers
 
         def alive(pid):
             try:
@@ -196,6 +201,159 @@ class TestStart:
             time.sleep(0.05)
         assert [pid for pid in pids if alive(pid)] == []
 
+
+ZYGOTE = """
+import ctypes, json, os, sys, time
+import numpy
+from datapipes.iter import IterableWrapper
+from datapipes._engine import live_worker_pids
+
+libc = ctypes.CDLL(None)
+
+def subreaper():
+    flag = ctypes.c_int()
+    libc.prctl(37, ctypes.byref(flag), 0, 0, 0)  # PR_GET_CHILD_SUBREAPER
+    return flag.value
+
+def parent_of(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+def children_left():
+    time.sleep(0.2)  # a worker killed at the pool's shutdown is reaped there; nothing else may remain
+    try:
+        return os.waitpid(-1, os.WNOHANG) != (0, 0) or True
+    except ChildProcessError:
+        return False
+
+def where(x):
+    time.sleep(0.002)
+    return os.getpid(), "numpy" in sys.modules
+"""
+
+#: a patched ``os.fork``: the zygote's forks from the ``n``-th call of the script on (the consumer's
+#: fork of the zygote is call 1, the zygote's first fork call 2) do ``what`` first
+SLOW_FORKS = """
+_real_fork, _calls = os.fork, [0]
+
+def _fork():
+    _calls[0] += 1
+    if _calls[0] >= FROM:
+        WHAT
+    return _real_fork()
+
+os.fork = _fork
+"""
+
+
+def patched_fork(from_call: int, what: str) -> str:
+    return SLOW_FORKS.replace("FROM", str(from_call)).replace("WHAT", what)
+
+
+@linux_only
+class TestZygote:
+    """A pool of ``ZYGOTE_MIN_WORKERS`` or more is forked by a zygote, which this process adopts the
+    workers of (docs/architecture.rst, "Process stages")."""
+
+    def test_a_large_pool_is_forked_by_a_zygote_and_its_workers_adopted(self):
+        body = ZYGOTE + textwrap.dedent("""
+        it = iter(IterableWrapper(range(400)).map(where, executor="process", concurrency=6, chunksize=1))
+        rows = [next(it) for _ in range(10)]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the zygote exits after its last fork; its workers are then ours
+            pids = sorted(live_worker_pids())
+            if len(pids) == 6 and all(parent_of(p) == os.getpid() for p in pids) and not subreaper():
+                break
+            time.sleep(0.01)
+        parents = [parent_of(p) for p in pids]
+        rows += list(it)
+        del it  # its pipe, which keeps the pool warm for a next pass, goes with it
+        print(json.dumps({"me": os.getpid(), "pids": pids, "parents": parents, "subreaper": subreaper(),
+                          "rows": rows, "left": sorted(live_worker_pids()), "children": children_left()}))
+        """)
+        got = run_script(body)
+        assert len(got["pids"]) == 6 and got["parents"] == [got["me"]] * 6
+        assert got["subreaper"] == 0  # this process is a subreaper only while a zygote runs
+        assert len(got["rows"]) == 400 and all(forked for _, forked in got["rows"])
+        assert {pid for pid, _ in got["rows"]} <= set(got["pids"])
+        assert got["left"] == [] and not got["children"]
+
+    def test_a_consumer_that_was_a_subreaper_stays_one(self):
+        body = ZYGOTE + textwrap.dedent("""
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER, as a process manager may have set it
+        rows = list(IterableWrapper(range(50)).map(where, executor="process", concurrency=6, chunksize=1))
+        print(json.dumps({"subreaper": subreaper(), "rows": len(rows), "children": children_left()}))
+        """)
+        got = run_script(body)
+        assert got == {"subreaper": 1, "rows": 50, "children": False}
+
+    def test_a_worker_the_zygote_cannot_fork_fails_the_pass_with_the_reason(self):
+        # the third worker's fork fails (as under a container's pids limit): the pass fails at once,
+        # naming it, and the two forked workers are stopped and reaped
+        fail = 'raise BlockingIOError(11, "Resource temporarily unavailable (simulated)")'
+        body = ZYGOTE + patched_fork(4, fail) + textwrap.dedent("""
+        try:
+            list(IterableWrapper(range(50)).map(where, executor="process", concurrency=6, chunksize=1))
+        except RuntimeError as e:
+            error = str(e)
+        print(json.dumps({"error": error, "left": sorted(live_worker_pids()), "subreaper": subreaper(),
+                          "children": children_left()}))
+        """)
+        got = run_script(body)
+        assert got["error"].startswith(
+            "stage Mapper(where): a worker process could not be started: the zygote could not fork it: "
+            "BlockingIOError(11, 'Resource temporarily unavailable (simulated)')")
+        assert got["left"] == [] and got["subreaper"] == 0 and not got["children"]
+
+    def test_the_first_chunks_go_to_the_workers_that_exist(self):
+        # the zygote's forks after the first take half a second each: the first worker does every
+        # item of a short pass meanwhile; its end waits for the zygote and stops every worker
+        body = ZYGOTE + patched_fork(3, "time.sleep(0.5)") + textwrap.dedent("""
+        t0 = time.monotonic()
+        rows = list(IterableWrapper(range(12)).map(where, executor="process", concurrency=6, chunksize=1))
+        print(json.dumps({"rows": rows, "seconds": time.monotonic() - t0, "left": sorted(live_worker_pids()),
+                          "subreaper": subreaper(), "children": children_left()}))
+        """)
+        got = run_script(body)
+        assert len(got["rows"]) == 12 and len({pid for pid, _ in got["rows"]}) == 1
+        assert got["left"] == [] and got["subreaper"] == 0 and not got["children"]
+        assert got["seconds"] < 10
+
+    def test_killing_the_consumer_while_the_zygote_forks_leaves_no_process(self):
+        head = "import sys\nsys.path.insert(0, %r)\n" % ROOT + ZYGOTE + patched_fork(3, "time.sleep(0.3)")
+        code = head + textwrap.dedent("""
+            it = iter(IterableWrapper(range(1000)).map(where, executor="process", concurrency=8, chunksize=1))
+            next(it)
+            print("running", flush=True)
+            time.sleep(60)
+            """)
+        env = {k: v for k, v in os.environ.items() if k != "DATAPIPES_PROCESS_START"}
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env,
+                             start_new_session=True)
+        try:
+            assert p.stdout.readline().strip() == "running"
+        finally:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+            p.stdout.close()
+
+        def in_session(sid):  # live (not zombie) processes of the consumer's session: its zygote and workers
+            found = []
+            for name in os.listdir("/proc"):
+                if name.isdigit():
+                    try:
+                        with open(f"/proc/{name}/stat") as f:
+                            fields = f.read().rsplit(")", 1)[1].split()
+                    except OSError:
+                        continue
+                    if int(fields[3]) == sid and fields[0] != "Z":
+                        found.append(int(name))
+            return found
+
+        deadline = time.monotonic() + 10
+        while in_session(p.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert in_session(p.pid) == []
 
 def arrays(i):
     import numpy as np

@@ -270,7 +270,9 @@ class Mapper(IterDataPipe[U]):
             first ``next()`` of the first pass and stay warm for the pipe's next passes (epochs);
             they stop when the pipe is garbage-collected, after 60 s unused, or at exit. A failing
             pass stops them. On Linux they are forked from this process where that is clean (no
-            other thread running), so ``fn`` finds every module already imported; otherwise, or with
+            other thread running), so ``fn`` finds every module already imported; from 6 workers up
+            a short-lived *zygote* process forks them while the first ones already work
+            (``DATAPIPES_PROCESS_START=fork`` forks each from this process). Otherwise, or with
             ``DATAPIPES_PROCESS_START=spawn`` in the environment, they are fresh interpreters.
             Arrays and CPU tensors in the results come back through shared memory, not copied
             through a pipe (docs/architecture.rst, "Process stages").
