@@ -33,10 +33,10 @@ _WORKER_PATH = os.path.abspath(_procworker.__file__)
 START_METHODS = ("auto", "fork", "spawn")
 #: pools of this many workers or more are forked by a zygote under ``"auto"``, smaller ones by the
 #: consumer itself: the zygote costs one fork more before the first worker exists, and saves the
-#: consumer's waiting for every fork before its threads start. On 2 CPUs the first batch is even at
-#: 6 workers, 3-4 ms later with 3-4 workers and 8-12 ms sooner with 8-16 (``benchmarks/transfer.py
-#: --work-ms 5 --only threads_collate,datapipes_collate,datapipes_collate_direct``; docs/performance.rst,
-#: "On 16 cores")
+#: consumer's waiting for every fork before its threads start. On 2 CPUs the first batch was 18%
+#: sooner with 8 and 16 workers (``benchmarks/transfer.py --work-ms 5 --workers 16 --only
+#: threads_collate,datapipes_collate,datapipes_collate_direct``), even with 6, and 3-4 ms later with
+#: 3-4 (docs/performance.rst, "The zygote")
 ZYGOTE_MIN_WORKERS = 6
 #: seconds a worker still to be forked by its zygote is waited for, when its pool is shut down,
 #: before the zygote is killed (it forks a worker in milliseconds: a zygote this slow hangs)
@@ -232,6 +232,16 @@ def _forked_worker_main(rfd: int, wfd: int, close: list[int]) -> None:
         os._exit(code)
 
 
+def _channels(oob: bool) -> tuple[int, int, int, int]:
+    """A worker's two channels: a pipe to it, and from it a pipe, or a Unix socket when results pass
+    memfds (``oob``); their descriptors, ``(to_child_r, to_child_w, from_child_r, from_child_w)``."""
+    to_child_r, to_child_w = os.pipe()
+    if oob:
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        return to_child_r, to_child_w, a.detach(), b.detach()
+    return (to_child_r, to_child_w, *os.pipe())
+
+
 def start_worker(fork: bool, oob: bool, parent_ends: list[Any]) -> tuple[Any, Any, Any]:
     """Start one worker, forked if ``fork`` and the fork is clean (:func:`_fork_clean`), else as a fresh
     interpreter; return it and the parent's ends of its two channels (``multiprocessing`` connections):
@@ -239,12 +249,7 @@ def start_worker(fork: bool, oob: bool, parent_ends: list[Any]) -> tuple[Any, An
     ``parent_ends``: the parent's ends of the workers started before (a forked one closes them)."""
     from multiprocessing.connection import Connection
 
-    to_child_r, to_child_w = os.pipe()
-    if oob:
-        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        from_child_r, from_child_w = a.detach(), b.detach()
-    else:
-        from_child_r, from_child_w = os.pipe()
+    to_child_r, to_child_w, from_child_r, from_child_w = _channels(oob)
     proc: Any = None
     try:
         pid = _fork_clean() if fork else None
@@ -385,12 +390,7 @@ class Zygote:
         report_w = -1
         try:
             for _ in range(n):
-                to_child_r, to_child_w = os.pipe()
-                if oob:
-                    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-                    from_child_r, from_child_w = a.detach(), b.detach()
-                else:
-                    from_child_r, from_child_w = os.pipe()
+                to_child_r, to_child_w, from_child_r, from_child_w = _channels(oob)
                 ours += [to_child_w, from_child_r]
                 theirs.append((to_child_r, from_child_w))
             report_r, report_w = os.pipe()

@@ -5,6 +5,7 @@ import gc
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -229,6 +230,15 @@ def children_left():
 def where(x):
     time.sleep(0.002)
     return os.getpid(), "numpy" in sys.modules
+
+def report_failure(fn):  # a pass of 6 workers that must fail: its error, and what it left
+    error = None
+    try:
+        list(IterableWrapper(range(200)).map(fn, executor="process", concurrency=6, chunksize=1))
+    except RuntimeError as e:
+        error = str(e)
+    print(json.dumps({"error": error, "left": sorted(live_worker_pids()), "subreaper": subreaper(),
+                      "children": children_left()}))
 """
 
 #: a patched ``os.fork``: the zygote's forks from the ``n``-th call of the script on (the consumer's
@@ -291,15 +301,7 @@ class TestZygote:
         # the third worker's fork fails (as under a container's pids limit): the pass fails at once,
         # naming it, and the two forked workers are stopped and reaped
         fail = 'raise BlockingIOError(11, "Resource temporarily unavailable (simulated)")'
-        body = ZYGOTE + patched_fork(4, fail) + textwrap.dedent("""
-        try:
-            list(IterableWrapper(range(50)).map(where, executor="process", concurrency=6, chunksize=1))
-        except RuntimeError as e:
-            error = str(e)
-        print(json.dumps({"error": error, "left": sorted(live_worker_pids()), "subreaper": subreaper(),
-                          "children": children_left()}))
-        """)
-        got = run_script(body)
+        got = run_script(ZYGOTE + patched_fork(4, fail) + "report_failure(where)\n")
         assert got["error"].startswith(
             "stage Mapper(where): a worker process could not be started: the zygote could not fork it: "
             "BlockingIOError(11, 'Resource temporarily unavailable (simulated)')")
@@ -318,6 +320,19 @@ class TestZygote:
         assert len(got["rows"]) == 12 and len({pid for pid, _ in got["rows"]}) == 1
         assert got["left"] == [] and got["subreaper"] == 0 and not got["children"]
         assert got["seconds"] < 10
+
+    def test_a_worker_killed_mid_pass_is_named_and_the_others_stopped(self):
+        body = ZYGOTE + textwrap.dedent("""
+        def die_at_30(x):
+            if x == 30:
+                os.kill(os.getpid(), 9)
+            return where(x)
+
+        report_failure(die_at_30)
+        """)
+        got = run_script(body)
+        assert re.fullmatch(r"stage Mapper\(die_at_30\): worker process \d+ died unexpectedly", got["error"])
+        assert got["left"] == [] and got["subreaper"] == 0 and not got["children"]
 
     def test_killing_the_consumer_while_the_zygote_forks_leaves_no_process(self):
         head = "import sys\nsys.path.insert(0, %r)\n" % ROOT + ZYGOTE + patched_fork(3, "time.sleep(0.3)")
