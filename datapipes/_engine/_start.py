@@ -155,13 +155,13 @@ class ForkedWorker:
         return self._reap(os.WNOHANG)
 
     def wait(self, timeout: float | None = None) -> int:
+        deadline = time.monotonic() + (timeout or 0.0)
         if not self.adopted.wait(timeout):
             raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout or 0.0)
         if timeout is None:
             code = self._reap(0)
             assert code is not None
             return code
-        deadline = time.monotonic() + timeout
         delay = 0.0005
         while (code := self.poll()) is None:
             left = deadline - time.monotonic()

@@ -288,6 +288,17 @@ class TestZygote:
         assert {pid for pid, _ in got["rows"]} <= set(got["pids"])
         assert got["left"] == [] and not got["children"]
 
+    @pytest.mark.parametrize("setting, workers, forks_here", [("auto", 6, 1), ("fork", 6, 6), ("auto", 5, 5)])
+    def test_who_forks_the_workers(self, setting, workers, forks_here):
+        # the consumer forks a zygote for 6 workers or more, unless DATAPIPES_PROCESS_START=fork; each
+        # worker itself below that
+        body = ZYGOTE + patched_fork(10**6, "pass") + textwrap.dedent("""
+        rows = list(IterableWrapper(range(60)).map(where, executor="process", concurrency=WORKERS, chunksize=1))
+        print(json.dumps({"forks_here": _calls[0], "forked": all(forked for _, forked in rows), "rows": len(rows)}))
+        """).replace("WORKERS", str(workers))
+        got = run_script(body, env={"DATAPIPES_PROCESS_START": setting})
+        assert got == {"forks_here": forks_here, "forked": True, "rows": 60}
+
     def test_a_consumer_that_was_a_subreaper_stays_one(self):
         body = ZYGOTE + textwrap.dedent("""
         libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER, as a process manager may have set it
