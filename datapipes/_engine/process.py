@@ -75,8 +75,6 @@ IDLE_S = 60.0
 
 _STOP = object()
 _DIED = object()
-_BORN = threading.Event()  # a worker started by this process exists from the start
-_BORN.set()
 _live_pids: set[int] = set()
 _live_lock = threading.Lock()
 
@@ -144,15 +142,19 @@ class _Gate:
 
 
 def _writer(conn: Any, inq: Any, slots: threading.Semaphore, gate: _Gate, k: int, spec: list[Any],
-            born: threading.Event) -> None:
-    """Feed worker ``k`` from the pool's queue, ``_IN_FLIGHT_PER_WORKER`` chunks at most at a time
-    (a free worker takes the next chunk, whichever it is), while the gate lets it: the pass's ``fn``
-    before the first chunk of each pass, then chunks. Nothing is taken before the worker exists
-    (``born``: a zygote forks the workers one after the other), so the first chunks go to the
-    workers already running."""
+            proc: Any) -> None:
+    """Feed worker ``k`` (``proc``) from the pool's queue, ``_IN_FLIGHT_PER_WORKER`` chunks at most
+    at a time (a free worker takes the next chunk, whichever it is), while the gate lets it: the
+    pass's ``fn`` before the first chunk of each pass, then chunks. Nothing is taken before the
+    worker exists (a zygote forks the workers one after the other), so the first chunks go to the
+    workers already running; nothing at all where its zygote did not report it (its reader reports
+    the failure; a worker forked and not reported, its zygote killed, sees the end of its input)."""
     sent = None
     try:
-        born.wait()
+        if isinstance(proc, ForkedWorker):
+            proc.born.wait()
+            if proc.error is not None:
+                return
         while True:
             slots.acquire()
             gate.wait(k)
@@ -345,11 +347,10 @@ class _Pool(Closeable):
             except OSError:  # the worker is gone (or was never forked): its reader reports it
                 pass
             proc = self.procs[k]
-            born_event = proc.born if isinstance(proc, ForkedWorker) else _BORN
             info = self.infos[k]
             sem = threading.Semaphore(_IN_FLIGHT_PER_WORKER)
             slots.append(sem)
-            for target, args, role in ((_writer, (tx, self.inq, sem, self.gate, k, self.spec, born_event), "writer"),
+            for target, args, role in ((_writer, (tx, self.inq, sem, self.gate, k, self.spec, proc), "writer"),
                                        (_reader, (rx, self.outq, sem, info, self._closing, sock, proc), "reader")):
                 threads.append(threading.Thread(target=target, args=args, name=f"datapipes {label} {role} {k}",
                                                 daemon=True))
