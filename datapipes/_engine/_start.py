@@ -124,7 +124,8 @@ class ForkedWorker:
     A worker forked by a pool's :class:`Zygote` has no pid until the zygote reports it (``born`` is
     set then, or when the zygote failed to fork it, ``returncode`` then set), and is this process's
     child only once the zygote has exited (``adopted``): until then ``poll`` says it runs and ``wait``
-    waits, and ``kill`` is done through the zygote when the pid is not known yet."""
+    waits; ``kill`` waits for a worker not forked yet (``ZYGOTE_WAIT_S``), and kills the zygote only
+    if it hangs."""
 
     def __init__(self, pid: int | None, zygote: Zygote | None = None) -> None:
         self.pid = pid
@@ -367,11 +368,15 @@ class Zygote:
     (a thread of the pool) records each worker's pid as it is reported, and once the zygote has
     exited (its workers then this process's children) reaps it and marks them adopted."""
 
-    def __init__(self, pid: int, report: int, workers: list[ForkedWorker], ends: list[tuple[Any, Any]]) -> None:
+    def __init__(self, pid: int, report: int, ours: list[int]) -> None:
+        from multiprocessing.connection import Connection
+
         self.pid = pid
-        self.workers = workers
+        #: the workers, in the order it forks them
+        self.workers = [ForkedWorker(None, self) for _ in range(len(ours) // 2)]
         #: the consumer's ends of each worker's channels (``multiprocessing`` connections: to it, from it)
-        self.ends = ends
+        self.ends = [(Connection(ours[2 * k], readable=False), Connection(ours[2 * k + 1], writable=False))
+                     for k in range(len(self.workers))]
         self._report = report
         self._lock = threading.Lock()
         self._reaped = False
@@ -381,8 +386,6 @@ class Zygote:
         """Fork the zygote of a pool of ``n`` workers, with their channels (a Unix socket from each
         when results pass memfds, ``oob``); ``None`` where it cannot be (the fork not clean, or this
         process cannot be a subreaper): the caller then starts its workers itself."""
-        from multiprocessing.connection import Connection
-
         if not _hold_subreaper():
             return None
         ours: list[int] = []  # the consumer's ends
@@ -394,27 +397,22 @@ class Zygote:
                 ours += [to_child_w, from_child_r]
                 theirs.append((to_child_r, from_child_w))
             report_r, report_w = os.pipe()
-            ours.append(report_r)
             pid = _fork_clean()
             if pid == 0:
-                _zygote_main(theirs, report_w, ours)
+                _zygote_main(theirs, report_w, [*ours, report_r])
         except BaseException:
-            for fd in ours + [fd for pair in theirs for fd in pair] + ([report_w] if report_w >= 0 else []):
+            for fd in ours + [fd for pair in theirs for fd in pair] + ([report_r, report_w] if report_w >= 0 else []):
                 os.close(fd)
             _release_subreaper()
             raise
         for fd in [report_w, *(fd for pair in theirs for fd in pair)]:
             os.close(fd)
         if pid is None:
-            for fd in ours:
+            for fd in [*ours, report_r]:
                 os.close(fd)
             _release_subreaper()
             return None
-        zygote = cls(pid, report_r, [], [])
-        zygote.workers.extend(ForkedWorker(None, zygote) for _ in range(n))
-        zygote.ends.extend((Connection(ours[2 * k], readable=False), Connection(ours[2 * k + 1], writable=False))
-                           for k in range(n))
-        return zygote
+        return cls(pid, report_r, ours)
 
     def kill(self) -> None:
         """Kill the zygote: the last resort for one that hangs (a worker it forked and did not report

@@ -338,16 +338,14 @@ class _Pool(Closeable):
                 _live_pids.add(proc.pid)
             ends.append((tx, rx))
         for k, (tx, rx) in enumerate(ends):
-            forked = isinstance(self.procs[k], ForkedWorker)
-            self.infos.append({"pid": self.procs[k].pid, "torch_imported": None, "forked": forked})
-        for k, (tx, rx) in enumerate(ends):
             sock = socket.socket(fileno=os.dup(rx.fileno())) if oob else None  # to receive the memfds
             try:
                 tx.send_bytes(setup)  # a few hundred bytes: the pipe holds them until the worker exists
             except OSError:  # the worker is gone (or was never forked): its reader reports it
                 pass
             proc = self.procs[k]
-            info = self.infos[k]
+            info: dict[str, Any] = {"pid": proc.pid, "torch_imported": None, "forked": isinstance(proc, ForkedWorker)}
+            self.infos.append(info)
             sem = threading.Semaphore(_IN_FLIGHT_PER_WORKER)
             slots.append(sem)
             for target, args, role in ((_writer, (tx, self.inq, sem, self.gate, k, self.spec, proc), "writer"),
