@@ -55,9 +55,22 @@ class TestProcessMapper:
         assert sorted(pipe) == sorted(-x for x in range(3000))
         assert pipe.stats.kind == "process" and pipe.stats.items_out == 3000
 
-    def test_runs_in_other_processes_that_did_not_import_torch(self, monkeypatch):
+    def test_runs_in_other_processes_that_did_not_import_torch(self, monkeypatch, tmp_path):
         monkeypatch.setenv("DATAPIPES_PROCESS_START", "spawn")  # a forked worker has what the parent imported
-        w = ProcessWorkers(lambda x: os.getpid(), 2, "S")
+        meeting = str(tmp_path)
+
+        def pid_once_both_started(x):
+            # each worker's first call waits (60 s at most) for the other's, so that both serve the
+            # pass however the OS schedules them; made here, so that cloudpickle sends it by value
+            mine = os.path.join(meeting, str(os.getpid()))
+            if not os.path.exists(mine):
+                open(mine, "w").close()
+                deadline = time.monotonic() + 60
+                while len(os.listdir(meeting)) < 2 and time.monotonic() < deadline:
+                    time.sleep(0.005)
+            return os.getpid()
+
+        w = ProcessWorkers(pid_once_both_started, 2, "S")
         on_fail, count = failure_handler("S", ErrorPolicy(), FailureLog())
         stats = StageStats("S", "process", 2, 4)
         pids = set(run_process_stage(w, range(200), True, 10, on_fail, count, stats))

@@ -54,11 +54,30 @@ def memfd_descriptors() -> int:
     return n
 
 
-STAGE = """
+# Each worker's first call waits until every worker has made its first (or 60 s): a test that
+# counts the workers that served a pass does not depend on how the OS schedules them (one worker
+# and its writer thread can otherwise serve a whole short pass before the other gets a chunk). The
+# marker files name the worker, so this holds for forked workers and fresh interpreters alike.
+MEET = """
+import os as _os, tempfile as _tempfile, time as _time
+MEET_DIR = _tempfile.mkdtemp(prefix="datapipes-meet-")
+
+def meet(workers):
+    mine = _os.path.join(MEET_DIR, str(_os.getpid()))
+    if _os.path.exists(mine):
+        return
+    open(mine, "w").close()
+    deadline = _time.monotonic() + 60
+    while len(_os.listdir(MEET_DIR)) < workers and _time.monotonic() < deadline:
+        _time.sleep(0.005)
+"""
+
+STAGE = MEET + """
 import json, os, threading
 from datapipes.iter import IterableWrapper
 
 def where(x):
+    meet(2)
     return os.getpid(), os.getppid(), "numpy" in sys.modules
 
 pipe = IterableWrapper(range(40)).map(where, executor="process", concurrency=2, chunksize=2)
@@ -80,7 +99,7 @@ class TestStart:
     def test_forked_workers_draw_their_own_global_random_numbers(self):
         # a fork copies numpy's and torch's global generators: each worker gets fresh ones, as a fresh
         # interpreter would (else every worker repeats the same "random" augmentations)
-        body = """
+        body = MEET + textwrap.dedent("""
         import json, os, random, sys
         import numpy as np, torch
         from datapipes.iter import IterableWrapper
@@ -88,12 +107,13 @@ class TestStart:
         sys.modules["parent_only"] = type(sys)("parent_only")  # a forked worker has it, a fresh one not
 
         def draw(x):
+            meet(2)
             forked = "parent_only" in sys.modules
             return os.getpid(), forked, float(np.random.random()), float(torch.rand(1)), random.random()
 
         rows = list(IterableWrapper(range(40)).map(draw, executor="process", concurrency=2, chunksize=1))
         print(json.dumps({"me": os.getpid(), "rows": rows, "parent": [float(np.random.random()), float(torch.rand(1))]}))
-        """
+        """)
         got = run_script(body)
         firsts = {}
         for pid, forked, *draws in got["rows"]:
@@ -106,7 +126,7 @@ class TestStart:
 
     def test_a_seeded_numpy_random_is_reseeded_in_each_worker(self):
         # the parent imported numpy.random and seeded it: workers must not repeat its sequence
-        body = """
+        body = MEET + textwrap.dedent("""
         import json, os
         import numpy as np
         from datapipes.iter import IterableWrapper
@@ -114,11 +134,12 @@ class TestStart:
         np.random.seed(0)
 
         def draw(x):
+            meet(2)
             return os.getpid(), float(np.random.random())
 
         rows = list(IterableWrapper(range(40)).map(draw, executor="process", concurrency=2, chunksize=1))
         print(json.dumps({"rows": rows, "seeded": float(np.random.RandomState(0).random_sample())}))
-        """
+        """)
         got = run_script(body)
         firsts = {}
         for pid, value in got["rows"]:
@@ -170,11 +191,11 @@ class TestStart:
     def test_forked_workers_exit_when_their_parent_is_killed(self, workers):
         # each forked worker closes the parent's ends of the others' channels, so every one of them
         # sees the end of its input when the parent dies, not only the last one started
-        code = "import sys\nsys.path.insert(0, %r)\n" % ROOT + textwrap.dedent("""
+        code = "import sys\nsys.path.insert(0, %r)\n" % ROOT + MEET + textwrap.dedent("""
             import os, time
             import numpy
             from datapipes.iter import IterableWrapper
-            it = iter(IterableWrapper(range(1000)).map(lambda x: (os.getpid(), time.sleep(0.01)), executor="process",
+            it = iter(IterableWrapper(range(1000)).map(lambda x: (os.getpid(), meet(WORKERS)), executor="process",
                                                        concurrency=WORKERS, chunksize=1))
             pids = {next(it)[0] for _ in range(120)}
             print(" ".join(map(str, sorted(pids))), flush=True)
