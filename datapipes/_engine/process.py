@@ -46,6 +46,7 @@ import multiprocessing
 import os
 import pickle
 import queue
+import selectors
 import socket
 import subprocess
 import sys
@@ -97,8 +98,8 @@ def chunk_target_s(active: int) -> float:
     taking chunks: ``_TARGET_CHUNK_S`` (10 ms), or ``active / _MAX_CHUNKS_PER_S`` where that is more
     (16 workers: 40 ms).
 
-    Each chunk costs the consumer's process a message, a memfd mapping and a reader thread's
-    wake-up (the readers share its GIL with the consumer), and the ordered window holds two chunks
+    Each chunk costs the consumer's process a message, a memfd mapping and a turn of the pool's
+    reader thread (which shares its GIL with the consumer), and the ordered window holds two chunks
     per worker. With 10 ms chunks, 16 workers would send 1,600 messages a second and keep only 20 ms
     of work each ahead of the consumer, so one slow item or a consumer's pause left the others idle:
     ``benchmarks/transfer.py --work-ms 4 --workers 16`` (items of 2-12 ms) read 62% of the workers'
@@ -147,7 +148,7 @@ def _writer(conn: Any, inq: Any, slots: threading.Semaphore, gate: _Gate, k: int
     at a time (a free worker takes the next chunk, whichever it is), while the gate lets it: the
     pass's ``fn`` before the first chunk of each pass, then chunks. Nothing is taken before the
     worker exists (a zygote forks the workers one after the other), so the first chunks go to the
-    workers already running; nothing at all where its zygote did not report it (its reader reports
+    workers already running; nothing at all where its zygote did not report it (the reader reports
     the failure; a worker forked and not reported, its zygote killed, sees the end of its input)."""
     sent = None
     try:
@@ -174,39 +175,74 @@ def _writer(conn: Any, inq: Any, slots: threading.Semaphore, gate: _Gate, k: int
         conn.close()
 
 
-def _reader(conn: Any, outq: Any, slots: threading.Semaphore, info: dict[str, Any], closing: threading.Event,
-            sock: Any, proc: Any) -> None:
+def _receive(conn: Any, sock: Any) -> tuple[Any, int]:
+    """One message of a worker: its record and the bytes it cost (the message and its memfd)."""
+    data = conn.recv_bytes()
+    nbytes = len(data)
+    if data[:1] == b"B":  # results whose large buffers follow in a memfd (see _procworker)
+        _, fds, _, _ = socket.recv_fds(sock, 1, 1)
+        if not fds:
+            raise EOFError
+        rec, mapped = _procworker.load_out_of_band(data, fds[0])
+        return rec, nbytes + mapped
+    return pickle.loads(data), nbytes
+
+
+class _Ends:
+    """What the reader holds of each worker: its results channel (and, for memfds, a socket on the
+    same descriptor), its slots, its info and its process."""
+
+    __slots__ = ("conn", "sock", "slots", "info", "proc")
+
+    def __init__(self, conn: Any, sock: Any, slots: threading.Semaphore, info: dict[str, Any], proc: Any) -> None:
+        self.conn, self.sock, self.slots, self.info, self.proc = conn, sock, slots, info, proc
+
+    def close(self) -> None:
+        self.conn.close()
+        if self.sock is not None:
+            self.sock.close()
+
+
+def _reader(ends: list[_Ends], outq: Any, closing: threading.Event) -> None:
+    """The pool's one reader thread: every worker's results, as they arrive (a selector over their
+    channels), onto ``outq``. A worker whose channel ends (it exited, or was never forked; unless the
+    pool is closing) or whose results do not unpickle here is reported there as ``_DIED``; the
+    others are read on. One thread for all: the results are unpickled under the consumer's GIL
+    anyway, so a thread per worker only added threads (docs/architecture.rst, "Process stages")."""
+    sel = selectors.DefaultSelector()
     try:
-        while True:
-            data = conn.recv_bytes()
-            nbytes = len(data)
-            if data[:1] == b"B":  # results whose large buffers follow in a memfd (see _procworker)
-                _, fds, _, _ = socket.recv_fds(sock, 1, 1)
-                if not fds:
-                    raise EOFError
-                rec, mapped = _procworker.load_out_of_band(data, fds[0])
-                nbytes += mapped
-            else:
-                rec = pickle.loads(data)
-            data = None  # type: ignore[assignment]
-            if type(rec[0]) is str:  # ("hello" | "fn", torch_imported): the worker started / loaded fn
-                info["torch_imported"] = rec[1]
-                continue
-            slots.release()
-            outq.put((*rec, nbytes))  # (chunk_id, seconds, values, failures, bytes of the results)
-            rec = None  # the consumer alone holds the results (and their mappings) from here
-    except (EOFError, OSError):
-        if not closing.is_set():
-            if isinstance(proc, ForkedWorker):
-                proc.born.wait(GRACE_S)  # a worker its zygote did not fork: it says why
-                info["pid"] = proc.pid
-            outq.put((_DIED, info["pid"], getattr(proc, "error", None)))
-    except BaseException as e:  # noqa: BLE001 - a result that does not unpickle here
-        outq.put((_DIED, info["pid"], e))
+        for end in ends:
+            sel.register(end.conn.fileno(), selectors.EVENT_READ, end)
+        while sel.get_map():
+            for key, _ in sel.select():
+                end = key.data
+                try:
+                    rec, nbytes = _receive(end.conn, end.sock)
+                except (EOFError, OSError):  # the worker exited, was killed, or was never forked
+                    sel.unregister(key.fd)
+                    end.close()
+                    if not closing.is_set():
+                        why = None
+                        if isinstance(end.proc, ForkedWorker):
+                            end.proc.born.wait(GRACE_S)  # a worker its zygote did not fork: it says why
+                            end.info["pid"], why = end.proc.pid, end.proc.error
+                        outq.put((_DIED, end.info["pid"], why, False))
+                    continue
+                except BaseException as e:  # noqa: BLE001 - a result that does not unpickle here
+                    sel.unregister(key.fd)
+                    end.close()  # the worker sees its channel end
+                    outq.put((_DIED, end.info["pid"], e, True))
+                    continue
+                if type(rec[0]) is str:  # ("hello" | "fn", torch_imported): the worker started / loaded fn
+                    end.info["torch_imported"] = rec[1]
+                    continue
+                end.slots.release()
+                outq.put((*rec, nbytes))  # (chunk_id, seconds, values, failures, bytes of the results)
+                rec = None  # the consumer alone holds the results (and their mappings) from here
     finally:
-        conn.close()
-        if sock is not None:
-            sock.close()
+        for end in ends:
+            end.close()
+        sel.close()
 
 
 def _shutdown(parent: int, procs: list[Any], inq: Any, slots: list[threading.Semaphore], gate: _Gate,
@@ -282,11 +318,11 @@ def _idle_watch(idle: _Idle, pool: _Pool) -> None:
 
 
 class _Pool(Closeable):
-    """``n`` worker processes, each fed by a writer thread and read by a reader thread; the pass
+    """``n`` worker processes, each fed by a writer thread, all read by one reader thread; the pass
     using the pool sets ``spec[0]`` (its pickled ``fn``) before putting chunks on ``inq``; the gate
     says how many of the workers take them; results come back on ``outq``.
 
-    Owner of its processes and threads (a writer and a reader per worker, and an idle thread that
+    Owner of its processes and threads (a writer per worker, the reader, and an idle thread that
     shuts the pool down once it has been parked for ``IDLE_S``): :meth:`close` is
     idempotent (it asks the workers to exit, kills those still busy after ``GRACE_S``, and reaps
     them), and a ``weakref.finalize`` does the same at interpreter exit.
@@ -337,29 +373,31 @@ class _Pool(Closeable):
             with _live_lock:
                 _live_pids.add(proc.pid)
             ends.append((tx, rx))
+        readable: list[_Ends] = []
         for k, (tx, rx) in enumerate(ends):
             sock = socket.socket(fileno=os.dup(rx.fileno())) if oob else None  # to receive the memfds
             try:
                 tx.send_bytes(setup)  # a few hundred bytes: the pipe holds them until the worker exists
-            except OSError:  # the worker is gone (or was never forked): its reader reports it
+            except OSError:  # the worker is gone (or was never forked): the reader reports it
                 pass
             proc = self.procs[k]
             info: dict[str, Any] = {"pid": proc.pid, "torch_imported": None, "forked": isinstance(proc, ForkedWorker)}
             self.infos.append(info)
             sem = threading.Semaphore(_IN_FLIGHT_PER_WORKER)
             slots.append(sem)
-            for target, args, role in ((_writer, (tx, self.inq, sem, self.gate, k, self.spec, proc), "writer"),
-                                       (_reader, (rx, self.outq, sem, info, self._closing, sock, proc), "reader")):
-                threads.append(threading.Thread(target=target, args=args, name=f"datapipes {label} {role} {k}",
-                                                daemon=True))
+            readable.append(_Ends(rx, sock, sem, info, proc))
+            threads.append(threading.Thread(target=_writer, args=(tx, self.inq, sem, self.gate, k, self.spec, proc),
+                                            name=f"datapipes {label} writer {k}", daemon=True))
+        threads.append(threading.Thread(target=_reader, args=(readable, self.outq, self._closing),
+                                        name=f"datapipes {label} reader", daemon=True))
         threads.append(threading.Thread(target=_idle_watch, args=(self.idle, self), name=f"datapipes {label} idle pool",
                                         daemon=True))
         self._threads = threads
         self._launched = False
 
     def launch(self) -> None:
-        """Start the pool's threads (once): its zygote's watcher first, then each worker's writer and
-        reader. The first pass puts its ``fn`` and first chunks on the queue before (see
+        """Start the pool's threads (once): its zygote's watcher first, then each worker's writer,
+        then the reader. The first pass puts its ``fn`` and first chunks on the queue before (see
         :meth:`ProcessWorkers.launch`), so each writer feeds its worker from its first moment, while
         the others start (on a busy machine a thread's start costs a few milliseconds)."""
         if not self._launched:
@@ -571,8 +609,12 @@ def _encode(chunk_id: int, items: list[Any], first: int, label: str) -> bytes:
 
 
 def _died(label: str, rec: tuple[Any, ...]) -> None:
-    """Raise the error of a pass whose worker died (``rec``: ``(_DIED, pid, why or None)``)."""
-    _, pid, why = rec
+    """Raise the error of a pass whose worker died or sent results that do not unpickle here
+    (``rec``: ``(_DIED, pid, why or None, unreadable)``)."""
+    _, pid, why, unreadable = rec
+    if unreadable:
+        raise RuntimeError(f"stage {label}: the results of worker process {pid} could not be unpickled in this "
+                           f"process: {why!r}") from why
     if pid is None:  # its zygote could not fork it
         why = why or "its zygote did not report it"
         raise RuntimeError(f"stage {label}: a worker process could not be started: {why}")

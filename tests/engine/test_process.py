@@ -138,6 +138,31 @@ class TestProcessMapper:
             list(IterableWrapper(range(10)).map(lambda x: os._exit(3) if x == 5 else x, concurrency=2,
                                                 executor="process"))
 
+    def test_a_result_that_does_not_unpickle_here_is_named(self):
+        # it pickles in the worker, and its unpickling fails in the consumer's process: the pass
+        # fails with the error and the worker's pid, and the pool stops (no child left)
+        class FailsOnArrival:
+            def __reduce__(self):
+                return int, ("not a number",)
+
+        with pytest.raises(RuntimeError, match=r"stage Mapper\(<lambda>\): the results of worker process \d+ could "
+                                               r"not be unpickled in this process: ValueError\(\"invalid literal") as info:
+            list(IterableWrapper(range(10)).map(lambda x: FailsOnArrival() if x == 5 else x, concurrency=3,
+                                                executor="process", chunksize=1))
+        assert isinstance(info.value.__cause__, ValueError)
+
+    def test_one_reader_thread_reads_every_worker(self):
+        # a writer per worker, one reader for the pool (a thread per worker cost a large pool's
+        # first batch as many thread starts); the results of all of them arrive
+        it = iter(IterableWrapper(range(60)).map(lambda x: (x, os.getpid()), concurrency=3, executor="process",
+                                                 chunksize=1))
+        rows = [next(it) for _ in range(30)]
+        names = [t.name for t in threading.enumerate() if t.name.startswith("datapipes Mapper(<lambda>)")]
+        rows += list(it)
+        assert sorted(n for n in names if "reader" in n) == ["datapipes Mapper(<lambda>) reader"]
+        assert sorted(n for n in names if "writer" in n) == [f"datapipes Mapper(<lambda>) writer {k}" for k in range(3)]
+        assert [x for x, _ in rows] == list(range(60))
+
     def test_bounded_pulls(self):
         src = CountingSource()
         it = iter(IterableWrapper(src).map(lambda x: x, concurrency=2, executor="process", chunksize=5))
