@@ -56,6 +56,11 @@ against the thread stage's (``end_to_end.py`` judges the 2x target on real image
     .venv-bench/bin/python benchmarks/transfer.py --work-ms 5 --workers 16 --sizes 150528 --repeats 7 \
         --only threads_collate,datapipes_collate,datapipes_collate_direct
 
+The *worker RSS* column is the largest peak resident set of the system's worker processes
+(``getrusage(RUSAGE_CHILDREN)`` once they are all reaped; pages of shared memory they touched
+count): what a worker holds at its busiest, e.g. a DataLoader worker's batch being made beside the
+one it sent.
+
 Targets, in every run: datapipes' MB/s >= torch DataLoader's (item by item); datapipes.DataLoader's
 >= the same loader's through torch's queue, for arrays up to 256 KB (larger batches are reported,
 not judged: see ``JUDGED_UP_TO``).
@@ -64,9 +69,11 @@ not judged: see ``JUDGED_UP_TO``).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -212,12 +219,15 @@ def child(system: str, size: int, workers: int) -> dict[str, Any]:
         total += rows.nbytes
         del x, a, rows
     seconds = time.perf_counter() - t0
+    gc.collect()  # the pipe, its iterator's owner: its warm pool shuts down (a DataLoader's workers already have)
+    # the largest peak RSS of the worker processes, all reaped by now (a zygote's workers are adopted)
+    worker_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     expected = int(np.arange(size, dtype=np.uint8)[::page].astype(np.int64).sum())
     per_item = expected * n
     if total != n * size or check != per_item:
         raise SystemExit(f"{system}: got {total} bytes (checksum {check}), expected {n * size} ({per_item})")
     return {"system": system, "seconds": seconds, "mb_s": total / seconds / 1e6, "items": n, "items_s": n / seconds,
-            "first_ms": 1000 * (first or 0.0)}
+            "first_ms": 1000 * (first or 0.0), "worker_mb": worker_mb}
 
 
 def run_child(system: str, size: int, workers: int) -> dict[str, Any] | str:
@@ -277,11 +287,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n### arrays of {size:,} bytes\n")
         if WORK_S:
             rate = args.workers / (WORK_MEAN * WORK_S)
-            print("| system | MB/s | vs torch DataLoader | first | items/s | of the workers' rate |")
-            print("|---|---:|---:|---:|---:|---:|")
+            print("| system | MB/s | vs torch DataLoader | first | worker RSS | items/s | of the workers' rate |")
+            print("|---|---:|---:|---:|---:|---:|---:|")
         else:
-            print("| system | MB/s | vs torch DataLoader | first |")
-            print("|---|---:|---:|---:|")
+            print("| system | MB/s | vs torch DataLoader | first | worker RSS |")
+            print("|---|---:|---:|---:|---:|")
         base = runs.get("dataloader") or []
         base_med = statistics.median(r["mb_s"] for r in base) if base else None
         for s in systems:
@@ -290,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             med = statistics.median(r["mb_s"] for r in runs[s])
             first = statistics.median(r["first_ms"] for r in runs[s])
-            row = f"| {SYSTEMS[s]} | {med:,.0f} | {f'{med / base_med:.2f}x' if base_med else '-'} | {first:.0f} ms |"
+            rss = statistics.median(r["worker_mb"] for r in runs[s])
+            row = (f"| {SYSTEMS[s]} | {med:,.0f} | {f'{med / base_med:.2f}x' if base_med else '-'} | {first:.0f} ms | "
+                   f"{rss:,.0f} MB |")
             if WORK_S:
                 ips = statistics.median(r["items_s"] for r in runs[s])
                 row += f" {ips:,.0f} | {ips / rate:.0%} |"
