@@ -48,10 +48,17 @@ def _count_batches(n: int, batch_size: int, drop_last: bool) -> int:
 # -- Batcher ---------------------------------------------------------------------------------------
 
 
+# The batching loops let go of a batch once it is yielded (``batch = None`` before the next one is
+# gathered): a suspended frame keeps its locals, and a batch of large samples (a DataLoader worker's
+# 32 decoded images) would otherwise stay alive while the next one fills, doubling the memory the
+# stage holds.
+
+
 def _batches(it: Iterator[Any], n: int) -> Iterator[list[Any]]:
     # Stops at the first short batch, so an exhausted source is not asked again.
     while len(batch := list(islice(it, n))) == n:
         yield batch
+        batch = None  # type: ignore[assignment]
     if batch:
         yield batch
 
@@ -59,6 +66,7 @@ def _batches(it: Iterator[Any], n: int) -> Iterator[list[Any]]:
 def _full_batches(it: Iterator[Any], n: int) -> Iterator[list[Any]]:
     while len(batch := list(islice(it, n))) == n:
         yield batch
+        batch = None  # type: ignore[assignment]
 
 
 def _batch_keep(pipe: Batcher, it: Iterator[Any] | None = None) -> Iterator[list[Any]]:
@@ -70,6 +78,7 @@ def _batch_keep(pipe: Batcher, it: Iterator[Any] | None = None) -> Iterator[list
     try:
         while len(batch := make(islice(it, n))) == n:
             yield batch
+            batch = None  # type: ignore[assignment]
         if batch:
             yield batch
     except BaseException:
@@ -85,6 +94,7 @@ def _batch_drop(pipe: Batcher, it: Iterator[Any] | None = None) -> Iterator[list
     try:
         while len(batch := make(islice(it, n))) == n:
             yield batch
+            batch = None  # type: ignore[assignment]
     except BaseException:
         abandon(it)
         raise
@@ -98,7 +108,10 @@ def _batch_wrap(pipe: Batcher, it: Iterator[Any] | None = None) -> Iterator[Any]
     b = 0
     try:
         for batch in batches(it, pipe.batch_size):
-            yield fn(batch)
+            wrapped = fn(batch)
+            del batch
+            yield wrapped
+            del wrapped
             b += 1
     except Exception as e:
         if raised_at(e, _WRAP_FN_LINES):

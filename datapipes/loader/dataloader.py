@@ -73,6 +73,7 @@ def _drain(it: Iterator[Any], done: list[bool], delivered: list[int]) -> Generat
     for item in it:
         delivered[0] += 1
         yield item
+        item = None  # the user's now: not held here while the next batch is made
     done[0] = True
 
 

@@ -170,6 +170,7 @@ class ShardStream:
                 yield item, state
             else:
                 yield item, None
+            item = state = None  # let go of a batch once yielded, not after the next one is made
 
 
 #: the share of a shard's time that taking its states may cost (see ShardStream.items_with_states)

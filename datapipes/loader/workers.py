@@ -100,6 +100,7 @@ def _feed(stream: ShardStream, worker: int, workers: int, watched: bool = False,
             if watched and time.monotonic() - last >= STATS_INTERVAL:
                 stats, last = _snapshot(stream), time.monotonic()
             yield worker, True, state, item if channel is None else fdpass.send(channel, worker, item), stats
+            item = state = stats = None  # sent: the worker lets go of it while it makes the next batch
     except Exception as e:  # noqa: BLE001 - every failure of the pass goes back to the main process as it is
         before = _position_before_sharding(stream, e)
         if before is not None:
@@ -185,6 +186,7 @@ def _run_workers(stage: WorkerProcesses, run: ShardsRun | None, epoch: int) -> I
                 turn = following
                 if is_item:
                     yield item
+                    item = None  # the user's now: not held here while the next batch is awaited
                 continue
             if not running[turn]:
                 if not any(running):

@@ -195,7 +195,10 @@ def _collate_raise(pipe: Collator, it: Iterator[Any]) -> Iterator[Any]:
     n = 0
     try:
         for batch in it:
-            yield fn(batch)
+            out = fn(batch)
+            batch = None  # neither the samples nor the batch outlive their turn (see iter/batching.py)
+            yield out
+            out = None
             n += 1
     except Exception as e:
         if raised_at(e, _COLLATE_FN_LINES):

@@ -66,6 +66,7 @@ def _map_raise(pipe: Mapper, it: Iterator[Any]) -> Iterator[Any]:
     try:
         for x in it:
             yield fn(x)
+            x = None  # let go of the input while the next one is made (a batch: see iter/batching.py)
             n += 1.0
     except BaseException as e:
         serial_failed(e, pipe, _MAP_FN_LINES, n)
@@ -81,6 +82,7 @@ def _map_told(pipe: Mapper, it: Iterator[Any], taken: Callable[[], int]) -> Iter
     try:
         for x in it:
             yield fn(x)
+            x = None
     except BaseException as e:
         serial_failed(e, pipe, _MAP_TOLD_FN_LINES, lambda: taken() - start - 1)
         abandon(it)
@@ -99,6 +101,7 @@ def _map_skip(pipe: Mapper, it: Iterator[Any], run: _pass.FrameRun | None = None
                 failures.skip(e, n)
                 continue
             yield y
+            x = y = None
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
@@ -136,6 +139,7 @@ def _map_seeded(pipe: Mapper, it: Iterator[Any], seed: int, run: _pass.FrameRun)
                 fail(e, n)
                 continue
             yield y
+            x = y = None
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
