@@ -48,17 +48,17 @@ def _count_batches(n: int, batch_size: int, drop_last: bool) -> int:
 # -- Batcher ---------------------------------------------------------------------------------------
 
 
-# The batching loops let go of a batch once it is yielded (``batch = None`` before the next one is
+# The batching loops let go of a batch once it is yielded (``del batch`` before the next one is
 # gathered): a suspended frame keeps its locals, and a batch of large samples (a DataLoader worker's
-# 32 decoded images) would otherwise stay alive while the next one fills, doubling the memory the
-# stage holds.
+# 32 decoded images) would otherwise stay alive while the next one fills (docs/architecture.rst,
+# "The loader").
 
 
 def _batches(it: Iterator[Any], n: int) -> Iterator[list[Any]]:
     # Stops at the first short batch, so an exhausted source is not asked again.
     while len(batch := list(islice(it, n))) == n:
         yield batch
-        batch = None  # type: ignore[assignment]
+        del batch
     if batch:
         yield batch
 
@@ -66,7 +66,7 @@ def _batches(it: Iterator[Any], n: int) -> Iterator[list[Any]]:
 def _full_batches(it: Iterator[Any], n: int) -> Iterator[list[Any]]:
     while len(batch := list(islice(it, n))) == n:
         yield batch
-        batch = None  # type: ignore[assignment]
+        del batch
 
 
 def _batch_keep(pipe: Batcher, it: Iterator[Any] | None = None) -> Iterator[list[Any]]:
@@ -78,7 +78,7 @@ def _batch_keep(pipe: Batcher, it: Iterator[Any] | None = None) -> Iterator[list
     try:
         while len(batch := make(islice(it, n))) == n:
             yield batch
-            batch = None  # type: ignore[assignment]
+            del batch
         if batch:
             yield batch
     except BaseException:
@@ -94,7 +94,7 @@ def _batch_drop(pipe: Batcher, it: Iterator[Any] | None = None) -> Iterator[list
     try:
         while len(batch := make(islice(it, n))) == n:
             yield batch
-            batch = None  # type: ignore[assignment]
+            del batch
     except BaseException:
         abandon(it)
         raise
