@@ -7,7 +7,8 @@ cloudpickle, not torch (the parent imports this module too, for :func:`make_rng`
 Protocol over two pipes (length-framed messages of ``multiprocessing.connection.Connection``):
 
 1. parent -> worker, once: ``pickle`` of ``{"sys_path": [...]}``; worker -> parent: ``pickle`` of
-   ``("hello", torch_imported)``;
+   ``("hello", torch_imported, pid)`` (the pid tells the parent of a worker whose zygote died before
+   reporting it);
 2. parent -> worker, at the start of each pass that uses this worker (before its first chunk):
    ``pickle`` of ``("fn", sys_path, fn_payload, rng_kind)`` where ``fn_payload`` is the cloudpickle
    of ``fn``; worker -> parent: ``pickle`` of ``("fn", torch_imported)`` once ``fn`` is loaded;
@@ -281,7 +282,7 @@ def main(rfd: int, wfd: int) -> None:
         import socket
 
         sock = socket.socket(fileno=os.dup(wfd))
-    tx.send_bytes(pickle.dumps(("hello", "torch" in sys.modules)))
+    tx.send_bytes(pickle.dumps(("hello", "torch" in sys.modules, os.getpid())))
     fn: Callable[[Any], Any] | None = None
     clock = time.perf_counter
     while True:

@@ -121,11 +121,11 @@ class ForkedWorker:
     """A forked worker: what the pool uses of ``subprocess.Popen`` (``pid``, ``poll``, ``wait``,
     ``kill``), thread-safe as Popen is.
 
-    A worker forked by a pool's :class:`Zygote` has no pid until the zygote reports it (``born`` is
-    set then, or when the zygote failed to fork it, ``returncode`` then set), and is this process's
-    child only once the zygote has exited (``adopted``): until then ``poll`` says it runs and ``wait``
-    waits; ``kill`` waits for a worker not forked yet (``ZYGOTE_WAIT_S``), and kills the zygote only
-    if it hangs."""
+    A worker forked by a pool's :class:`Zygote` has no pid until the zygote reports it or the worker
+    says it in its hello (:meth:`announce`; ``born`` is set then, or when the zygote failed to fork
+    it, ``returncode`` then set), and is this process's child only once the zygote has exited
+    (``adopted``): until then ``poll`` says it runs and ``wait`` waits; ``kill`` waits for a worker
+    not forked yet (``ZYGOTE_WAIT_S``), and kills the zygote only if it hangs."""
 
     def __init__(self, pid: int | None, zygote: Zygote | None = None) -> None:
         self.pid = pid
@@ -136,9 +136,32 @@ class ForkedWorker:
         self.zygote = zygote
         self.born = threading.Event()
         self.adopted = threading.Event()
+        #: the pool's reader has read this worker's hello or the end of its channel: which of the two
+        #: tells a worker its zygote did not report (``error`` set) from one it never forked
+        self.heard = threading.Event()
         if zygote is None:
             self.born.set()
             self.adopted.set()
+
+    def announce(self, pid: int) -> bool:
+        """The worker's hello said its pid: True if that is news. A zygote killed between a fork and
+        its report leaves that worker running with no pid known here; once it says its pid, it is
+        waited for, killed and reaped as the others (an orphan, it is this process's child)."""
+        with self._lock:
+            news = self.zygote is not None and self.pid is None
+            if news:
+                self.pid, self.error, self.returncode = pid, None, None
+        self.born.set()
+        self.heard.set()
+        return news
+
+    def lost(self, why: BaseException) -> None:
+        """The zygote exited without reporting this worker: it was never forked (``why`` says why),
+        unless its hello says otherwise (:meth:`announce`)."""
+        with self._lock:
+            if self.pid is None:
+                self.error, self.returncode = why, -1
+        self.born.set()
 
     def _reap(self, flags: int) -> int | None:
         with self._lock:
@@ -424,7 +447,9 @@ class Zygote:
     def watch(self, born: Callable[[int, ForkedWorker], None]) -> None:
         """Record each worker's pid as the zygote reports it (``born(k, worker)`` is called first,
         then ``worker.born`` set); once the zygote has exited, reap it and set every worker's
-        ``adopted``. A worker the zygote did not fork gets ``returncode`` -1 and ``error``."""
+        ``adopted``. A worker the zygote did not report gets ``returncode`` -1 and ``error``, unless
+        it says its pid (:meth:`ForkedWorker.announce`): killed between a fork and its report, the
+        zygote leaves a worker running that only its hello makes known."""
         data = b""
         k = 0
         why = "the zygote that forks the pool's workers died"
@@ -465,8 +490,6 @@ class Zygote:
                     pass
             _release_subreaper()
             for worker in self.workers[k:]:
-                worker.error = ChildProcessError(why)
-                worker.returncode = -1
-                worker.born.set()
+                worker.lost(ChildProcessError(why))
             for worker in self.workers:
                 worker.adopted.set()

@@ -148,14 +148,17 @@ def _writer(conn: Any, inq: Any, slots: threading.Semaphore, gate: _Gate, k: int
     at a time (a free worker takes the next chunk, whichever it is), while the gate lets it: the
     pass's ``fn`` before the first chunk of each pass, then chunks. Nothing is taken before the
     worker exists (a zygote forks the workers one after the other), so the first chunks go to the
-    workers already running; nothing at all where its zygote did not report it (the reader reports
-    the failure; a worker forked and not reported, its zygote killed, sees the end of its input)."""
+    workers already running; nothing at all where its zygote did not fork it (the reader reports
+    the failure), which the reader tells from a worker forked and not reported, its zygote killed:
+    that one says its pid in its hello (``ForkedWorker.announce``) and is fed as the others."""
     sent = None
     try:
         if isinstance(proc, ForkedWorker):
             proc.born.wait()
-            if proc.error is not None:
-                return
+            if proc.error is not None:  # not reported: its hello, or the end of its channel, says why
+                proc.heard.wait()
+                if proc.error is not None:
+                    return
         while True:
             slots.acquire()
             gate.wait(k)
@@ -221,9 +224,12 @@ def _reader(ends: list[_Ends], outq: Any, closing: threading.Event) -> None:
                 except (EOFError, OSError):  # the worker exited, was killed, or was never forked
                     sel.unregister(key.fd)
                     end.close()
+                    forked = isinstance(end.proc, ForkedWorker)
+                    if forked:
+                        end.proc.heard.set()
                     if not closing.is_set():
                         why = None
-                        if isinstance(end.proc, ForkedWorker):
+                        if forked:
                             end.proc.born.wait(GRACE_S)  # a worker its zygote did not fork: it says why
                             end.info["pid"], why = end.proc.pid, end.proc.error
                         outq.put((_DIED, end.info["pid"], why, False))
@@ -233,8 +239,12 @@ def _reader(ends: list[_Ends], outq: Any, closing: threading.Event) -> None:
                     end.close()  # the worker sees its channel end
                     outq.put((_DIED, end.info["pid"], e, True))
                     continue
-                if type(rec[0]) is str:  # ("hello" | "fn", torch_imported): the worker started / loaded fn
+                if type(rec[0]) is str:  # ("hello", torch_imported, pid) | ("fn", torch_imported)
                     end.info["torch_imported"] = rec[1]
+                    if rec[0] == "hello" and isinstance(end.proc, ForkedWorker) and end.proc.announce(rec[2]):
+                        with _live_lock:  # a worker its zygote did not report (yet): known from here
+                            _live_pids.add(rec[2])
+                        end.info["pid"] = rec[2]
                     continue
                 end.slots.release()
                 outq.put((*rec, nbytes))  # (chunk_id, seconds, values, failures, bytes of the results)
@@ -242,6 +252,8 @@ def _reader(ends: list[_Ends], outq: Any, closing: threading.Event) -> None:
     finally:
         for end in ends:
             end.close()
+            if isinstance(end.proc, ForkedWorker):
+                end.proc.heard.set()
         sel.close()
 
 
@@ -274,6 +286,12 @@ def _shutdown(parent: int, procs: list[Any], inq: Any, slots: list[threading.Sem
     for t in threads:
         if t is not me and t.ident is not None:  # a pool that failed to start never started its threads
             t.join(GRACE_S)
+    for p in procs:  # one whose zygote died before reporting it is known once the reader read its hello
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        with _live_lock:
+            _live_pids.discard(p.pid)
 
 
 class _Idle:

@@ -281,6 +281,28 @@ def patched_fork(from_call: int, what: str) -> str:
     return SLOW_FORKS.replace("FROM", str(from_call)).replace("WHAT", what)
 
 
+#: a patched ``os.fork``: the zygote is killed as its fork of call ``n`` (counted as in SLOW_FORKS)
+#: returns, once that worker exists and before the zygote reports it (as the OOM killer may); that
+#: worker says its hello 0.3 s late (after closing its copy of the zygote's report pipe: its first
+#: ``gc.freeze``), so the consumer has seen the zygote die first
+DYING_ZYGOTE = """
+import gc
+_real_fork, _calls = os.fork, [0]
+
+def _fork():
+    _calls[0] += 1
+    pid = _real_fork()
+    if pid and _calls[0] == CALL:
+        os.kill(os.getpid(), 9)
+    if pid == 0 and _calls[0] == CALL:
+        _freeze = gc.freeze
+        gc.freeze = lambda: (time.sleep(0.3), _freeze())
+    return pid
+
+os.fork = _fork
+"""
+
+
 @linux_only
 class TestZygote:
     """A pool of ``ZYGOTE_MIN_WORKERS`` or more is forked by a zygote, which this process adopts the
@@ -337,6 +359,39 @@ class TestZygote:
         assert got["error"].startswith(
             "stage Mapper(where): a worker process could not be started: the zygote could not fork it: "
             "BlockingIOError(11, 'Resource temporarily unavailable (simulated)')")
+        assert got["left"] == [] and got["subreaper"] == 0 and not got["children"]
+
+    def test_a_worker_its_dying_zygote_did_not_report_is_stopped_and_reaped(self):
+        # the zygote is killed right after forking the third worker: the three it never forked fail
+        # the pass, and the third, known only from its hello, is stopped and reaped with the others
+        got = run_script(ZYGOTE + DYING_ZYGOTE.replace("CALL", "4") + "report_failure(where)\n")
+        assert got["error"] == ("stage Mapper(where): a worker process could not be started: "
+                                "the zygote that forks the pool's workers died")
+        assert got["left"] == [] and got["subreaper"] == 0 and not got["children"]
+
+    def test_a_pool_whose_zygote_died_after_its_last_fork_runs_whole(self):
+        # killed after forking the last worker, before reporting it: every worker exists, so the
+        # pass runs on all six, and the last one's pid comes from its hello
+        body = ZYGOTE + DYING_ZYGOTE.replace("CALL", "7") + textwrap.dedent("""
+        MEET
+        def meet_where(x):
+            meet(6)
+            return where(x)
+
+        it = iter(IterableWrapper(range(120)).map(meet_where, executor="process", concurrency=6, chunksize=1))
+        rows = [next(it)]
+        deadline = time.monotonic() + 10
+        while len(live_worker_pids()) < 6 and time.monotonic() < deadline:  # the last one's hello
+            time.sleep(0.01)
+        known = sorted(live_worker_pids())
+        rows += list(it)
+        del it
+        print(json.dumps({"rows": rows, "known": known, "left": sorted(live_worker_pids()),
+                          "subreaper": subreaper(), "children": children_left()}))
+        """).replace("MEET", MEET)
+        got = run_script(body)
+        assert len(got["rows"]) == 120
+        assert len(got["known"]) == 6 and {pid for pid, _ in got["rows"]} == set(got["known"])
         assert got["left"] == [] and got["subreaper"] == 0 and not got["children"]
 
     def test_the_first_chunks_go_to_the_workers_that_exist(self):
