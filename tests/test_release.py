@@ -80,6 +80,18 @@ def test_a_batch_is_let_go_before_the_next_is_gathered(build):
     assert src.alive == [i % N for i in range(4 * N)]
 
 
+@pytest.mark.parametrize("build, kept", [
+    (lambda src: src.batch(N).filter(lambda b: True), 4),
+    (lambda src: src.batch(N).filter(lambda b: b[0].i % (2 * N) == 0), 2),  # a batch left out too
+    (lambda src: src.batch(N).filter(lambda s: s.i % (2 * N) == 0, input_col=0), 2),
+    (lambda src: src.batch(N).filter(lambda b: b[0].i % (2 * N) == 0, on_error="skip"), 2),
+], ids=["filter", "filter-out", "filter-col", "filter-skip"])
+def test_a_filter_lets_go_of_a_batch_kept_or_not(build, kept):
+    src = Probed(4 * N)
+    assert drain(build(src)) == kept
+    assert src.alive == [i % N for i in range(4 * N)]
+
+
 def test_a_short_last_batch_too():
     src = Probed(2 * N + 1)
     assert drain(src.batch(N).collate(Holder)) == 3

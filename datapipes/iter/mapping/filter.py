@@ -42,11 +42,13 @@ def _filter_raise(pipe: Filter, it: Iterator[Any]) -> Iterator[Any]:
             for x in it:
                 if fn(x):
                     yield x
+                x = None  # kept or not, let go of it while the next one is made (see iter/batching.py)
                 n += 1.0
         else:
             for x in it:
                 if fn(x[col]):
                     yield x
+                x = None
                 n += 1.0
     except BaseException as e:
         serial_failed(e, pipe, _FILTER_FN_LINES, n)
@@ -63,10 +65,12 @@ def _filter_told(pipe: Filter, it: Iterator[Any], taken: Callable[[], int]) -> I
             for x in it:
                 if fn(x):
                     yield x
+                x = None
         else:
             for x in it:
                 if fn(x[col]):
                     yield x
+                x = None
     except BaseException as e:
         serial_failed(e, pipe, _FILTER_TOLD_FN_LINES, lambda: taken() - start - 1)
         abandon(it)
@@ -86,6 +90,7 @@ def _filter_skip(pipe: Filter, it: Iterator[Any], run: _pass.FrameRun | None = N
                 continue
             if keep:
                 yield x
+            x = None
     except BaseException:
         abandon(it)
         raise
