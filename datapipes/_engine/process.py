@@ -93,6 +93,13 @@ def live_worker_pids() -> set[int]:
         return set(_live_pids)
 
 
+def _known(info: dict[str, Any], pid: int) -> None:
+    """A worker's pid has become known (its zygote reported it, or the worker said it in its hello)."""
+    with _live_lock:
+        _live_pids.add(pid)
+    info["pid"] = pid
+
+
 def chunk_target_s(active: int) -> float:
     """Seconds of ``fn``'s work that an automatically sized chunk aims at, with ``active`` workers
     taking chunks: ``_TARGET_CHUNK_S`` (10 ms), or ``active / _MAX_CHUNKS_PER_S`` where that is more
@@ -242,9 +249,7 @@ def _reader(ends: list[_Ends], outq: Any, closing: threading.Event) -> None:
                 if type(rec[0]) is str:  # ("hello", torch_imported, pid) | ("fn", torch_imported)
                     end.info["torch_imported"] = rec[1]
                     if rec[0] == "hello" and isinstance(end.proc, ForkedWorker) and end.proc.announce(rec[2]):
-                        with _live_lock:  # a worker its zygote did not report (yet): known from here
-                            _live_pids.add(rec[2])
-                        end.info["pid"] = rec[2]
+                        _known(end.info, rec[2])  # a worker its zygote did not report (yet)
                     continue
                 end.slots.release()
                 outq.put((*rec, nbytes))  # (chunk_id, seconds, values, failures, bytes of the results)
@@ -280,8 +285,6 @@ def _shutdown(parent: int, procs: list[Any], inq: Any, slots: list[threading.Sem
             p.kill()
     for p in procs:
         p.wait()
-        with _live_lock:
-            _live_pids.discard(p.pid)
     me = threading.current_thread()
     for t in threads:
         if t is not me and t.ident is not None:  # a pool that failed to start never started its threads
@@ -372,9 +375,7 @@ class _Pool(Closeable):
             infos = self.infos
 
             def born(k: int, proc: ForkedWorker) -> None:
-                with _live_lock:
-                    _live_pids.add(proc.pid)  # type: ignore[arg-type]
-                infos[k]["pid"] = proc.pid
+                _known(infos[k], proc.pid)  # type: ignore[arg-type]
 
             t = threading.Thread(target=zygote.watch, args=(born,), name=f"datapipes {label} zygote", daemon=True)
             threads.append(t)
