@@ -1,7 +1,17 @@
 #!/usr/bin/env bash
 # Set up .venv/ and run the whole test suite (extra arguments go to pytest).
 # VENV, PYTHON and REQUIREMENTS pick another environment (see scripts/setup.sh; .ci/run uses them).
+#
+# The suite runs on every CPU at once (pytest-xdist, one worker a CPU: DATAPIPES_TEST_WORKERS
+# overrides, 0 runs it in this process; a later -n among the arguments wins too). Tests that share a
+# machine-wide resource stay on one worker (tests/conftest.py groups them; --dist loadgroup).
+#
+# Bytecode is written (__pycache__, ignored by git) even where the machine sets
+# PYTHONDONTWRITEBYTECODE: the suite starts hundreds of interpreters (spawned and forkserver workers,
+# scripts run in a child process, Sphinx, mypy), and each would otherwise compile the package and
+# the tests again, about half a second of CPU each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec "${VENV:-.venv}/bin/python" -m pytest "$@"
+unset PYTHONDONTWRITEBYTECODE
+exec "${VENV:-.venv}/bin/python" -m pytest -n "${DATAPIPES_TEST_WORKERS:-auto}" --dist loadgroup "$@"
