@@ -1,10 +1,14 @@
-"""Shared test set-up: hypothesis profiles and thread-leak helpers."""
+"""Shared test set-up: hypothesis profiles, thread-leak helpers, and how the suite spreads over
+pytest-xdist's workers (scripts/test.sh runs it with ``-n auto --dist loadgroup``)."""
 
 import os
+import sys
 import threading
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from helpers import FREE_THREADED
 
 # Concurrency makes timings vary: no deadlines. CI replays a fixed set of examples.
 settings.register_profile(
@@ -12,6 +16,23 @@ settings.register_profile(
 )
 settings.register_profile("dev", deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that start a cluster runtime (tests/cluster: Ray and Dask, each sized to the machine's
+    CPUs; the cluster benchmark's smoke run) run on one xdist worker, one after another, as they did
+    before the suite ran in parallel: two Ray runtimes at once would each claim every CPU, and a
+    module's runtime is shared by its tests. Every other test goes to whichever worker is free."""
+    group = pytest.mark.xdist_group("cluster")
+    for item in items:
+        if item.nodeid.startswith("tests/cluster/") or item.get_closest_marker("ray") is not None:
+            item.add_marker(group)
+
+
+def pytest_report_header(config):
+    if FREE_THREADED:
+        return f"free-threaded CPython: the GIL is {'ENABLED' if sys._is_gil_enabled() else 'disabled'} at collection"
+    return None
 
 
 @pytest.fixture

@@ -3,7 +3,8 @@
 raises it at one item, the live children of this process, the ``plain_process`` fixture, a
 user-written source with the checkpoint protocol and a stateless stage written elsewhere, and what
 the "a failing pass releases its source" tests share (the ``gc_off`` fixture, a source that
-records its close, a pass run to its error)."""
+records its close, a pass run to its error), and ``import_or_skip`` for the test packages that a
+free-threaded interpreter cannot install."""
 
 import gc
 import glob
@@ -11,6 +12,7 @@ import io
 import os
 import pickle
 import struct
+import sysconfig
 import tarfile
 import zipfile
 
@@ -19,6 +21,28 @@ from PIL import Image
 
 from datapipes import IterDataPipe
 from datapipes._runtime import worker as _worker
+
+
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+# The test packages with no free-threaded build (requirements-test-gil.txt), and why: on the
+# free-threaded leg of CI the tests that need them skip with this reason, and run on every other leg.
+NO_FREE_THREADED_BUILD = {
+    "ray": "Ray publishes no free-threaded (cp313t) wheel",
+    "moto": "moto needs cryptography, which publishes no free-threaded (cp313t) wheel and whose source "
+            "build needs Rust crates from a registry CI cannot reach",
+    "flask": "flask only serves moto here, which cannot be installed free-threaded",
+    "flask_cors": "flask-cors only serves moto here, which cannot be installed free-threaded",
+}
+
+
+def import_or_skip(name, reason):
+    """``pytest.importorskip(name, reason=reason)``; on a free-threaded interpreter, a package of
+    ``NO_FREE_THREADED_BUILD`` skips with the reason it cannot be installed there."""
+    top = name.partition(".")[0]
+    if FREE_THREADED and top in NO_FREE_THREADED_BUILD:
+        reason = f"{top} is not installed on free-threaded CPython: {NO_FREE_THREADED_BUILD[top]}"
+    return pytest.importorskip(name, reason=reason)
 
 
 class Boom(Exception):

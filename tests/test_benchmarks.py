@@ -16,6 +16,8 @@ import sys
 import pytest
 import torch
 
+from helpers import import_or_skip
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "benchmarks", "gpu_overlap.py")
 
@@ -135,7 +137,7 @@ def test_autotune_smoke_run(tmp_path):
 @pytest.mark.ray
 @pytest.mark.timeout(300)
 def test_cluster_benchmark_smoke_run():
-    pytest.importorskip("ray")
+    import_or_skip("ray", reason="Ray (requirements-test-gil.txt) runs the cluster benchmark")
     pytest.importorskip("distributed")
     script = os.path.join(ROOT, "benchmarks", "cluster.py")
     proc = subprocess.run([sys.executable, script, "--items", "64", "--overhead-items", "8", "--repeats", "1"],

@@ -42,7 +42,9 @@ def _alive(pid: int) -> bool:
 @pytest.fixture(scope="module")
 def ray_cluster():
     """``ray`` itself, initialised for the module with 2 CPUs."""
-    ray = pytest.importorskip("ray")
+    from helpers import import_or_skip
+
+    ray = import_or_skip("ray", reason="Ray (requirements-test-gil.txt) runs the local cluster")
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     if ray.is_initialized():
         ray.shutdown()

@@ -11,9 +11,9 @@ import pytest
 
 from datapipes.iter import IterableWrapper
 from datapipes.testing import check_resume, same_multiset
-from helpers import fails_on_7, square
+from helpers import fails_on_7, import_or_skip, square
 
-ray = pytest.importorskip("ray")
+ray = import_or_skip("ray", reason="Ray (requirements-test-gil.txt) runs the local cluster")
 dray = pytest.importorskip("datapipes.ray")
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(90), pytest.mark.usefixtures("ray_cluster")]

@@ -30,6 +30,7 @@ import pytest
 
 from datapipes.iter import FSSpecFileLister, IterableWrapper
 from datapipes.iter.remote import _is_transient
+from helpers import import_or_skip
 
 BUCKET = "datapipes-test"
 # data/: 4 text files of 3 lines, a binary one and a sub-folder; other/: one more file.
@@ -127,10 +128,10 @@ class S3Server:
 
 
 def _need_server_packages() -> None:
-    pytest.importorskip("moto", reason="moto (requirements-test.txt) runs the local S3 server")
-    pytest.importorskip("flask", reason="moto's server mode needs flask (requirements-test.txt)")
-    pytest.importorskip("flask_cors", reason="moto's server mode needs flask-cors (requirements-test.txt)")
-    pytest.importorskip("s3fs", reason="s3fs (requirements-test.txt) reads s3:// URLs")
+    import_or_skip("moto", reason="moto (requirements-test-gil.txt) runs the local S3 server")
+    import_or_skip("flask", reason="moto's server mode needs flask (requirements-test-gil.txt)")
+    import_or_skip("flask_cors", reason="moto's server mode needs flask-cors (requirements-test-gil.txt)")
+    import_or_skip("s3fs", reason="s3fs (requirements-test.txt) reads s3:// URLs")
 
 
 def _forget_s3fs_instances() -> None:
