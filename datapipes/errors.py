@@ -215,7 +215,7 @@ def _limit(value: Any, name: str, at: str) -> int | float | None:
         return float(value)
     if value < 0:
         raise ValueError(f"{at}{name} must be >= 0 or None, got {value}")
-    return value
+    return int(value)
 
 
 def _percent(share: float) -> str:

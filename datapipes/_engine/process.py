@@ -496,7 +496,8 @@ def _park(owner_ref: weakref.ref[Any], pool: _Pool) -> bool:
             return False
         if key not in _watched:
             _watched[key] = weakref.finalize(owner, _unpark, key)
-            _watched[key].atexit = False  # the pools' own finalisers stop them at exit
+            # (the ignore: mypy 1.x's typeshed, on the free-threaded leg, leaves atexit out of finalize's slots)
+            _watched[key].atexit = False  # type: ignore[misc]  # the pools' own finalisers stop them at exit
         _parked[key] = pool
         pool.idle.park(key)
         return True
@@ -605,7 +606,8 @@ class ProcessWorkers(Closeable):
         pool.gate.set(self.active)  # a warm pool may come from a pass its tuner had narrowed
         self._outq: Any = pool.outq
         self._finalizer = weakref.finalize(self, _end_pass, pool, self._owner_ref, self.tally)
-        self._finalizer.atexit = False  # at exit the pool's own finaliser stops it; nothing is parked
+        # (the ignore: mypy 1.x's typeshed, on the free-threaded leg, leaves atexit out of finalize's slots)
+        self._finalizer.atexit = False  # type: ignore[misc]  # at exit the pool's own finaliser stops it; nothing is parked
         if self.started is not None:
             self.started()
 

@@ -266,7 +266,8 @@ def _round_tensor(group: Any) -> torch.Tensor:
     callback runs after the group's C++ object is freed), and the workers free nothing of Python's.
     """
     box = torch.zeros(1, dtype=torch.int64)
-    weakref.finalize(group, _keep, box).atexit = False
+    # (the ignore: mypy 1.x's typeshed, on the free-threaded leg, leaves atexit out of finalize's slots)
+    weakref.finalize(group, _keep, box).atexit = False  # type: ignore[misc]
     return box
 
 
