@@ -9,9 +9,16 @@
 # Bytecode is written (__pycache__, ignored by git) even where the machine sets
 # PYTHONDONTWRITEBYTECODE: the suite starts hundreds of interpreters (spawned and forkserver workers,
 # scripts run in a child process, Sphinx, mypy), and each would otherwise compile the package and
-# the tests again, about half a second of CPU each.
+# the tests again, about half a second of CPU each. For the same reason mypy keeps its cache outside
+# the checkout (~/.cache/datapipes-mypy, one folder per interpreter, mypy and torch release), so that a fresh
+# clone type-checks from a warm cache: mypy reuses an entry whose source hashes the same.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 unset PYTHONDONTWRITEBYTECODE
+if [ -z "${DATAPIPES_MYPY_CACHE:-}" ]; then
+  DATAPIPES_MYPY_CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/datapipes-mypy/$("${VENV:-.venv}/bin/python" -c \
+    'import sys, importlib.metadata as m; print(sys.implementation.cache_tag, "mypy", m.version("mypy"), "torch", m.version("torch"), sep="-")')
+  export DATAPIPES_MYPY_CACHE
+fi
 exec "${VENV:-.venv}/bin/python" -m pytest -n "${DATAPIPES_TEST_WORKERS:-auto}" --dist loadgroup "$@"

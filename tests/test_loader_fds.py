@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import gc
 import os
+import time
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ import torch
 import datapipes
 from datapipes.iter import IterableWrapper
 from datapipes.loader import fdpass
+from helpers import FREE_THREADED
 
 pytestmark = pytest.mark.skipif(not fdpass.enabled(), reason="descriptor passing needs Linux and torch's "
                                                                "file_descriptor sharing strategy")
@@ -42,11 +44,18 @@ def open_fds():
     return sorted(found)
 
 
-def left_open(before):
+def left_open(before, grace=5.0):
     """The descriptors open now that were not open at ``before`` (each counted: two ends of one pipe
     are two). One closed meanwhile is not this test's: an earlier test's object may be freed while
-    this one runs (on free-threaded CPython, when the thread that made it next runs)."""
-    return sorted((collections.Counter(open_fds()) - collections.Counter(before)).elements())
+    this one runs. On free-threaded CPython an object is freed by the thread that made it (biased
+    reference counting: a batch received on one of the loader's threads, dropped on this one, is
+    freed as that thread next runs or ends), so there the descriptors get ``grace`` seconds to go."""
+    deadline = time.monotonic() + (grace if FREE_THREADED else 0.0)
+    while True:
+        left = sorted((collections.Counter(open_fds()) - collections.Counter(before)).elements())
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.05)
 
 
 def same(a, b):
