@@ -19,14 +19,22 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests that start a cluster runtime (tests/cluster: Ray and Dask, each sized to the machine's
-    CPUs; the cluster benchmark's smoke run) run on one xdist worker, one after another, as they did
-    before the suite ran in parallel: two Ray runtimes at once would each claim every CPU, and a
-    module's runtime is shared by its tests. Every other test goes to whichever worker is free."""
-    group = pytest.mark.xdist_group("cluster")
+    """Tests that share a machine-wide resource run on one xdist worker, one after another, as they
+    did before the suite ran in parallel:
+
+    - the ones that start a cluster runtime (tests/cluster: Ray and Dask, each sized to the machine's
+      CPUs; the cluster benchmark's smoke run): two Ray runtimes at once would each claim every CPU,
+      and a module's runtime is shared by its tests;
+    - the mypy runs of tests/test_typing.py, which share a cache folder (two mypy processes writing
+      one cache at once end in mypy's internal error).
+
+    Every other test goes to whichever worker is free."""
+    cluster, mypy = pytest.mark.xdist_group("cluster"), pytest.mark.xdist_group("mypy")
     for item in items:
         if item.nodeid.startswith("tests/cluster/") or item.get_closest_marker("ray") is not None:
-            item.add_marker(group)
+            item.add_marker(cluster)
+        elif item.nodeid.startswith("tests/test_typing.py::"):
+            item.add_marker(mypy)
 
 
 def pytest_report_header(config):
