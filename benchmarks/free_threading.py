@@ -32,14 +32,13 @@ import statistics
 import subprocess
 import sys
 import sysconfig
-import time
 from typing import Any, Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks import _results  # noqa: E402
-from benchmarks.concurrency import gil_work, make_docs  # noqa: E402
+from benchmarks.concurrency import gil_work, make_docs, timings  # noqa: E402
 
 SYSTEMS = ("serial", "thread stage (2 threads)", "process stage (2 processes)",
            "executor stage (ThreadPoolExecutor(2), chunksize)")
@@ -67,12 +66,7 @@ def child(n: int, repeats: int, chunksize: int) -> dict[str, Any]:
         SYSTEMS[3]: lambda: list(chunked)}
     for name, run in runs.items():  # warm up: the process stage's first pass starts its workers
         assert run() == expected, name
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            t = time.perf_counter()
-            run()
-            times[name].append(time.perf_counter() - t)
+    times = timings(runs, repeats)  # the systems interleaved repeat by repeat
     pool.shutdown()
     gil = sys._is_gil_enabled() if hasattr(sys, "_is_gil_enabled") else True
     return {"python": sys.version.split()[0], "free_threaded": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
