@@ -2,8 +2,9 @@
 # Set up .venv/ and run the whole test suite (extra arguments go to pytest).
 # VENV, PYTHON and REQUIREMENTS pick another environment (see scripts/setup.sh; .ci/run uses them).
 #
-# The suite runs on every CPU at once (pytest-xdist, one worker a CPU: DATAPIPES_TEST_WORKERS
-# overrides, 0 runs it in this process; a later -n among the arguments wins too). Tests that share a
+# The suite runs on every CPU at once (pytest-xdist, one worker a usable CPU, at most 8: each worker
+# imports torch and holds its own process pools, and past 8 the suite's longest tests set its time;
+# DATAPIPES_TEST_WORKERS overrides, 0 runs it in this process; a later -n among the arguments wins too). Tests that share a
 # machine-wide resource stay on one worker (tests/conftest.py groups them; --dist loadgroup).
 #
 # Bytecode is written (__pycache__, ignored by git) even where the machine sets
@@ -21,4 +22,6 @@ if [ -z "${DATAPIPES_MYPY_CACHE:-}" ]; then
     'import sys, importlib.metadata as m; print(sys.implementation.cache_tag, "mypy", m.version("mypy"), "torch", m.version("torch"), sep="-")')
   export DATAPIPES_MYPY_CACHE
 fi
-exec "${VENV:-.venv}/bin/python" -m pytest -n "${DATAPIPES_TEST_WORKERS:-auto}" --dist loadgroup "$@"
+workers=${DATAPIPES_TEST_WORKERS:-$(nproc)}
+[ "${DATAPIPES_TEST_WORKERS:-}" ] || [ "$workers" -le 8 ] || workers=8
+exec "${VENV:-.venv}/bin/python" -m pytest -n "$workers" --dist loadgroup "$@"

@@ -1,5 +1,5 @@
 """Shared test set-up: hypothesis profiles, thread-leak helpers, and how the suite spreads over
-pytest-xdist's workers (scripts/test.sh runs it with ``-n auto --dist loadgroup``)."""
+pytest-xdist's workers (scripts/test.sh runs it with ``-n <CPUs, at most 8> --dist loadgroup``)."""
 
 import os
 import sys
