@@ -119,3 +119,31 @@ def record_run(out: dict[str, Any] | str, key: str, rows: list[dict[str, Any]], 
     else:
         rows.append(out)
         print(f"  {what}: {figures(out)}", file=sys.stderr, flush=True)
+
+
+def target(workload: dict[str, Any], failed: list[str], text: str, value: float, passed: bool) -> None:
+    """Record a target of ``workload`` and print it; a missed one is added to ``failed``."""
+    workload["targets"].append({"text": text, "value": value, "passed": passed})
+    print(f"  target: {text}: {'PASS' if passed else 'FAIL'}", flush=True)
+    if not passed:
+        failed.append(text)
+
+
+def run_sections(benchmark: str, parser: Any, sections: dict[str, Callable[[Any], None]],
+                 workloads: list[dict[str, Any]], failed: list[str], argv: list[str] | None) -> int:
+    """A script made of named sections: ``--only`` picks some (``parser`` gets it and ``--json``),
+    each runs in turn, the figures go to ``--json``; exit status 1 if a target was missed."""
+    parser.add_argument("--only", default=",".join(sections), help=f"comma-separated: {', '.join(sections)}")
+    parser.add_argument("--json", help="write the figures here (benchmarks/_results.py's schema)")
+    args = parser.parse_args(argv)
+    only = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = [name for name in only if name not in sections]
+    if unknown:
+        parser.error(f"--only: unknown {unknown}; choose from {', '.join(sections)}")
+    for name in only:
+        sections[name](args)
+        print(flush=True)
+    if args.json:
+        write(args.json, document(benchmark, vars(args), workloads))
+    print(f"targets: {'all met' if not failed else 'missed: ' + '; '.join(failed)}", flush=True)
+    return 1 if failed else 0

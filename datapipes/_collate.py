@@ -110,11 +110,24 @@ def _tensors(samples: Sequence[Any], path: _Path) -> torch.Tensor:
             if get_worker_info() is not None and first.device.type == "cpu":
                 return torch.stack(samples, out=_empty((len(samples), *first.shape), dt))  # type: ignore[arg-type]
             return torch.stack(samples)  # type: ignore[arg-type]
-        except RuntimeError as e:  # shapes or devices differ: say which field and sample
+        except RuntimeError as e:  # shapes or devices differ, or nested tensors: say which field and sample
+            _refuse_nested(samples, path, e)
             _check_tensors(samples, path, e)
             raise
+    _refuse_nested(samples, path, None)
     _check_tensors(samples, path, None)
     return torch.stack(samples)  # type: ignore[arg-type]
+
+
+def _refuse_nested(samples: Sequence[Any], path: _Path, error: BaseException | None) -> None:
+    """Nested tensors (``torch.nested``, either layout) have no batch: torch's ``default_collate``
+    refuses them, and so does :func:`collate`, with torch's message after the field and sample."""
+    for i, x in enumerate(samples):
+        if isinstance(x, torch.Tensor) and x.is_nested:
+            raise RuntimeError(
+                f"collate: {_where(path, i)}: Batches of nested tensors are not currently supported by the default "
+                "collate_fn; please provide a custom collate_fn to handle them appropriately."
+            ) from error
 
 
 def _check_tensors(samples: Sequence[Any], path: _Path, error: BaseException | None) -> None:
@@ -423,6 +436,8 @@ def collate(batch: Sequence[Any]) -> Any:
         them to the main process costs no extra copy.
 
     Raises:
+        RuntimeError: a field holds nested tensors (``torch.nested``), which have no batch: torch's
+            ``default_collate`` message, after the field and the sample.
         TypeError: a field's types (or dtypes, or image modes) differ between samples, or a type cannot
             be batched; the message names the field and the sample, e.g.
             ``collate: field 'label' (sample 2): str differs from int of sample 0``.

@@ -3,7 +3,10 @@
 # pipe (the source is ``self``), or the constructor's ``@typing.overload`` declarations where the
 # class has some; tests/test_stub.py checks that this file is what the command writes.
 
+import os
 import torch
+from collections.abc import Mapping as Mapping_1
+from numpy import dtype, int32, ndarray
 from typing import Any, AsyncIterable, Awaitable, Callable, Coroutine, Generic, Hashable, Iterable, Literal, Mapping, overload, Sequence, TypeVar
 from .datapipe import IterDataPipe, MapDataPipe
 from .errors import _OnError
@@ -30,6 +33,7 @@ from .iter.mapping.filter import Filter
 from .iter.mapping.flatmap import FlatMapper
 from .iter.mapping.map import Mapper
 from .iter.muxing import Concater, Multiplexer, MultiplexerLongest
+from .iter.packing import TokenPacker
 from .iter.parquet import ParquetDataFrameLoader
 from .iter.prefetch import Prefetcher
 from .iter.remote import FSSpecFileLister, FSSpecFileOpener, FSSpecSaver
@@ -71,6 +75,7 @@ class IterMethods(Generic[T_co]):
         on_error: _OnError = ...,
         max_failures: int | float | None = ...,
         warn_failures: int | float | None = ...,
+        max_member_size: int | None = ...,
     ) -> TarArchiveLoader: ...
     def load_from_zip(
         self: IterMethods[tuple[str, Any]],
@@ -79,6 +84,7 @@ class IterMethods(Generic[T_co]):
         on_error: _OnError = ...,
         max_failures: int | float | None = ...,
         warn_failures: int | float | None = ...,
+        max_member_size: int | None = ...,
     ) -> ZipArchiveLoader: ...
     def webdataset(self: IterMethods[tuple[str, Any]]) -> WebDatasetGrouper: ...
     # -- datapipes.iter.batching -------------------------------------------------------------------
@@ -109,6 +115,14 @@ class IterMethods(Generic[T_co]):
         buffer_size: int = ...,
     ) -> list[RoundRobinDemultiplexerChild[T_co]]: ...
     # -- datapipes.iter.broadcast.fork -------------------------------------------------------------
+    @overload
+    def fork(  # type: ignore[overload-overlap]
+        self,
+        num_instances: Literal[1],
+        buffer_size: int = ...,
+        copy: Literal['shallow', 'deep'] | None = ...,
+    ) -> IterDataPipe[T_co]: ...
+    @overload
     def fork(
         self,
         num_instances: int,
@@ -134,6 +148,7 @@ class IterMethods(Generic[T_co]):
         same_filepath_fn: bool = ...,
         skip_read: bool = ...,
         timeout: float | None = ...,
+        root: str | os.PathLike[str] | None = ...,
     ) -> EndOnDiskCacheHolder: ...
     def on_disk_cache(
         self,
@@ -187,6 +202,7 @@ class IterMethods(Generic[T_co]):
         self,
         *handlers: Callable[[str, Any], Any],
         key_fn: Callable[[Any], Any] = ...,
+        allow_pickle: bool = ...,
     ) -> RoutedDecoder: ...
     # -- datapipes.iter.device ---------------------------------------------------------------------
     def pin_memory(
@@ -235,6 +251,8 @@ class IterMethods(Generic[T_co]):
         self: IterMethods[tuple[Any, Any]],
         mode: str = ...,
         filepath_fn: Callable[[Any], Any] | None = ...,
+        *,
+        root: str | os.PathLike[str] | None = ...,
     ) -> Saver: ...
     # -- datapipes.iter.grouping -------------------------------------------------------------------
     def bucketbatch(
@@ -297,7 +315,12 @@ class IterMethods(Generic[T_co]):
     ) -> ImageDecoder: ...
     # -- datapipes.iter.io.compression -------------------------------------------------------------
     def decompress(self: IterMethods[tuple[Any, Any]], file_type: str | None = ...) -> Decompressor: ...
-    def extract(self: IterMethods[tuple[str, Any]], file_type: str | None = ...) -> Extractor: ...
+    def extract(
+        self: IterMethods[tuple[str, Any]],
+        file_type: str | None = ...,
+        *,
+        max_member_size: int | None = ...,
+    ) -> Extractor: ...
     def load_from_bz2(self: IterMethods[tuple[str, Any]], length: int = ...) -> Bz2FileLoader: ...
     def load_from_xz(self: IterMethods[tuple[str, Any]], length: int = ...) -> XzFileLoader: ...
     # -- datapipes.iter.io.csv ---------------------------------------------------------------------
@@ -314,6 +337,7 @@ class IterMethods(Generic[T_co]):
         on_error: _OnError = ...,
         max_failures: int | float | None = ...,
         warn_failures: int | float | None = ...,
+        max_line_length: int | None = ...,
         **fmtparams: Any,
     ) -> IterDataPipe[list[str]]: ...
     @overload
@@ -329,6 +353,7 @@ class IterMethods(Generic[T_co]):
         on_error: _OnError = ...,
         max_failures: int | float | None = ...,
         warn_failures: int | float | None = ...,
+        max_line_length: int | None = ...,
         **fmtparams: Any,
     ) -> IterDataPipe[tuple[str, ...]]: ...
     @overload
@@ -344,6 +369,7 @@ class IterMethods(Generic[T_co]):
         on_error: _OnError = ...,
         max_failures: int | float | None = ...,
         warn_failures: int | float | None = ...,
+        max_line_length: int | None = ...,
         **fmtparams: Any,
     ) -> IterDataPipe[Any]: ...
     @overload
@@ -358,6 +384,7 @@ class IterMethods(Generic[T_co]):
         on_error: _OnError = ...,
         max_failures: int | float | None = ...,
         warn_failures: int | float | None = ...,
+        max_line_length: int | None = ...,
         **fmtparams: Any,
     ) -> IterDataPipe[dict[str, str]]: ...
     @overload
@@ -372,6 +399,7 @@ class IterMethods(Generic[T_co]):
         on_error: _OnError = ...,
         max_failures: int | float | None = ...,
         warn_failures: int | float | None = ...,
+        max_line_length: int | None = ...,
         **fmtparams: Any,
     ) -> IterDataPipe[tuple[str, dict[str, str]]]: ...
     @overload
@@ -386,6 +414,7 @@ class IterMethods(Generic[T_co]):
         on_error: _OnError = ...,
         max_failures: int | float | None = ...,
         warn_failures: int | float | None = ...,
+        max_line_length: int | None = ...,
         **fmtparams: Any,
     ) -> IterDataPipe[Any]: ...
     @overload
@@ -401,6 +430,7 @@ class IterMethods(Generic[T_co]):
         on_error: _OnError = ...,
         max_failures: int | float | None = ...,
         warn_failures: int | float | None = ...,
+        max_line_length: int | None = ...,
         **fmtparams: Any,
     ) -> IterDataPipe[tuple[str, list[str]]]: ...
     @overload
@@ -416,25 +446,28 @@ class IterMethods(Generic[T_co]):
         on_error: _OnError = ...,
         max_failures: int | float | None = ...,
         warn_failures: int | float | None = ...,
+        max_line_length: int | None = ...,
         **fmtparams: Any,
     ) -> IterDataPipe[Any]: ...
     # -- datapipes.iter.io.http --------------------------------------------------------------------
     def read_from_http(
         self: IterMethods[str],
-        timeout: float | None = ...,
+        timeout: float | tuple[float | None, float | None] | None = ...,
         skip_on_error: bool = ...,
         *,
         retries: int = ...,
         backoff: float = ...,
+        max_size: int | None = ...,
         **kwargs: Any,
     ) -> HttpReader: ...
     def read_from_remote(
         self: IterMethods[str],
         *,
-        timeout: float | None = ...,
+        timeout: float | tuple[float | None, float | None] | None = ...,
         skip_on_error: bool = ...,
         retries: int = ...,
         backoff: float = ...,
+        max_size: int | None = ...,
         **kwargs: Any,
     ) -> OnlineReader: ...
     # -- datapipes.iter.io.json --------------------------------------------------------------------
@@ -444,6 +477,7 @@ class IterMethods(Generic[T_co]):
         on_error: _OnError = ...,
         max_failures: int | float | None = ...,
         warn_failures: int | float | None = ...,
+        max_size: int | None = ...,
         **kwargs: Any,
     ) -> JsonParser: ...
     # -- datapipes.iter.io.lines -------------------------------------------------------------------
@@ -460,6 +494,7 @@ class IterMethods(Generic[T_co]):
         on_error: _OnError = ...,
         max_failures: int | float | None = ...,
         warn_failures: int | float | None = ...,
+        max_line_length: int | None = ...,
     ) -> IterDataPipe[tuple[str, Any]]: ...
     @overload
     def readlines(
@@ -474,6 +509,7 @@ class IterMethods(Generic[T_co]):
         on_error: _OnError = ...,
         max_failures: int | float | None = ...,
         warn_failures: int | float | None = ...,
+        max_line_length: int | None = ...,
     ) -> IterDataPipe[Any]: ...
     # -- datapipes.iter.io.tfrecord ----------------------------------------------------------------
     def load_from_tfrecord(
@@ -482,6 +518,7 @@ class IterMethods(Generic[T_co]):
         length: int = ...,
         *,
         length_check: bool = ...,
+        max_record_size: int | None = ...,
     ) -> TFRecordLoader: ...
     # -- datapipes.iter.mapping.batches ------------------------------------------------------------
     def collate(
@@ -716,6 +753,17 @@ class IterMethods(Generic[T_co]):
     def mux_longest(self, other: IterDataPipe[U], /, *datapipes: IterDataPipe[U]) -> MultiplexerLongest[T_co | U]: ...
     @overload
     def mux_longest(self, *datapipes: IterDataPipe[T]) -> MultiplexerLongest[T]: ...
+    # -- datapipes.iter.packing --------------------------------------------------------------------
+    def pack_tokens(
+        self,
+        seq_len: int,
+        *,
+        strategy: Literal['concat', 'first_fit', 'best_fit'] = ...,
+        num_bins: int | None = ...,
+        pad_id: int = ...,
+        long_documents: Literal['split', 'truncate', 'drop', 'error'] | None = ...,
+        drop_remainder: bool = ...,
+    ) -> TokenPacker: ...
     # -- datapipes.iter.parquet --------------------------------------------------------------------
     def load_parquet_as_df(
         self,
@@ -798,6 +846,7 @@ class IterMethods(Generic[T_co]):
         filepath_fn: Callable[[Any], Any] | None = ...,
         *,
         kwargs_for_open: dict[str, Any] | None = ...,
+        root: str | None = ...,
         **storage_options: Any,
     ) -> FSSpecSaver: ...
     # -- datapipes.iter.reshaping ------------------------------------------------------------------
@@ -873,6 +922,31 @@ class IterMethods(Generic[T_co]):
         joiner: Callable[[list[Any]], U] = ...,
     ) -> IterDataPipe[tuple[V, U]]: ...
     def shard_expand(self: IterMethods[str]) -> ShardExpander: ...
+    # -- datapipes.iter.tokenize -------------------------------------------------------------------
+    @overload
+    def tokenize(
+        self: IterMethods[str],
+        tokenizer: Any,
+        *,
+        field: None = ...,
+        eos_id: int | None = ...,
+        add_special_tokens: bool | None = ...,
+        batch_size: int = ...,
+        concurrency: int | Literal['auto'] | None = ...,
+        executor: _Executor = ...,
+    ) -> IterDataPipe[ndarray[Any, dtype[int32]]]: ...
+    @overload
+    def tokenize(
+        self: IterMethods[Mapping_1[str, Any]],
+        tokenizer: Any,
+        *,
+        field: str,
+        eos_id: int | None = ...,
+        add_special_tokens: bool | None = ...,
+        batch_size: int = ...,
+        concurrency: int | Literal['auto'] | None = ...,
+        executor: _Executor = ...,
+    ) -> IterDataPipe[dict[str, Any]]: ...
     # -- datapipes.iter.util -----------------------------------------------------------------------
     def cycle(self, count: int | None = ...) -> Cycler[T_co]: ...
     def enumerate(self, starting_index: int = ...) -> Enumerator[T_co]: ...

@@ -11,6 +11,7 @@ import time
 from typing import Any, Iterable
 
 from ._engine.stats import StageStats
+from ._redact import redact
 from .hooks import Hook
 
 __all__ = ["TraceRecorder"]
@@ -261,7 +262,7 @@ class TraceRecorder(Hook):
         ``stats`` (default: every stage seen); ``title`` names the process in the viewer."""
         events = self.events(stats)
         pid = os.getpid()
-        head = {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "ts": 0, "args": {"name": title}}
+        head = {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "ts": 0, "args": {"name": redact(title)}}
         return {
             "traceEvents": [head, *events],
             "displayTimeUnit": "ms",
@@ -283,10 +284,12 @@ def _thread_meta(pid: int, tid: int, name: str, sort_index: int) -> list[dict[st
 
 
 def _unique_labels(stats: list[StageStats]) -> dict[int, str]:
-    """``id(stats) -> label``, a label shared by several stages numbered (``Mapper(f) #2``)."""
+    """``id(stats) -> label``, a label shared by several stages numbered (``Mapper(f) #2``); a label
+    that shows a URL shows it without its secrets (datapipes._redact)."""
     seen: dict[str, int] = {}
     names = {}
     for s in stats:
-        n = seen[s.label] = seen.get(s.label, 0) + 1
-        names[id(s)] = s.label if n == 1 else f"{s.label} #{n}"
+        label = redact(s.label)
+        n = seen[label] = seen.get(label, 0) + 1
+        names[id(s)] = label if n == 1 else f"{label} #{n}"
     return names

@@ -26,6 +26,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TypeAlias, TypeVar
 
 import cloudpickle
+import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 from torch.utils.data import graph_settings as _torch_graph_settings
 from torch.utils.data.datapipes import datapipe as _torch_datapipe
@@ -72,9 +73,53 @@ def _new_instance(cls: Any) -> Any:  # a class; Any, as mypy reads ``type.__new_
     return cls.__new__(cls)
 
 
+#: the types of the items a large container may hold and still be plain data (no callable inside)
+_PLAIN = frozenset({str, bytes, int, float, bool, complex, type(None)})
+#: a container with more entries than this is checked as data before the probe descends into it
+_PROBE_SCAN = 64
+_Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
+
+
+class _Discard:
+    """A file that forgets what it is given: where :func:`_by_reference` pickles."""
+
+    __slots__ = ()
+
+    def write(self, data: bytes) -> int:
+        return len(data)
+
+
+class _Probe(pickle.Pickler):
+    """Pickles into nothing, skipping data in which no callable can hide: strings and bytes, tensors
+    (the exact types) and NumPy arrays of numbers, and containers of more than
+    :data:`_PROBE_SCAN` entries that hold nothing but such scalars. So deciding a callable that holds
+    a dataset (a map-style dataset's ``Fetch``, a bound ``dataset.__getitem__``) costs a look at its
+    structure, not a pickle of its data, which ``spawn`` and ``forkserver`` workers would otherwise
+    have pickled twice each, once here and once for real (docs/performance.rst, "Worker start
+    time")."""
+
+    def persistent_id(self, obj: Any) -> Any:
+        kind = type(obj)
+        if kind is str or kind is bytes or kind is bytearray or kind is _Tensor or kind is _Parameter:
+            return 0
+        if kind is list or kind is tuple or kind is set or kind is frozenset:
+            if len(obj) > _PROBE_SCAN and set(map(type, obj)) <= _PLAIN:
+                return 0
+        elif kind is dict:
+            if len(obj) > _PROBE_SCAN and set(map(type, obj)) <= _PLAIN and set(map(type, obj.values())) <= _PLAIN:
+                return 0
+        else:
+            np = sys.modules.get("numpy")
+            if np is not None and kind is np.ndarray and not obj.dtype.hasobject:
+                return 0
+        return None
+
+
 def _by_reference(obj: Any) -> bool:
+    """Whether plain pickle takes ``obj`` (a callable: by name, or an instance of an importable
+    class holding only what pickle takes), tried without pickling the data it holds (:class:`_Probe`)."""
     try:
-        pickle.dumps(obj)
+        _Probe(_Discard(), pickle.HIGHEST_PROTOCOL).dump(obj)
     except Exception:  # PicklingError, AttributeError, TypeError: not importable by name
         return False
     return True

@@ -22,6 +22,10 @@ Failures are counted per stage across passes in :class:`FailureLog` (``pipe.fail
 while and after iterating. Only :class:`Exception` subclasses are handled: ``KeyboardInterrupt``
 and ``SystemExit`` always pass through.
 
+What the library writes about a failure (notes, log lines, warnings, the budget's message) has the
+secrets of any URL in it masked (``https://***@host/a?X-Amz-Signature=***``: see
+``datapipes._redact``); the exception object itself is the one that was raised.
+
 >>> from datapipes.iter import IterableWrapper
 >>> pipe = IterableWrapper([1, 0, 2]).map(lambda x: 1 // x, on_error="skip")
 >>> list(pipe), pipe.failures.count
@@ -40,6 +44,7 @@ from collections import deque
 from typing import Any, Callable, Literal, NamedTuple
 
 from ._checks import ArgumentError, ArgumentTypeError
+from ._redact import redact
 
 __all__ = [
     "ArgumentError",
@@ -51,6 +56,7 @@ __all__ = [
     "LOG_INTERVAL",
     "MIN_ITEMS_FOR_SHARE",
     "PassFailures",
+    "SizeLimitError",
     "WARN_FAILURES",
     "add_stage_note",
     "call_lines",
@@ -77,6 +83,13 @@ _KEPT_UNDER_SHARE = 100  # the latest failures the ExceptionGroup of a share bud
 logger = logging.getLogger("datapipes")
 
 
+class SizeLimitError(ValueError):
+    """Data larger than a documented limit (an HTTP body over ``max_size``): the message names the
+    file or URL, the size found and the limit, and the argument that raises it. A ``ValueError``:
+    a retry cannot fix it, so it is never retried, and under ``on_error="skip"`` it is skipped and
+    counted as any failure of the item."""
+
+
 class Failure(NamedTuple):
     """One skipped failure: the position of the item in the stage's input and the exception."""
 
@@ -94,7 +107,9 @@ def add_stage_note(exc: BaseException, stage: str, position: int | None = None, 
     added, once per stage, so re-raising through nested stages does not repeat it. An object raised
     again and again (a ``fn`` that re-raises one cached exception, skipped each time under
     ``on_error="skip"``) keeps one note per stage, naming its latest position: the cost per call is
-    constant (only the last few notes are looked at) and the notes do not grow.
+    constant (only the last few notes are looked at) and the notes do not grow. A URL in
+    ``stage`` or ``what`` (a reader names the file) is shown without its secrets
+    (``https://***@host/a?sig=***``).
 
     >>> e = ValueError("bad")
     >>> for i in range(3):
@@ -102,6 +117,7 @@ def add_stage_note(exc: BaseException, stage: str, position: int | None = None, 
     >>> e.__notes__
     ['[datapipes] raised in stage Mapper(f) at item 2']
     """
+    stage, what = redact(stage), redact(what)  # a label or a file named by URL: shown without its secrets
     stage_part = f"[datapipes] raised in stage {stage}"
     note = f"{stage_part} at {what} {position}" if position is not None else stage_part
     notes = getattr(exc, "__notes__", None)
@@ -216,6 +232,23 @@ def _limit(value: Any, name: str, at: str) -> int | float | None:
     if value < 0:
         raise ValueError(f"{at}{name} must be >= 0 or None, got {value}")
     return int(value)
+
+
+class _Shown:
+    """``str(exc)`` as a log line shows it, made when the line is written: its first 1000
+    characters, the secrets of its URLs masked (``datapipes._redact``)."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def __str__(self) -> str:
+        try:
+            text = str(self.exc)
+        except Exception:  # noqa: BLE001 - a message that cannot be made: say so rather than fail the pass
+            text = f"<str() of the {type(self.exc).__name__} failed>"
+        return redact(text[:1000])
 
 
 def _percent(share: float) -> str:
@@ -340,7 +373,7 @@ class PassFailures:
         what: str = "item",
         warn_failures: int | float | None = WARN_FAILURES,
     ) -> None:
-        self.stage = stage
+        self.stage = redact(stage)
         self.max_failures = max_failures
         self.log = log
         self.count = 0
@@ -425,22 +458,23 @@ class PassFailures:
     def _log(self, exc: Exception, position: int | None) -> None:
         """Log one skipped failure: one line each for the first LOGGED_ONE_BY_ONE, then a line
         counting them every LOG_INTERVAL seconds at most."""
-        where = self.what if position is None else f"{self.what} {position}"
+        where = redact(self.what if position is None else f"{self.what} {position}")
+        shown = _Shown(exc)  # made into text only if a line is written
         if self.logged < LOGGED_ONE_BY_ONE:
             self.logged += 1
             if self.logged < LOGGED_ONE_BY_ONE:
-                logger.warning("stage %s skipped %s: %s: %.300s", self.stage, where, type(exc).__name__, exc)
+                logger.warning("stage %s skipped %s: %s: %.300s", self.stage, where, type(exc).__name__, shown)
                 return
             self.last_line = time.monotonic()
             logger.warning("stage %s skipped %s: %s: %.300s (%d failures logged one by one: the next ones are "
-                           "counted, in one line every %g s at most)", self.stage, where, type(exc).__name__, exc,
+                           "counted, in one line every %g s at most)", self.stage, where, type(exc).__name__, shown,
                            self.logged, LOG_INTERVAL)
             return
         self.quiet += 1
         now = time.monotonic()
         if now - self.last_line >= LOG_INTERVAL:
             logger.warning("stage %s skipped %d more in %.1f s (%d in this pass so far), the latest %s: %s: %.300s",
-                           self.stage, self.quiet, now - self.last_line, self.count, where, type(exc).__name__, exc)
+                           self.stage, self.quiet, now - self.last_line, self.count, where, type(exc).__name__, shown)
             self.quiet = 0
             self.last_line = now
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Iterator
 
+from ._redact import redact
 from ._runtime.traits import Traits, traits_of
 
 __all__ = ["Node", "walk", "traverse", "traverse_dps", "get_all_graph_pipes", "stages", "chain_repr", "describe",
@@ -53,7 +54,10 @@ def stage_label(pipe: Any) -> str:
             args.append(name)
         else:
             args.append(repr(value))
-    return f"{type(pipe).__name__}({', '.join(args)})" if args else type(pipe).__name__
+    if not args:
+        return type(pipe).__name__
+    # an argument may be a URL with its credentials or signature: labels reach reprs, errors and profiles
+    return redact(f"{type(pipe).__name__}({', '.join(args)})")
 
 
 def sources_of(pipe: Any) -> list[Any]:

@@ -27,13 +27,16 @@ stage's ``on_error`` applies), from the others it reaches the consumer.
 :class:`StatsReporter` logs a table of every stage's figures to the ``datapipes`` logger at an
 interval (``datapipes.DataLoader(report_stats_interval=...)`` attaches one).
 
+>>> import threading
 >>> from datapipes.hooks import Hook
 >>> from datapipes.iter import IterableWrapper
 >>> class Count(Hook):
 ...     def __init__(self):
 ...         self.tasks = 0
+...         self.lock = threading.Lock()  # task hooks run on the stage's worker threads at once
 ...     def task_end(self, stats, position, ok):
-...         self.tasks += 1
+...         with self.lock:
+...             self.tasks += 1
 >>> count = Count()
 >>> pipe = IterableWrapper(range(10)).map(abs, concurrency=2).add_hook(count)
 >>> sum(pipe), count.tasks

@@ -33,7 +33,9 @@ The bottleneck:
     ``executor="process"``). A thread stage whose workers *together* were busy most of the time
     counts even if each worker alone was busy less than half the time (threads taking turns on the
     GIL show each of n workers busy about 1/n of the time). Where the machine's CPU use cannot be
-    read, the advice says the GIL is one possible cause, not the cause;
+    read, the advice says the GIL is one possible cause, not the cause. On free-threaded CPython
+    with the GIL disabled (``sys._is_gil_enabled()`` false) the GIL cannot be the cause: the advice
+    says something inside ``fn`` (a lock) serialises the threads;
   - otherwise raise its ``concurrency``;
 - otherwise the stages the concurrent ones waited for are the limit: the serial stages upstream of
   the first concurrent stage when it spent most of its time pulling its source, those between two
@@ -67,6 +69,7 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from ._redact import redact
 from ._runtime import passes as _pass
 from ._trace import TraceRecorder, _write_json
 from ._runtime.tuning import cpu_times as _cpu_times  # noqa: F401 - read by the tests
@@ -116,12 +119,12 @@ class ProfileReport:
             first). Keys: those of :meth:`StageStats.as_dict <datapipes._engine.StageStats.as_dict>`
             (``stage``, ``kind``, ``workers``, ``concurrency``, ``auto``, ``items_in``, ``items_out``,
             ``failures``, ``seconds``, ``items_per_s``, ``busy_s``, ``busy_fraction``, ``self_s``,
-            ``queue_fill``, ``source_s``, ``wait_s``, ``tuning``), plus ``self_share``, ``wait_share``,
-            ``source`` and ``worker``. ``self_share``: the stage's own time on the thread reading it over the
-            run's ``seconds`` (``self_s``; for a concurrent stage ``self_s`` less ``wait_s``, the time
-            that thread waited for its workers' results, which is ``wait_share``); ``source``: the
-            stage reads no other stage. ``worker``: ``None`` for a stage of this process; for a
-            stage inside DataLoader worker processes, ``"all"`` on its row totalled across them
+            ``queue_fill``, ``source_s``, ``wait_s``, ``tuning``, ``tokens``, ``tokens_per_s``), plus
+            ``self_share``, ``wait_share``, ``source`` and ``worker``. ``self_share``: the stage's own
+            time on the thread reading it over the run's ``seconds`` (``self_s``; for a concurrent stage
+            ``self_s`` less ``wait_s``, the time that thread waited for its workers' results, which is
+            ``wait_share``); ``source``: the stage reads no other stage. ``worker``: ``None`` for a stage
+            of this process; for a stage inside DataLoader worker processes, ``"all"`` on its row totalled across them
             (``stage [N workers]``: counts and seconds summed, shares and fractions their mean) and
             the worker's id on its per-worker rows (``profile(..., per_worker=True)``).
         bottleneck: the label of the limiting stage, or ``"consumer"`` or ``"serial stages"``.
@@ -165,7 +168,8 @@ class ProfileReport:
         a concurrent stage's: ``waited``, the share of the run that thread waited for its results,
         ``busy``, its workers' busy time over (elapsed x workers), and ``queue fill``, the mean share
         of its output buffer holding results ready for the consumer (near 100%: downstream is
-        slower). ``-`` where a serial stage has no such figure.
+        slower). ``-`` where a serial stage has no such figure. A stage that counts tokens
+        (``tokenize``) gets a line after the table: its tokens and tokens/s.
         """
         head = (f"  {'stage':<30} {'kind':<8} {'workers':>7} {'items in':>9} {'items out':>9} {'items/s':>10} "
                 f"{'self':>5} {'waited':>6} {'busy':>5} {'queue fill':>10}")
@@ -181,6 +185,9 @@ class ProfileReport:
                 f"{r['items_per_s']:>10.1f} {r['self_share']:>5.0%} {waited:>6} {busy:>5} {fill:>10}"
             )
         lines.append(f"  {'(pipe output)':<30} {'':<8} {'':>7} {'':>9} {self.items:>9} {self.items_per_s:>10.1f}")
+        for r in self.stages:
+            if r.get("tokens"):
+                lines.append(f"{r['stage']}: {r['tokens']} tokens, {r['tokens_per_s']:.1f} tokens/s")
         for r in self.stages:
             if r["auto"]:
                 tuning = f": {r['tuning']}" if r["tuning"] else ""
@@ -225,7 +232,7 @@ class ProfileReport:
         if target is not None:
             lines.append(f"    classDef bottleneck {_HIGHLIGHT}")
             lines.append(f"    class {target} bottleneck")
-        return "\n".join(lines)
+        return redact("\n".join(lines))
 
     def save_trace(self, path: str | os.PathLike[str]) -> None:
         """Write the trace recorded with ``profile(..., trace=True)`` as a Chrome trace-event JSON file
@@ -280,6 +287,13 @@ def _gil_bound(row: dict[str, Any], cpu_cores: float, cpus: int, machine_cores: 
     return _on_one_cpu(row, cpu_cores, cpus) and cpus - machine_cores >= _IDLE
 
 
+def _gil_enabled() -> bool:
+    """Whether this interpreter runs with a GIL now: false only on free-threaded CPython with the GIL
+    disabled (importing an extension not marked free-threading safe turns it back on)."""
+    is_enabled = getattr(sys, "_is_gil_enabled", None)
+    return True if is_enabled is None else bool(is_enabled())
+
+
 def _saturated_advice(row: dict[str, Any], cpu_cores: float, cpus: int, machine_cores: float | None) -> str:
     busy = f"its workers were busy {row['busy_fraction']:.0%} of the time"
     if row["kind"] == "process":
@@ -295,15 +309,20 @@ def _saturated_advice(row: dict[str, Any], cpu_cores: float, cpus: int, machine_
             f"{machine_cores - cpu_cores:.1f} of {cpus} CPUs, leaving none idle, so more concurrency will not help "
             "while they run; profile again on a quieter machine to see what limits the stage itself"
         )
+    # Without a GIL (free-threaded CPython, GIL disabled), threads that take turns wait on each other
+    # inside fn: a lock of its own, or an extension's.
+    gil = _gil_enabled()
     if machine_cores is not None and _gil_bound(row, cpu_cores, cpus, machine_cores):
+        likely = ("fn most likely holds the GIL" if gil
+                  else "the GIL is disabled, so something inside fn (a lock) serialises the threads")
         return (
             f"{busy} but the process used only {cpu_cores:.1f} of {cpus} CPUs while {cpus - machine_cores:.1f} stayed "
-            "idle: fn most likely holds the GIL, so threads take turns; use executor=\"process\" (or a function "
-            "that releases the GIL)"
+            f"idle: {likely}, so threads take turns; use executor=\"process\" (or a function that releases it)"
         )
     if machine_cores is None and _on_one_cpu(row, cpu_cores, cpus):
         return (
-            f"{busy} but the process used only {cpu_cores:.1f} of {cpus} CPUs: fn may hold the GIL (then use "
+            f"{busy} but the process used only {cpu_cores:.1f} of {cpus} CPUs: "
+            f"{'fn may hold the GIL' if gil else 'something inside fn (a lock) may serialise the threads'} (then use "
             "executor=\"process\"), or other processes took the CPUs; this machine's CPU use could not be read "
             "to tell which"
         )
@@ -434,7 +453,9 @@ def _inside_workers(inside: list[tuple[int, str, Any]], seconds: float,
     pipe on its own share)."""
     by_worker: dict[int, list[tuple[str, dict[str, Any]]]] = {}
     for worker, label, stats in inside:
-        by_worker.setdefault(worker, []).append((label, stats.as_dict()))
+        row = stats.as_dict()
+        row["stage"] = label = redact(label)  # a label that shows a URL, without its secrets
+        by_worker.setdefault(worker, []).append((label, row))
     if not by_worker:
         return None
     n = len(by_worker)
@@ -447,7 +468,7 @@ def _inside_workers(inside: list[tuple[int, str, Any]], seconds: float,
             d["source"] = k == 0
     shown: list[dict[str, Any]] = []
     analysed: list[dict[str, Any]] = []
-    summed = ("items_in", "items_out", "failures", "busy_s", "self_s", "source_s", "wait_s")
+    summed = ("items_in", "items_out", "failures", "busy_s", "self_s", "source_s", "wait_s", "tokens")
     averaged = ("seconds", "busy_fraction", "queue_fill", "self_share", "wait_share")
     for k in range(depth):
         ds = [rows[k][1] for rows in by_worker.values()]
@@ -456,11 +477,13 @@ def _inside_workers(inside: list[tuple[int, str, Any]], seconds: float,
         for key in summed + averaged:
             mean[key] = sum(d[key] for d in ds) / n
         mean["items_per_s"] = mean["items_out"] / mean["seconds"] if mean["seconds"] else 0.0
+        mean["tokens_per_s"] = mean["tokens"] / mean["seconds"] if mean["seconds"] else 0.0
         analysed.append(mean)
         total = dict(mean, stage=f"{label} [{n} workers]", worker="all")
         for key in summed:
             total[key] = sum(d[key] for d in ds)
         total["items_per_s"] = total["items_out"] / seconds
+        total["tokens_per_s"] = total["tokens"] / seconds
         shown.append(total)
     if per_worker:
         for worker, rows in sorted(by_worker.items()):
@@ -540,6 +563,7 @@ def profile(pipe: Any, num_items: int | None = 1000, *, show: bool = True, file:
     rows = []
     for stage, stats in measured:
         row = stats.as_dict()
+        row["stage"] = redact(row["stage"])  # a label that shows a URL, without its secrets
         waited = 0.0 if stats.kind in ("serial", "inline") else row["wait_s"]
         row["self_share"] = max(row["self_s"] - waited, 0.0) / seconds
         row["wait_share"] = waited / seconds

@@ -5,7 +5,7 @@
 # The suite runs on every CPU at once (pytest-xdist, one worker a usable CPU, at most 8: each worker
 # imports torch and holds its own process pools, and past 8 the suite's longest tests set its time;
 # DATAPIPES_TEST_WORKERS overrides, 0 runs it in this process; a later -n among the arguments wins too). Tests that share a
-# machine-wide resource stay on one worker (tests/conftest.py groups them; --dist loadgroup).
+# machine-wide resource stay on one worker (tests/xdist_scheduling.py groups them; --dist loadgroup).
 #
 # Bytecode is written (__pycache__, ignored by git) even where the machine sets
 # PYTHONDONTWRITEBYTECODE: the suite starts hundreds of interpreters (spawned and forkserver workers,

@@ -1,5 +1,6 @@
 """Shared test set-up: hypothesis profiles, thread-leak helpers, and how the suite spreads over
-pytest-xdist's workers (scripts/test.sh runs it with ``-n <CPUs, at most 8> --dist loadgroup``)."""
+pytest-xdist's workers (scripts/test.sh runs it with ``-n <CPUs, at most 8> --dist loadgroup``; the
+groups and the scheduler are in tests/xdist_scheduling.py)."""
 
 import os
 import sys
@@ -9,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from helpers import FREE_THREADED
+from xdist_scheduling import group_of, make_scheduler
 
 # Concurrency makes timings vary: no deadlines. CI replays a fixed set of examples.
 settings.register_profile(
@@ -19,22 +21,24 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests that share a machine-wide resource run on one xdist worker, one after another, as they
-    did before the suite ran in parallel:
+    """Every test that starts a Ray runtime is in the "cluster" group (tests/xdist_scheduling.py).
 
-    - the ones that start a cluster runtime (tests/cluster: Ray and Dask, each sized to the machine's
-      CPUs; the cluster benchmark's smoke run): two Ray runtimes at once would each claim every CPU,
-      and a module's runtime is shared by its tests;
-    - the mypy runs of tests/test_typing.py, which share a cache folder (two mypy processes writing
-      one cache at once end in mypy's internal error).
+    Tests marked ``slow`` run first (a stable sort: the order among the others is the collection's):
+    xdist hands out tests in collection order, so a 40-second test collected last would run alone
+    at the end while the other workers idle; started first, the short tests fill in around it. Every
+    worker sorts the same collection the same way, as xdist requires."""
+    stray = [item.nodeid for item in items
+             if item.get_closest_marker("ray") is not None and group_of(item.nodeid) != "cluster"]
+    if stray:
+        raise pytest.UsageError(f"tests marked 'ray' outside the 'cluster' group of tests/xdist_scheduling.py "
+                                f"(GROUPS): {stray}")
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
-    Every other test goes to whichever worker is free."""
-    cluster, mypy = pytest.mark.xdist_group("cluster"), pytest.mark.xdist_group("mypy")
-    for item in items:
-        if item.nodeid.startswith("tests/cluster/") or item.get_closest_marker("ray") is not None:
-            item.add_marker(cluster)
-        elif item.nodeid.startswith("tests/test_typing.py::"):
-            item.add_marker(mypy)
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` with the suite's groups, and that ends when a test kills its worker
+    (tests/xdist_scheduling.py)."""
+    return make_scheduler(config, log)
 
 
 def pytest_report_header(config):

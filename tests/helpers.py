@@ -8,6 +8,7 @@ free-threaded interpreter cannot install."""
 
 import gc
 import glob
+import inspect
 import io
 import os
 import pickle
@@ -17,6 +18,7 @@ import tarfile
 import zipfile
 
 import pytest
+import torch
 from PIL import Image
 
 from datapipes import IterDataPipe
@@ -34,6 +36,11 @@ NO_FREE_THREADED_BUILD = {
     "flask": "flask only serves moto here, which cannot be installed free-threaded",
     "flask_cors": "flask-cors only serves moto here, which cannot be installed free-threaded",
 }
+
+
+#: torch's DataLoader takes ``in_order`` (torch 2.6+; the oldest torch CI runs, 2.5.1, has none)
+TORCH_IN_ORDER = "in_order" in inspect.signature(torch.utils.data.DataLoader.__init__).parameters
+needs_torch_in_order = pytest.mark.skipif(not TORCH_IN_ORDER, reason="torch's DataLoader has in_order from 2.6")
 
 
 def import_or_skip(name, reason):
@@ -218,6 +225,19 @@ def run_ranks(fn, args, nprocs, seconds=120):
 # -- file contents built in memory (archives, images, TFRecord) -------------------------------------
 
 
+class NonSeekable(io.RawIOBase):
+    """A binary stream that can only be read forward and has no size (an HTTP response, a pipe)."""
+
+    def __init__(self, data):
+        self._buf = io.BytesIO(data)
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        return self._buf.readinto(b)
+
+
 def make_tar(members, mode="w"):
     """A tar archive (``mode``: "w", "w:gz", ...) of ``(name, bytes)`` members (``None`` for a
     directory), as bytes."""
@@ -303,3 +323,13 @@ def resumed(pipe, state):
     it = iter(pipe)
     it.load_state_dict(state)
     return it
+
+
+def is_plain(x):
+    """Whether a state is plain data only (str-keyed dicts, lists, tuples, str, int, float, bool, None):
+    what ``torch.load(weights_only=True)`` and JSON take, and nothing to unpickle."""
+    if isinstance(x, dict):
+        return all(isinstance(k, str) and is_plain(v) for k, v in x.items())
+    if isinstance(x, (list, tuple)):
+        return all(map(is_plain, x))
+    return x is None or type(x) in (str, int, float, bool)

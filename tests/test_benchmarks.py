@@ -26,6 +26,7 @@ def run(*args):
     return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_gpu_overlap_smoke_run_on_the_cpu(tmp_path):
     proc = run("--device", "cpu", "--images", "40", "--repeats", "1", "--concurrency", "2")
     assert proc.returncode == 0, proc.stderr
@@ -76,6 +77,7 @@ def test_gpu_overlap_copy_vs_compute_does_not_deep_copy_the_batches(monkeypatch,
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without CUDA")
+@pytest.mark.slow
 def test_gpu_overlap_without_cuda_says_so():
     proc = run("--images", "8")
     assert proc.returncode == 2
@@ -136,6 +138,7 @@ def test_autotune_smoke_run(tmp_path):
 
 @pytest.mark.ray
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_cluster_benchmark_smoke_run():
     import_or_skip("ray", reason="Ray (requirements-test-gil.txt) runs the cluster benchmark")
     pytest.importorskip("distributed")
@@ -151,6 +154,7 @@ def test_cluster_benchmark_smoke_run():
         assert system in out
 
 
+@pytest.mark.slow
 def test_transfer_many_core_proxy_smoke_run():
     # --work-ms: every item sleeps first, so that W workers behave as on W cores; the table adds
     # items/s and their share of the workers' rate, and every run prints its progress line
@@ -166,3 +170,45 @@ def test_transfer_many_core_proxy_smoke_run():
     assert len(rows) == 2 and all(re.search(r"\| [\d,]+ \| \d+% \|$", row) for row in rows)
     assert proc.stderr.count("65,536 bytes, run 1 ") == 3
     assert "PASS" in proc.stdout or "FAIL" in proc.stdout
+
+
+@pytest.mark.slow
+def test_packing_smoke_run(tmp_path):
+    # Every section at toy sizes; Grain is not in the test environments ("not installed" rows), and
+    # without tokenizers (free-threaded CPython) the three sections that need it say so.
+    out = tmp_path / "packing.json"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "packing.py"), "--docs", "400", "--texts", "120",
+         "--resume-texts", "60", "--points", "2", "--repeats", "1", "--e2e-seq-len", "256", "--json", str(out)],
+        capture_output=True, text=True, timeout=280, cwd=ROOT)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: a target missed (a smoke run's figures mean nothing)
+    doc = json.loads(out.read_text())
+    assert doc["benchmark"] == "packing"
+    names = [w["name"] for w in doc["workloads"]]
+    assert names[:3] == ["pack_concat", "pack_first_fit", "pack_best_fit"]
+    for w in doc["workloads"][:3]:
+        ours = next(s for s in w["systems"] if s["name"] == "datapipes")
+        assert ours["throughput"] > 0 and 0 <= ours["padding_share"] < 1
+    try:
+        import tokenizers  # noqa: F401
+    except ImportError:
+        assert "tokenize: not run: tokenizers is not installed" in proc.stdout
+        return
+    assert names[3:] == ["tokenize", "e2e", "resume"]
+    assert "2 of 2 resumed streams equal the uninterrupted one" in proc.stdout, proc.stdout
+    assert "e2e: the loaders delivered" not in proc.stdout
+
+
+@pytest.mark.slow
+def test_mixing_smoke_run(tmp_path):
+    out = tmp_path / "mixing.json"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "mixing.py"), "--draws", "3000", "--points", "1",
+         "--repeats", "1", "--json", str(out)],
+        capture_output=True, text=True, timeout=280, cwd=ROOT)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: a target missed (a smoke run's figures mean nothing)
+    doc = json.loads(out.read_text())
+    assert doc["benchmark"] == "mixing" and [w["name"] for w in doc["workloads"]] == ["deviation", "overhead", "resume"]
+    deviation = doc["workloads"][0]
+    assert all(s["exact_max_deviation"] < 1 for s in deviation["systems"] if "exact_max_deviation" in s)
+    assert "1 of 1 resumed epochs deliver every item of the mixture exactly once" in proc.stdout

@@ -224,7 +224,7 @@ def mapper_threads_here(x):
 
 def test_loader_budget_reaches_worker_processes():
     pipe = IterableWrapper(range(40)).sharding_filter().map(mapper_threads_here, concurrency=8)
-    loader = DataLoader(pipe, num_workers=2, max_threads=3)
+    loader = DataLoader(pipe, batch_size=None, num_workers=2, max_threads=3)
     seen = list(loader)
     assert len(seen) == 40 and 1 <= max(seen) <= 3
 
@@ -482,6 +482,7 @@ def test_budget_shares_max_processes_first_come_one_each_at_least():
     assert Budget([], None, None).take_processes(a, 64) == 64  # no bound
 
 
+@pytest.mark.slow
 def test_max_processes_bounds_the_process_stages_of_a_pass(simulate_cpus):
     simulate_cpus(4)
     pipe = (IterableWrapper(range(60)).map(_pid, concurrency=2, executor="process", chunksize=1)
@@ -497,6 +498,7 @@ def test_max_processes_bounds_the_process_stages_of_a_pass(simulate_cpus):
     assert len(set(auto)) == 1 and auto.stats()[0][1].workers == 1
 
 
+@pytest.mark.slow
 def test_an_auto_process_stage_backs_off_when_its_workers_memory_nears_max_memory(simulate_cpus, monkeypatch):
     from datapipes._runtime import tuning as _tuning
 
@@ -519,6 +521,7 @@ def test_an_auto_process_stage_backs_off_when_its_workers_memory_nears_max_memor
     assert "memory" in stats.tuning
 
 
+@pytest.mark.slow
 def test_workers_memory_counts_live_worker_processes():
     from datapipes._runtime import tuning as _tuning
 

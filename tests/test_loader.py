@@ -212,10 +212,10 @@ class TestTorchSpelling:
         assert "Collator" in repr(loader.pipe)
 
     def test_collate_fn_without_batch_size_applies_to_each_item(self):
-        assert list(DataLoader(IterableWrapper(range(3)), collate_fn=lambda x: x * 10)) == [0, 10, 20]
+        assert list(DataLoader(IterableWrapper(range(3)), batch_size=None, collate_fn=lambda x: x * 10)) == [0, 10, 20]
 
     def test_no_batch_size_passes_items_as_they_are(self):
-        loader = DataLoader(IterableWrapper(["a", None, 3]))
+        loader = DataLoader(IterableWrapper(["a", None, 3]), batch_size=None)
         assert list(loader) == ["a", None, 3]
         assert len(loader) == 3
 
@@ -231,9 +231,9 @@ class TestTorchSpelling:
         # torch's loader does not stack items without a batch_size; nor does to_device then, and a
         # collate_fn whose batches are lists is not collated a second time on the way to the device.
         t = torch.arange(3)
-        got = list(DataLoader(IterableWrapper([[t, t + 1]]), device="cpu"))
+        got = list(DataLoader(IterableWrapper([[t, t + 1]]), batch_size=None, device="cpu"))
         assert len(got) == 1 and isinstance(got[0], list) and [x.tolist() for x in got[0]] == [[0, 1, 2], [1, 2, 3]]
-        got = list(DataLoader(IterableWrapper([t]), collate_fn=lambda x: [x, x * 2], device="cpu"))
+        got = list(DataLoader(IterableWrapper([t]), batch_size=None, collate_fn=lambda x: [x, x * 2], device="cpu"))
         assert isinstance(got[0], list) and [x.tolist() for x in got[0]] == [[0, 1, 2], [0, 2, 4]]
 
     def test_pin_memory_without_a_device(self):
@@ -267,7 +267,7 @@ class TestTorchSpelling:
         pipe = IterableWrapper(range(23)).sharding_filter()
         assert len(DataLoader(pipe, batch_size=4, num_workers=2)) == 3 + 3  # shards of 12 and 11
         assert len(DataLoader(pipe, batch_size=4, drop_last=True, num_workers=2)) == 3 + 2
-        assert len(DataLoader(pipe, num_workers=3)) == 23
+        assert len(DataLoader(pipe, batch_size=None, num_workers=3)) == 23
         assert pipe.groups == {}  # the shards lent for the count were taken back
         with pytest.raises(TypeError, match="Filter"):
             len(DataLoader(IterableWrapper(range(5)).filter(bool).sharding_filter(), batch_size=2, num_workers=2))
@@ -329,7 +329,7 @@ class TestDevice:
 
 
 def shuffled(seed=None, n=20):
-    return DataLoader(IterableWrapper(range(n)).shuffle(), seed=seed)
+    return DataLoader(IterableWrapper(range(n)).shuffle(), batch_size=None, seed=seed)
 
 
 class TestSeeds:
@@ -382,7 +382,7 @@ class TestSeeds:
                 m.setenv("RANK", str(rank))
                 m.setenv("WORLD_SIZE", "2")
                 pipe = IterableWrapper(range(20)).shuffle().sharding_filter()
-                return list(DataLoader(pipe, seed=3))
+                return list(DataLoader(pipe, batch_size=None, seed=3))
 
         a, b = rank_items(0), rank_items(1)
         assert sorted(a + b) == list(range(20)) and len(a) == len(b) == 10
@@ -390,11 +390,12 @@ class TestSeeds:
     def test_ranks_without_a_process_group_need_a_seed(self, monkeypatch):
         monkeypatch.setenv("RANK", "1")
         monkeypatch.setenv("WORLD_SIZE", "2")
-        loader = DataLoader(IterableWrapper(range(8)).shuffle().sharding_filter())
+        loader = DataLoader(IterableWrapper(range(8)).shuffle().sharding_filter(), batch_size=None)
         with pytest.raises(RuntimeError, match=r"Shuffler.*upstream of sharding_filter\(\).*Pass seed="):
             iter(loader)
         # a shuffle downstream of the sharding needs no agreement
-        assert sorted(DataLoader(IterableWrapper(range(8)).sharding_filter().shuffle())) == [1, 3, 5, 7]
+        assert sorted(DataLoader(IterableWrapper(range(8)).sharding_filter().shuffle(),
+                                 batch_size=None)) == [1, 3, 5, 7]
 
     def test_random_stages_downstream_of_sharding_differ_per_rank(self, monkeypatch):
         def draws(rank):
@@ -402,7 +403,7 @@ class TestSeeds:
                 m.setenv("RANK", str(rank))
                 m.setenv("WORLD_SIZE", "2")
                 pipe = IterableWrapper(range(10)).sharding_filter().map(lambda x, rng: rng.random(), rng="python")
-                return list(DataLoader(pipe, seed=0))
+                return list(DataLoader(pipe, batch_size=None, seed=0))
 
         assert draws(0) != draws(1)
         assert draws(1) == draws(1)
@@ -521,24 +522,19 @@ class TestSpdlSpelling:
 class TestTimeout:
     @pytest.mark.parametrize("spelling", ["spdl", "torch"])
     def test_a_stuck_pipe_raises_timeout_error(self, spelling, no_thread_leak):
-        event = threading.Event()
-        timer = threading.Timer(0.4, event.set)  # unblocks the source, so its thread can end
+        event = threading.Event()  # holds the source after its first batch; set at the end, so its thread can end
         source = IterableWrapper(Gate([1, 2], [3], event))
         if spelling == "spdl":
-            loader = DataLoader(source, preprocessor=lambda x: x, batch_size=2, num_threads=1, timeout=0.1)
+            loader = DataLoader(source, preprocessor=lambda x: x, batch_size=2, num_threads=1, timeout=0.5)
         else:
-            loader = DataLoader(source, batch_size=2, timeout=0.1)
+            loader = DataLoader(source, batch_size=2, timeout=0.5)
         it = iter(loader)
-        timer.start()
         try:
             assert list(next(it)) == [1, 2]
-            t = time.monotonic()
-            with pytest.raises(TimeoutError, match=r"DataLoader: batch 1 did not arrive within timeout=0.1 s"):
+            with pytest.raises(TimeoutError, match=r"DataLoader: batch 1 did not arrive within timeout=0.5 s"):
                 next(it)
-            assert time.monotonic() - t < 1.5
         finally:
             event.set()
-            timer.cancel()
 
     def test_no_timeout_when_batches_come_in_time(self):
         loader = DataLoader(range(6), preprocessor=lambda x: x, batch_size=2, timeout=5)
@@ -554,7 +550,7 @@ class TestArguments:
         [
             ({"batch_size": 0}, ValueError, "batch_size must be >= 1, got 0"),
             ({"batch_size": "8"}, TypeError, "batch_size must be an int"),
-            ({"drop_last": True}, ValueError, "drop_last=True needs a batch_size"),
+            ({"batch_size": None, "drop_last": True}, ValueError, "drop_last=True needs a batch_size"),
             ({"batch_size": 2, "drop_last": "yes"}, TypeError, "drop_last must be a bool"),
             ({"collate_fn": 3}, TypeError, "collate_fn must be callable"),
             ({"pin_memory": "yes"}, TypeError, "pin_memory must be a bool"),
@@ -668,7 +664,7 @@ class TestWorkers:
 
     def test_random_stages_downstream_of_sharding_differ_per_worker(self):
         pipe = IterableWrapper(range(8)).sharding_filter().map(lambda x, rng: (x, rng.random()), rng="python")
-        got = dict(DataLoader(pipe, num_workers=2, seed=0))
+        got = dict(DataLoader(pipe, batch_size=None, num_workers=2, seed=0))
         assert sorted(got) == list(range(8))
         assert [got[x] for x in (0, 2, 4, 6)] != [got[x] for x in (1, 3, 5, 7)]  # worker 0 vs worker 1
 
@@ -705,22 +701,21 @@ class TestWorkers:
             assert child_pids() - before  # the workers persist between passes
         assert not wait_children_gone(before)
 
-    def test_persistent_workers_refuse_a_second_live_iterator(self):
-        # torch's loader resets its one iterator under the first pass: the first drained the second's
-        # batches and the second then failed with "generator raised StopIteration"
+    def test_persistent_workers_a_second_iter_ends_the_live_pass(self):
+        # torch's loader resets its one iterator under the first pass, which then goes on with the
+        # second pass's batches; here the first pass ends (its iterator is exhausted) and the second
+        # is whole
         data = IterableWrapper(range(20)).sharding_filter()
         with DataLoader(data, batch_size=2, num_workers=2, persistent_workers=True) as loader:
             a = iter(loader)
-            first = next(a).tolist()
-            with pytest.raises(RuntimeError, match="already being iterated.*persistent_workers=False"):
-                iter(loader)
-            rest = [b.tolist() for b in a]
-            assert sorted(sum([first] + rest, [])) == list(range(20))  # the refusal cost the first pass nothing
-            b = iter(loader)  # the first ended: a new pass is welcome
-            next(b)
-            b.close()
-            c = iter(loader)  # closed: so is the next
-            assert sorted(sum((x.tolist() for x in c), [])) == list(range(20))
+            next(a)
+            b = iter(loader)
+            assert list(a) == []  # ended: it takes nothing of the second pass
+            assert sorted(sum((x.tolist() for x in b), [])) == list(range(20))
+            c = iter(loader)
+            next(c)
+            c.close()
+            assert sorted(sum((x.tolist() for x in iter(loader)), [])) == list(range(20))
             for _ in loader:
                 break  # a dropped iterator ends its pass
             assert sorted(sum((x.tolist() for x in loader), [])) == list(range(20))
@@ -868,7 +863,7 @@ class TestWorkerErrors:
     def test_the_position_before_sharding_is_left_out_where_it_cannot_be_told(self):
         # a filter between the sharding_filter and the failing stage: its k-th item is not the
         # sharding filter's k-th, so no position before sharding is claimed
-        pipe = IterableWrapper(range(20)).sharding_filter().filter(lambda x: x % 3).map(_fails_on_7)
+        pipe = IterableWrapper(range(20)).sharding_filter().filter(lambda x: x % 3 != 0).map(_fails_on_7)
         with pytest.raises(KeyError) as info:
             list(DataLoader(pipe, batch_size=None, num_workers=2))
         assert not any("before its sharding_filter" in n for n in info.value.__notes__)
@@ -989,7 +984,7 @@ def _rank_main(rank, world_size, folder):
                 run(key, pipe, even_batches="pad")
             except ValueError as e:
                 out[key] = str(e)
-        loader = DataLoader(IterableWrapper(range(16)).shuffle())
+        loader = DataLoader(IterableWrapper(range(16)).shuffle(), batch_size=None)
         out["shuffled"] = list(loader)
         # 2 workers per rank, no seed: 10 items in 4 shards (rank * 2 + worker) of 3, 3, 2, 2
         loader = DataLoader(IterableWrapper(range(10)).shuffle().sharding_filter(), batch_size=2, num_workers=2,

@@ -7,6 +7,8 @@ from __future__ import annotations
 import collections
 import gc
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -31,6 +33,13 @@ def sample(i):
 
 def pipe(n=24):
     return IterableWrapper(range(n)).sharding_filter().map(sample)
+
+
+def _connected(channel):
+    """Whether a connection waits on ``channel``'s listener (without taking it)."""
+    import select
+
+    return bool(select.select([channel._listener], [], [], 0)[0])
 
 
 def open_fds():
@@ -197,6 +206,39 @@ class TestChannel:
             with pytest.raises(RuntimeError, match="worker 1 did not connect"):
                 channel.receive(1, sent)
         finally:
+            channel.close()
+            fdpass.close_senders()
+
+    @pytest.mark.skipif(os.geteuid() != 0, reason="becoming another user takes root")
+    def test_a_process_of_another_user_is_not_taken_for_a_worker(self, monkeypatch):
+        """The channel's address is abstract (no file, no permissions) and listed in
+        /proc/net/unix: a process of another user that connects and claims to be worker 0 is
+        refused, and the real worker 0's batch is received."""
+        monkeypatch.setattr(fdpass, "WAIT", 0.5)
+        channel = fdpass.Channel()
+        intruder = (
+            "import os, socket, struct, sys\n"
+            "os.setgid(65534); os.setuid(65534)\n"
+            "conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n"
+            "conn.connect(bytes.fromhex(sys.argv[1]).decode())\n"
+            "conn.sendall(struct.pack('<q', 0))\n"
+            "fd = os.memfd_create('forged')\n"
+            "os.write(fd, b'x' * 64)\n"
+            "socket.send_fds(conn, [struct.pack('<Q', 1)], [fd])\n"
+            "sys.stdin.read()\n"
+        )
+        child = subprocess.Popen([sys.executable, "-c", intruder, channel.address.encode().hex()],
+                                 stdin=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 30
+            while child.poll() is None and not _connected(channel) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            with pytest.raises(RuntimeError, match="worker 0 did not connect"):
+                channel._conn(0)
+            sent = fdpass.send(channel.address, 0, self.batch(3))
+            assert same(channel.receive(0, sent), self.batch(3))
+        finally:
+            child.communicate(b"")
             channel.close()
             fdpass.close_senders()
 

@@ -49,7 +49,7 @@ class TestShuffle:
         assert run(7) == run(7) != run(8)
 
     def test_without_batch_size_the_samples_come_one_by_one(self):
-        items = list(DataLoader(["a", "b", "c", "d"], shuffle=True, seed=1))
+        items = list(DataLoader(["a", "b", "c", "d"], batch_size=None, shuffle=True, seed=1))
         assert sorted(items) == ["a", "b", "c", "d"]
 
     def test_false_and_none_read_in_index_order(self):
@@ -57,11 +57,11 @@ class TestShuffle:
 
     def test_on_a_datapipe_it_turns_its_shuffles_on_and_off(self):
         pipe = IterableWrapper(range(20)).shuffle()
-        assert list(DataLoader(pipe, shuffle=False)) == list(range(20))
-        shuffled = list(DataLoader(pipe, shuffle=True, seed=2))
+        assert list(DataLoader(pipe, batch_size=None, shuffle=False)) == list(range(20))
+        shuffled = list(DataLoader(pipe, batch_size=None, shuffle=True, seed=2))
         assert sorted(shuffled) == list(range(20)) and shuffled != list(range(20))
         with pytest.warns(UserWarning, match="Shuffler"):  # none in the pipe: one is added at the end, as torch does
-            added = list(DataLoader(IterableWrapper(range(20)), shuffle=True, seed=2))
+            added = list(DataLoader(IterableWrapper(range(20)), batch_size=None, shuffle=True, seed=2))
         assert sorted(added) == list(range(20)) and added != list(range(20))
 
     def test_on_another_iterable_it_is_refused_with_torchs_words(self):

@@ -132,6 +132,13 @@ class TestEveryStage:
             assert len(tasks) <= gated["items_in"] and {e["name"] for e in tasks} == {"Mapper(gate)"}
 
 
+@pytest.fixture
+def gil(monkeypatch):
+    """The verdicts of an interpreter with a GIL, whatever this one runs with (on free-threaded CPython,
+    importing an extension not marked free-threading safe turns the GIL back on for the process)."""
+    monkeypatch.setattr(profiling, "_gil_enabled", lambda: True)
+
+
 @pytest.mark.usefixtures("no_thread_leak")
 class TestBottleneck:
     def test_names_the_saturated_stage(self):
@@ -206,6 +213,7 @@ class TestBottleneck:
         rows[2] = self._serial("Mapper(g)", 0.8)
         assert _bottleneck(rows)[:2] == (2, "Mapper(g)")
 
+    @pytest.mark.usefixtures("gil")
     def test_advice_follows_the_process_cpu_time(self):
         row = self._row("thread", 8, 0.95)
         stage, why = _diagnose([row], cpu_cores=1.9, cpus=2, machine_cores=2.0)
@@ -220,6 +228,7 @@ class TestBottleneck:
         stage, why = _diagnose([self._row("process", 2, 0.9)], cpu_cores=0.1, cpus=4, machine_cores=2.1)
         assert "up to the number of CPUs, 4" in why
 
+    @pytest.mark.usefixtures("gil")
     def test_threads_taking_turns_on_the_gil_are_the_bottleneck(self):
         # Two workers each busy 30% (together 60%) while the process used one of two CPUs and the
         # other CPU stayed idle: GIL-bound.
@@ -235,6 +244,7 @@ class TestBottleneck:
         stage, why = _diagnose([self._row("thread", 4, 0.1)], cpu_cores=1.0, cpus=2, machine_cores=1.0)
         assert stage == "serial stages"
 
+    @pytest.mark.usefixtures("gil")
     def test_a_machine_saturated_by_other_processes_is_not_the_gil(self):
         # Pillow decoding on 2 threads beside a CPU hog: the process got one CPU of two because the
         # hog had the other, not because fn holds the GIL.
@@ -259,6 +269,7 @@ class TestBottleneck:
         stage, why = _diagnose([self._row("thread", 2, 0.95)], cpu_cores=1.0, cpus=2, machine_cores=1.5)
         assert "holds the GIL" in why
 
+    @pytest.mark.usefixtures("gil")
     def test_unknown_machine_use_claims_no_gil(self):
         stage, why = _diagnose([self._row("thread", 2, 0.95)], cpu_cores=1.0, cpus=2, machine_cores=None)
         assert stage == "Mapper(f)" and "holds the GIL" not in why
@@ -266,6 +277,24 @@ class TestBottleneck:
         # The other verdicts need no machine figures.
         stage, why = _diagnose([self._row("thread", 2, 0.95)], cpu_cores=1.9, cpus=2)
         assert "CPU-bound" in why
+
+    def test_without_a_gil_threads_taking_turns_are_serialised_by_fn(self, monkeypatch):
+        # Free-threaded CPython with the GIL disabled: one CPU of two used with the other idle cannot be
+        # the GIL, so the advice names what can (a lock inside fn).
+        monkeypatch.setattr(profiling, "_gil_enabled", lambda: False)
+        stage, why = _diagnose([self._row("thread", 2, 0.95)], cpu_cores=1.0, cpus=2, machine_cores=1.05)
+        assert stage == "Mapper(f)" and "holds the GIL" not in why
+        assert "GIL is disabled" in why and "serialises the threads" in why and 'executor="process"' in why
+        stage, why = _diagnose([self._row("thread", 2, 0.95)], cpu_cores=1.0, cpus=2, machine_cores=None)
+        assert "may hold the GIL" not in why and "may serialise the threads" in why and "could not be read" in why
+
+    def test_the_gil_state_is_read_when_the_verdict_is_given(self, monkeypatch):
+        monkeypatch.setattr(sys, "_is_gil_enabled", lambda: False, raising=False)
+        assert profiling._gil_enabled() is False
+        monkeypatch.setattr(sys, "_is_gil_enabled", lambda: True)
+        assert profiling._gil_enabled() is True
+        monkeypatch.delattr(sys, "_is_gil_enabled")  # CPython before 3.13: always a GIL
+        assert profiling._gil_enabled() is True
 
     def test_cpu_times_reads_the_usable_cpus(self):
         text = (
@@ -297,6 +326,10 @@ class TestBottleneck:
     def test_gil_bound_threads_are_named(self):
         report = profile(IterableWrapper(range(10_000)).map(spin, concurrency=2), num_items=300, show=False)
         assert report.bottleneck == "Mapper(spin)", report.table()
+        if not profiling._gil_enabled():
+            # Free-threaded CPython with the GIL off: spin runs on both CPUs at once; no GIL verdict.
+            assert "GIL" not in report.reason or "GIL is disabled" in report.reason, report.table()
+            return
         assert report.cpu_cores < 1.25 and report.cpus == usable_cpus()
         assert f"process CPU: {report.cpu_cores:.2f} of {report.cpus} CPUs" in report.table()
         if report.machine_cores is not None and report.cpus - report.machine_cores < 0.5:

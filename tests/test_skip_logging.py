@@ -145,7 +145,7 @@ class TestEachSkip:
         for pipe in (
             IterableWrapper(range(50)).map(never_fails, on_error="skip"),
             IterableWrapper(range(50)).map(never_fails, concurrency=3, on_error="skip"),
-            IterableWrapper(range(50)).filter(never_fails, on_error="skip", max_failures=0.1),
+            IterableWrapper(range(50)).filter(bool, on_error="skip", max_failures=0.1),  # filter_fn returns a bool
             json_files(["[1]", "[2]"]).parse_json_files(on_error="skip"),
         ):
             assert len(list(pipe)) in (2, 49, 50)

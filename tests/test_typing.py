@@ -422,9 +422,9 @@ def stack(batch: list[int]) -> torch.Tensor:
 
 
 pipe = IterableWrapper([1, 2, 3])
-reveal_type(DataLoader(pipe))  # N: datapipes.loader.dataloader.DataLoader[int]
-reveal_type(DataLoader(["a"], num_workers=0, seed=1))  # N: datapipes.loader.dataloader.DataLoader[str]
-reveal_type(DataLoader(SequenceWrapper([b"x"])))  # N: datapipes.loader.dataloader.DataLoader[bytes]
+reveal_type(DataLoader(dataset=pipe, batch_size=None))  # N: datapipes.loader.dataloader.DataLoader[int]
+reveal_type(DataLoader(["a"], batch_size=None, num_workers=0, seed=1))  # N: datapipes.loader.dataloader.DataLoader[str]
+reveal_type(DataLoader(SequenceWrapper([b"x"]), None))  # N: datapipes.loader.dataloader.DataLoader[bytes]
 reveal_type(DataLoader(pipe, batch_size=2))  # N: datapipes.loader.dataloader.DataLoader[Any]
 reveal_type(DataLoader(pipe, 2, collate_fn=stack))  # N: datapipes.loader.dataloader.DataLoader[torch._tensor.Tensor]
 reveal_type(DataLoader(pipe, 2, collate_fn=stack, device="cpu"))  # N: datapipes.loader.dataloader.DataLoader[Any]
@@ -432,7 +432,7 @@ reveal_type(DataLoader(src=["a"], batch_size=2, aggregator="".join))  # N: datap
 reveal_type(DataLoader(["a"], aggregator="".join, transfer_fn=len))  # N: datapipes.loader.dataloader.DataLoader[int]
 for batch in DataLoader(pipe, 2, collate_fn=stack):
     reveal_type(batch)  # N: torch._tensor.Tensor
-with DataLoader(pipe) as loader:
+with DataLoader(pipe=pipe, batch_size=None) as loader:
     reveal_type(loader)  # N: datapipes.loader.dataloader.DataLoader[int]
 """
 

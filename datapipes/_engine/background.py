@@ -34,9 +34,10 @@ class BackgroundRun(Resumable):
     saves the pending items themselves; a resumed pass yields them before anything new.
     """
 
-    __slots__ = ("pending", "lock", "resume", "taken")
+    __slots__ = ("pending", "lock", "resume", "taken", "size")
 
-    def __init__(self) -> None:
+    def __init__(self, size: int | None = None) -> None:
+        self.size = size  # the stage's buffer_size: no more are ever pending (None: not checked)
         self.pending: deque[Any] = deque()
         self.lock = threading.Lock()
         self.resume: list[Any] | None = None
@@ -52,7 +53,13 @@ class BackgroundRun(Resumable):
         return {"pending": list(self.pending)}
 
     def load(self, state: dict[str, Any]) -> None:
-        self.resume = list(state["pending"])
+        pending = state["pending"]
+        if type(pending) is not list:  # the pass names the stage (passes._restore)
+            raise ValueError(f"state['pending'] must be a list of the items produced and not yet taken, "
+                             f"got {type(pending).__name__}")
+        if self.size is not None and len(pending) > self.size:
+            raise ValueError(f"state['pending'] holds {len(pending)} items, more than buffer_size={self.size} allows")
+        self.resume = list(pending)
 
 
 def _produce(make: Callable[[], Iterable[Any]], fn: Callable[[Any], Any] | None, put: Callable[[Any], None],

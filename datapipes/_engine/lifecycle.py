@@ -34,6 +34,8 @@ class Resumable(ABC):
     def restore(self, state: Any) -> None:
         if self.started:
             raise RuntimeError(STARTED)
+        if type(state) is not dict:  # every run's state is a dict: a state from elsewhere is checked first
+            raise ValueError(f"the state must be a dict, got {type(state).__name__}: {state!r:.100}")
         self.load(state)
 
     @abstractmethod

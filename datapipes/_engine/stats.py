@@ -41,12 +41,14 @@ class StageStats:
             one sample each time the consumer takes an item.
         started, stopped: ``time.perf_counter()`` at the pass's first ``next()`` and at its end.
         tuning: the autotuner's last decision, in words (``""`` for a stage that is not tuned).
+        tokens: token ids handed out, for a stage that yields them (``tokenize``, which counts each
+            batch as it arrives); 0 for every other stage.
     """
 
     __slots__ = (
         "label", "kind", "workers", "capacity", "_in", "_out", "_fail", "busy_s",
         "fill_sum", "fill_samples", "started", "stopped", "source_s", "wait_s", "_busy", "_live",
-        "self_s", "auto", "tuning", "__weakref__",
+        "self_s", "auto", "tuning", "tokens", "__weakref__",
     )
 
     def __init__(self, label: str, kind: str, workers: int, capacity: int, auto: bool = False) -> None:
@@ -56,6 +58,7 @@ class StageStats:
         self.capacity = capacity
         self.auto = auto
         self.tuning = ""
+        self.tokens = 0
         self._in = 0
         self._out = 0
         self._fail = 0
@@ -174,6 +177,11 @@ class StageStats:
     def items_per_s(self) -> float:
         return self.items_out / self.elapsed if self.started is not None else 0.0
 
+    @property
+    def tokens_per_s(self) -> float:
+        """``tokens`` per second of the pass (0 for a stage that counts none)."""
+        return self.tokens / self.elapsed if self.started is not None else 0.0
+
     def as_dict(self) -> dict[str, Any]:
         """The figures as a plain dict (a consistent reading: the counts are read once)."""
         items_in, items_out, failures = self._counts()
@@ -196,11 +204,14 @@ class StageStats:
             "source_s": self.source_s,
             "wait_s": self.wait_s,
             "tuning": self.tuning,
+            "tokens": self.tokens,
+            "tokens_per_s": self.tokens / elapsed if self.started is not None else 0.0,
         }
 
     def __repr__(self) -> str:
+        tokens = f", {self.tokens} tokens" if self.tokens else ""
         return (
-            f"StageStats({self.label}: {self.items_out} out, {self.failures} failed, "
+            f"StageStats({self.label}: {self.items_out} out{tokens}, {self.failures} failed, "
             f"busy {self.busy_fraction:.0%}, fill {self.queue_fill:.0%})"
         )
 
@@ -215,6 +226,7 @@ class StageStats:
         self.self_s = 0.0
         self.auto = False
         self.tuning = ""
+        self.tokens = 0
         for k, v in state.items():
             setattr(self, k, v)
         self._busy = []

@@ -8,7 +8,8 @@
 - ``observe``: statistics, hooks and reporters watching a pass;
 - ``worker``: where a pass runs (distributed rank x DataLoader worker) and its shard;
 - ``seeds``: seeds derived per pass and stage;
-- ``held``: streams held by a stage, saved by where they came from.
+- ``held``: streams held by a stage, saved by where they came from;
+- ``validate``: the checks of a loaded state (types, ranges), errors naming the stage.
 
 Nothing is imported here: each module is imported by name, so the layers below the base classes
 never pull in more of the runtime than they use.

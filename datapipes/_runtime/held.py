@@ -14,10 +14,15 @@ each stream found in its stages' states *as it started*:
   by its contents;
 - any other stream makes ``state_dict()`` raise ``TypeError`` naming the stage that holds it.
 
-A loaded stream is at its start. Which streams are known, how they are copied and opened again is
-the business of the package's stream stages: :mod:`datapipes.iter._readers` registers a
-:class:`StreamCodec` here when it is imported. This module only walks the states (dicts, lists and
-tuples, 32 levels deep) and copies a container only where something in it changed.
+A loaded stream is at its start. A state may come from someone else, so the saved form of a
+stream is checked before anything is opened (:func:`prepare`): its shape, the stage it names (one
+of this pass's openers) and its path, which must be one that opener's source yields: a resumed
+opener opens only those, never a file or URL named by the state alone.
+
+Which streams are known, how they are copied, checked and opened again is the business of the
+package's stream stages: :mod:`datapipes.iter._readers` registers a :class:`StreamCodec` here when
+it is imported. This module only walks the states (dicts, lists and tuples, 32 levels deep) and
+copies a container only where something in it changed.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from __future__ import annotations
 from itertools import chain
 from typing import Any, Callable, Protocol
 
-__all__ = ["MARK", "StreamCodec", "freeze", "register", "thaw"]
+__all__ = ["MARK", "StreamCodec", "freeze", "prepare", "register", "thaw"]
 
 #: the key of the one-entry dict that stands for a saved stream inside a state
 MARK = "datapipes.stream/1"
@@ -44,7 +49,12 @@ class StreamCodec(Protocol):
 
     def thaw(self, saved: Any, stage_at: Callable[[str], Any]) -> Any:
         """The stream ``saved`` stands for, at its start; ``stage_at(key)``: the stage of the new
-        pass at that key."""
+        pass at that key. ``ValueError`` for a saved form that does not fit this pass."""
+
+    def prepare(self, saved: list[tuple[str, Any]], stage_at: Callable[[str], Any], pass_: Any) -> None:
+        """Check the saved forms ``saved`` (``(where, saved form)`` pairs: ``where`` names the stage
+        whose state holds it) before any is opened, for the pass ``pass_``: ``ValueError`` naming
+        ``where`` for one that :meth:`thaw` would refuse."""
 
 
 _codec: list[StreamCodec] = []
@@ -141,3 +151,20 @@ def thaw(state: Any, stage_at: Callable[[str], Any]) -> Any:
         return state
     codec = _codec[0]
     return _walk(state, lambda v: v, lambda marked: codec.thaw(marked[MARK], stage_at), 0)
+
+
+def prepare(states: list[tuple[str, Any]], stage_at: Callable[[str], Any], pass_: Any) -> None:
+    """Check every saved stream in ``states`` (``(where, state)`` pairs, ``where`` naming the stage
+    whose state it is) before :func:`thaw` opens any, for the pass ``pass_`` loading them (see
+    :meth:`StreamCodec.prepare`)."""
+    if not _codec:
+        return
+    found: list[tuple[str, Any]] = []
+    for where, state in states:
+        def node(marked: dict[Any, Any], where: str = where) -> Any:
+            found.append((where, marked[MARK]))
+            return marked
+
+        _walk(state, lambda v: v, node, 0)
+    if found:
+        _codec[0].prepare(found, stage_at, pass_)

@@ -49,17 +49,19 @@ from torch.utils.data import get_worker_info
 
 from .._engine.lifecycle import Resumable, STARTED
 from . import held as _held
+from .validate import check_dict, check_int, check_list, invalid, reason
 from .._engine.stats import StageStats
 from .._positions import remaining
 from .observe import Observer, observing, pending_observation
 from .tuning import Budget, Tuner
 from .seeds import derive_seed, draw_seed
-from .traits import declares_stateless, pass_hooked
+from .traits import declares_stateless, pass_hooked, traits_of
 from .worker import base_seed, is_sharding_stage, unseeded_across_ranks
 from ..graph import sources_of, stage_label, stages, walk
 
-__all__ = ["observing", "budgeted", "FrameRun", "Pass", "PassConfig", "PassIterator", "STARTED", "configured", "current", "remaining", "stage_keys", "state_of",
-           "track", "track_generator", "no_position", "latest_stats", "owner", "start", "stats_for"]
+__all__ = ["observing", "budgeted", "FrameRun", "Pass", "PassConfig", "PassIterator", "STARTED", "check_state",
+           "check_yields", "configured", "current", "remaining", "replayed", "stage_keys", "state_of", "track",
+           "track_generator", "no_position", "latest_stats", "owner", "start", "stats_for"]
 
 _local = threading.local()
 
@@ -173,20 +175,27 @@ class FrameRun(Resumable):
     the loop and not in its reader fails the first pass that tracks it, instead of checkpoints.
 
     A loaded state waits in ``resume`` until the generator starts and reads it; a generator that
-    has ended (exhausted, failed or closed) yields nothing more, and its state says so.
+    has ended (exhausted, failed or closed) yields nothing more, and its state says so. It is
+    checked as it is loaded: the keys every reader shares (``next``, ``failures``, ``left``: ints
+    >= 0; ``rest``: a list; ``ended``: True), then by ``check(state, stage)``, the stage's own
+    schema, where it has one; a key the generator then finds missing raises ``ValueError`` naming
+    the stage.
     """
 
-    __slots__ = ("gen", "read", "resume")
+    __slots__ = ("gen", "read", "resume", "check", "stage")
 
-    def __init__(self, read: Callable[..., dict[str, Any]]) -> None:
+    def __init__(self, read: Callable[..., dict[str, Any]],
+                 check: Callable[[dict[str, Any], Any], None] | None = None) -> None:
         self.gen: Callable[[], Any] = lambda: None  # a weak reference to the generator, which refers to this run
         self.read = read
+        self.check = check
+        self.stage: Any = None  # set by track_generator
         self.resume: dict[str, Any] | None = None
         self.started = False
 
     def state(self) -> dict[str, Any]:
         if not self.started:
-            return {"next": 0} if self.resume is None else self.resume
+            return {"next": 0} if self.resume is None else dict(self.resume)
         gen = self.gen()
         frame = None if gen is None else gen.gi_frame
         if frame is None:
@@ -200,7 +209,38 @@ class FrameRun(Resumable):
         return self.read(**args)
 
     def load(self, state: dict[str, Any]) -> None:
-        self.resume = state
+        _check_frame_state(state)
+        if self.check is not None:
+            self.check(state, self.stage)
+        self.resume = _Loaded(state, "" if self.stage is None else stage_label(self.stage))
+
+
+def _check_frame_state(state: Any) -> None:
+    """The checks of every :class:`FrameRun` state: what its readers share."""
+    check_dict(state)
+    if "ended" in state and state["ended"] is not True:
+        invalid(f"state['ended'] must be True, got {state['ended']!r:.100}")
+    for key in ("next", "failures", "left"):
+        if key in state:
+            check_int(state, key)
+    if "rest" in state:
+        check_list(state, "rest")
+    if "seed" in state:
+        check_int(state, "seed", None, optional=True)
+
+
+class _Loaded(dict):  # type: ignore[type-arg]
+    """A loaded :class:`FrameRun` state: a key its generator finds missing raises ``ValueError``
+    naming the stage, not a bare ``KeyError``."""
+
+    __slots__ = ("where",)
+
+    def __init__(self, state: dict[str, Any], where: str) -> None:
+        super().__init__(state)
+        self.where = where
+
+    def __missing__(self, key: Any) -> Any:
+        invalid(f"the state has no {key!r}", self.where or "a stage")
 
 
 _DECLARED: dict[Any, tuple[tuple[str, ...], tuple[str, ...], bool]] = {}
@@ -232,6 +272,7 @@ def track_generator(stage: Any, gen: Iterator[Any], run: FrameRun) -> Iterator[A
         raise TypeError(f"{run.read.__qualname__} reads the local(s) {', '.join(missing)} of {code.co_qualname}, "
                         f"which has none by that name: rename the reader's parameters with the loop's locals")
     run.gen = weakref.ref(gen)
+    run.stage = stage
     track(stage, run)
     return gen
 
@@ -245,7 +286,8 @@ class Pass:
     """The runtime of one pass of ``root``'s graph (see the module's docstring)."""
 
     def __init__(self, root: Any, config: PassConfig | None = None, observe: tuple[Any, ...] | None = None,
-                 budget: tuple[int | None, ...] | None = None) -> None:
+                 budget: tuple[int | None, ...] | None = None, *, replay: bool = False,
+                 like: Pass | None = None) -> None:
         self.root = root
         self.budget_limits = budget
         self.config = config
@@ -264,12 +306,16 @@ class Pass:
         self._lock = threading.RLock()
         self.in_worker = get_worker_info() is not None
         self._seeds: dict[int, int] = {}
+        self._first_seeds: dict[int, int] = {}  # a reseeded stage's seed before its first reseed
         self._shards: dict[int, tuple[int, int]] = {}
-        self._decide()
+        if replay:
+            self._decide_replay(like)
+        else:
+            self._decide()
         self._budget: Budget | None = None
         self._tuner: Tuner | None = None
         self.observer: Observer | None = None
-        if observe is not None or any(s._hooks for s in self.graph):
+        if not replay and (observe is not None or any(s._hooks for s in self.graph)):
             self.observer = Observer(self, self.graph, observe or ())
             weakref.finalize(self, self.observer.end)
 
@@ -303,6 +349,23 @@ class Pass:
                 self._seeds[id(stage)] = stage.__dict__.pop("_lent_seed")
         for stage in sharding:
             self._share_upstream_seeds(stage)
+
+    def _decide_replay(self, like: Pass | None) -> None:
+        """A side pass (:func:`replayed`): the seeds ``like`` gave its stages, every sharding stage
+        reading all its items, nothing written onto the stages (their owners are :func:`replayed`'s
+        business)."""
+        self.graph = _pass_graph(self.root)
+        if like is not None:
+            self.config = like.config
+            # the seeds at ``like``'s start: a replay reads from the start, its restarts reseed again
+            self._seeds = {**like._seeds, **like._first_seeds}
+        for stage in self.graph:
+            if is_sharding_stage(stage):
+                self._shards[id(stage)] = (1, 0)
+
+    def shard_count(self) -> int:
+        """The most shards any sharding stage of this pass splits its items into (1: none)."""
+        return max((num for num, _ in self._shards.values()), default=1)
 
     def _share_upstream_seeds(self, stage: Any) -> None:
         """Seeds agreed by every shard for the random stages upstream of sharding ``stage``."""
@@ -343,6 +406,20 @@ class Pass:
             if seed is None:
                 seed = self._seeds[id(stage)] = draw_seed()
             return seed
+
+    def reseed(self, root: Any, round_: int) -> None:
+        """Seed the random stages of ``root``'s graph for its ``round_``-th new pass inside this one (a
+        ``Mixer`` restarting a source that ended): each seed is derived from the one the stage had
+        at this pass's start and ``round_``, so a shuffle draws a new order every round, a resumed
+        pass draws the same ones, and stages whose seeds every shard shares still share them."""
+        with self._lock:
+            for stage in walk(root):
+                key = id(stage)
+                if key not in self._first_seeds:
+                    if key not in self._seeds:
+                        continue  # not random, or not seeded in this pass yet: seed_for draws it
+                    self._first_seeds[key] = self._seeds[key]
+                self._seeds[key] = derive_seed(self._first_seeds[key], "restart", round_)
 
     def shard_for(self, stage: Any) -> tuple[int, int]:
         """``(num_of_instances, instance_id)`` of sharding ``stage`` in this pass."""
@@ -414,7 +491,11 @@ class Pass:
             self.runs[id(stage)] = (stage, run)
             pending = self.pending_states.pop(id(stage), None)
         if pending is not None:  # loaded before this stage was built (its consumer iterates lazily)
-            run.restore(pending)
+            _load_into(stage, run, pending, lambda: self.key_of(stage))
+
+    def key_of(self, stage: Any) -> str:
+        """The key of ``stage``'s state in this pass's states (see :func:`stage_keys`)."""
+        return _key(next((i for i, s in enumerate(self.graph) if s is stage), -1), stage)
 
     # -- building ------------------------------------------------------------------------------------
     def building(self) -> _Building:
@@ -658,9 +739,50 @@ def _snapshot(pass_: Pass) -> dict[str, Any]:
     return state_of([type(s).__qualname__ for s in pass_.graph], stages)
 
 
-def _restore(pass_: Pass, state: dict[str, Any]) -> None:
+def check_state(state: Any, what: str = "the state") -> dict[str, Any]:
+    """The stages' states of ``state`` if it has the shape of a pass state (``format``, ``graph``: a
+    list of str, ``stages``: a dict of str -> a stage's state); ``ValueError`` saying what differs
+    otherwise (``what`` names ``state`` where it sits inside another state)."""
+    inside = "" if what == "the state" else f"{what}: "
     if not isinstance(state, dict) or state.get("format") != _FORMAT:
-        raise ValueError(f"load_state_dict: not a state saved by a pass's state_dict(): {str(state)[:200]}")
+        raise ValueError(f"load_state_dict: {inside}not a state saved by a pass's state_dict(): {str(state)[:200]}")
+    try:
+        for key in ("graph", "stages"):
+            if key not in state:
+                invalid(f"the state has no {key!r}")
+        graph = state["graph"]
+        if type(graph) is not list or any(type(name) is not str for name in graph):
+            invalid(f"state['graph'] must be a list of str (the stage classes in graph order), got {graph!r:.100}")
+        return check_dict(state["stages"], "state['stages']")
+    except ValueError as e:
+        raise ValueError(f"load_state_dict: {inside}{e}") from None
+
+
+def _where(stage: Any, key: str) -> str:
+    return f"{stage_label(stage)} (state['stages'][{key!r}])"
+
+
+#: what a run's ``restore`` raises for a state that does not fit it (its ``RuntimeError`` says the
+#: pass has started: that passes unchanged)
+_STATE_ERRORS = (KeyError, TypeError, AttributeError, IndexError, ValueError)
+
+
+def _load_into(stage: Any, run: Any, saved: Any, key: Callable[[], str]) -> None:
+    """``run.restore(saved)``, where an error of a state that does not fit becomes a ``ValueError``
+    naming ``stage`` and its key in the state (chained from the run's own); the iterator of a stage
+    written elsewhere raises as it does, with a note naming the stage."""
+    try:
+        run.restore(saved)
+    except _STATE_ERRORS as e:
+        if isinstance(run, _StatefulIterator):
+            e.add_note(f"[datapipes] raised by the load_state_dict() of {stage_label(stage)}'s iterator, loading "
+                       f"state['stages'][{key()!r}]")
+            raise
+        raise ValueError(f"load_state_dict: {_where(stage, key())}: {reason(e)}") from e
+
+
+def _restore(pass_: Pass, state: dict[str, Any]) -> None:
+    stages = check_state(state)
     saved = state["graph"]
     mine = [type(s).__qualname__ for s in pass_.graph]
     if saved != mine:
@@ -672,20 +794,129 @@ def _restore(pass_: Pass, state: dict[str, Any]) -> None:
             f"load_state_dict: the state was saved from a pipe of another shape: at stage {index} (graph order, "
             f"the pipe itself first) it has {a or '(none: the saved pipe ends here)'}, this pipe has {where}"
         )
-    stages = state["stages"]
     by_key = {_key(index, stage): stage for index, stage in enumerate(pass_.graph)}
+    unknown = [key for key in stages if key not in by_key]
+    if unknown:
+        raise ValueError(f"load_state_dict: state['stages'] holds {unknown[0]!r}, and this pipe has no stage by that "
+                         f"key (its stages: {', '.join(map(repr, by_key))})")
     replayed = _replayed(pass_.graph)
-    for index, stage in enumerate(pass_.graph):
-        key = _key(index, stage)
-        if key not in stages or id(stage) in replayed:
-            continue
-        saved = _held.thaw(stages[key], by_key.__getitem__)  # streams it holds, opened again
+    loaded = [(key, stage) for key, stage in by_key.items() if key in stages and id(stage) not in replayed]
+    # The streams the states hold, checked together before any is opened again (one reading of an
+    # opener's source for all the paths the states name from it: datapipes.iter._readers).
+    _held.prepare([(_where(stage, key), stages[key]) for key, stage in loaded], by_key.__getitem__, pass_)
+    for key, stage in loaded:
+        try:
+            saved = _held.thaw(stages[key], by_key.__getitem__)  # streams it holds, opened again
+        except _STATE_ERRORS as e:
+            raise ValueError(f"load_state_dict: {_where(stage, key)}: {reason(e)}") from e
         with pass_._lock:
             entry = pass_.runs.get(id(stage))
             if entry is None:
                 pass_.pending_states[id(stage)] = saved
         if entry is not None:
-            entry[1].restore(saved)
+            _load_into(stage, entry[1], saved, lambda: key)  # noqa: B023 - called at once
+
+
+#: how many items past the position a state gives are read of a source, looking for an item it names
+REPLAY_SLACK = 1 << 20
+
+#: pass -> {id(stage): the keys of the items its source was read to yield}: one reading per resume
+_YIELDED: weakref.WeakKeyDictionary[Pass, dict[int, set[Any]]] = weakref.WeakKeyDictionary()
+
+
+def check_yields(stage: Any, source: Any, wanted: dict[Any, tuple[Any, int, str]], pass_: Pass | None,
+                 key: Callable[[Any], Any], doing: str) -> None:
+    """Raise ``ValueError`` unless ``source`` yields every item of ``wanted`` (the item's ``key`` ->
+    ``(item, its position or -1, where)``: ``where`` names the stage whose state gave it): a resumed
+    ``stage`` (an opener, a lister) takes from a state only what its source yields, never a path
+    the state alone names (docs/architecture.rst, "The stage protocol").
+
+    ``source`` is read again from its start in a side pass of ``pass_`` (:func:`replayed`), until
+    every item has come, or it ends, or :data:`REPLAY_SLACK` items past the furthest position
+    times the shards of the pass; what it yielded is kept for the rest of ``pass_`` (one reading
+    per resume). ``doing`` says what ``stage`` does with the items (``"open"``, ``"list"``). A
+    source that cannot be read again (a one-shot or async iterable) cannot check: ``ValueError``.
+    """
+    cache: dict[int, set[Any]] = {} if pass_ is None else _YIELDED.setdefault(pass_, {})
+    seen = cache.setdefault(id(stage), set())
+    missing = {k for k in wanted if k not in seen}
+    if not missing:
+        return
+    label = stage_label(stage)
+    item, _, where = wanted[next(iter(missing))]
+    for upstream in walk(source):
+        traits = traits_of(upstream)
+        if traits._one_shot or traits._async:
+            invalid(f"the state names {item!r:.100} for {label} to {doing} again, and its source cannot be read "
+                    f"again to check that it yields it ({stage_label(upstream)} reads a one-shot or async iterable); "
+                    f"give {label} a source that can be iterated again (a list, a file lister)", where)
+    furthest = max(n for _, n, _ in wanted.values())
+    limit = (max(furthest, 0) + 1) * (1 if pass_ is None else pass_.shard_count()) + REPLAY_SLACK
+    count = 0
+    try:
+        with replayed(source, pass_) as items:
+            for x in items:
+                count += 1
+                k = key(x)
+                if k is not None:
+                    seen.add(k)
+                    missing.discard(k)
+                if not missing or count >= limit:
+                    break
+    except Exception as e:
+        e.add_note(f"[datapipes] raised while reading the source of {label} again, to check what a loaded state "
+                   f"names for it to {doing}")
+        raise
+    if missing:
+        item, n, where = wanted[next(iter(missing))]
+        read = "all its items" if count < limit else f"its first {count} items"
+        at = f" (item {n})" if n >= 0 else ""
+        invalid(f"the state names {item!r:.200} for {label} to {doing} again{at}, and {label}'s source does not "
+                f"yield it (read again from its start: {read}); a resumed {label} takes only what its source "
+                f"yields", where)
+
+
+@contextlib.contextmanager
+def replayed(root: Any, like: Pass | None) -> Iterator[Iterator[Any]]:
+    """``with replayed(root, like) as items:`` the items of a side pass of ``root`` read from its
+    start, for a stage that must know what its source yields (a resumed opener checking the paths
+    a state names, datapipes.iter._readers). The side pass takes the seeds ``like`` gave the same
+    stages (a pass of the same pipe), every sharding stage in it reads all its items (those of
+    every shard), nothing is restored into it and no hook watches it; it is closed when the block
+    ends, and the stages' owners and latest statistics are then those before it."""
+    side = Pass(root, replay=True, like=like)
+    stages = list(side.graph)
+    ref = weakref.ref(side)
+    with _owners_lock:
+        owners = [(stage, _owners.get(stage)) for stage in stages]
+        for stage in stages:
+            _owners[stage] = ref
+    latest = [(stage, _latest.get(stage)) for stage in stages]
+    config, _local.config = getattr(_local, "config", None), None  # not the next pass's to take
+    it: PassIterator | None = None
+    try:
+        with side.building():
+            side.claim(root)
+            it = PassIterator(iter(root), side)
+        yield it
+    finally:
+        _local.config = config
+        try:
+            if it is not None:
+                it.close()
+        finally:
+            side.ended = True
+            with _owners_lock:
+                for stage, previous in owners:
+                    if previous is None:
+                        _owners.pop(stage, None)
+                    else:
+                        _owners[stage] = previous
+            for stage, stats in latest:
+                if stats is None:
+                    _latest.pop(stage, None)
+                else:
+                    _latest[stage] = stats
 
 
 def _starting() -> dict[int, object]:

@@ -19,7 +19,9 @@ from . import (
     image as _image,
     io as _io,
     mapping as _mapping,
+    mixing as _mixing,
     muxing as _muxing,
+    packing as _packing,
     parquet as _parquet,
     prefetch as _prefetch,
     remote as _remote,
@@ -28,6 +30,7 @@ from . import (
     sharding as _sharding,
     shuffling as _shuffling,
     text as _text,
+    tokenize as _tokenize,
     util as _util,
     zipping as _zipping,
 )
@@ -45,7 +48,9 @@ from .grouping import *  # noqa: F401,F403
 from .image import *  # noqa: F401,F403
 from .io import *  # noqa: F401,F403
 from .mapping import *  # noqa: F401,F403
+from .mixing import *  # noqa: F401,F403
 from .muxing import *  # noqa: F401,F403
+from .packing import *  # noqa: F401,F403
 from .parquet import *  # noqa: F401,F403
 from .prefetch import *  # noqa: F401,F403
 from .remote import *  # noqa: F401,F403
@@ -54,6 +59,7 @@ from .s3 import *  # noqa: F401,F403
 from .sharding import *  # noqa: F401,F403
 from .shuffling import *  # noqa: F401,F403
 from .text import *  # noqa: F401,F403
+from .tokenize import *  # noqa: F401,F403
 from .util import *  # noqa: F401,F403
 from .zipping import *  # noqa: F401,F403
 
@@ -63,8 +69,8 @@ __all__ = sorted(
             m.__all__
             for m in (
                 _archive, _batching, _broadcast, _bucketing, _cache, _combinatorics, _decoding, _device, _distributed,
-                _fileio, _grouping, _image, _io, _mapping, _muxing, _parquet, _prefetch, _remote, _reshaping, _s3,
-                _sharding, _shuffling, _text, _util, _zipping,
+                _fileio, _grouping, _image, _io, _mapping, _mixing, _muxing, _packing, _parquet, _prefetch, _remote, _reshaping, _s3,
+                _sharding, _shuffling, _text, _tokenize, _util, _zipping,
             )
         )
     )

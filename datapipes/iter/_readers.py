@@ -27,6 +27,15 @@ read; the resumed pass opens it again through the opener upstream (``open_files`
 memory is copied into the state instead), skips those lines without parsing them, and goes on. A
 stream that can be neither opened again nor copied (an open file from a source of your own) makes
 ``state_dict()`` raise ``TypeError`` naming the reader. JSON keeps no position (one file per item).
+
+A state may come from someone else, and the path in it is not trusted: an opener opens again only
+a path its source yields (:class:`_CheckedReopen`). Its source is read again from its start, in a
+side pass with the pass's seeds and every shard's items (``_pass.replayed``: the paths only, no
+file is opened), until every path the state names from that opener has come, at most
+``passes.REPLAY_SLACK`` items past the position the state gives; a path that does not come is refused
+with ``ValueError`` naming the stage and the path. One reading serves all the streams a state holds
+from one opener, once per resume. A source that cannot be read again (a one-shot or async
+iterable) cannot check a path: its opener's streams cannot be resumed.
 """
 
 from __future__ import annotations
@@ -34,13 +43,17 @@ from __future__ import annotations
 import codecs
 import csv
 import io
+import os
 from itertools import chain, islice, repeat
 from typing import Any, Callable, Iterator, Protocol
 
+from .._redact import redact
 from .._runtime import held as _held, passes as _pass
+from .._runtime.validate import check_bool, check_dict, check_int, check_list, check_str, invalid
 from .._positions import Enumerated
 from .._checks import phrased, require_bool
 from ..datapipe import require_int, stage_label
+from ..graph import sources_of
 from ..errors import add_stage_note
 from .fileio import StreamWrapper
 from .._engine.lifecycle import Resumable
@@ -105,9 +118,78 @@ def _on_fail(pipe: Any, stage: str) -> Callable[[Exception, str, int], None]:
 
 def _reopener(source: Any) -> Callable[[Any, int], Any] | None:
     """How to open again, by its path, the stream of an item of ``source`` (``reopen(path, n)``):
-    an opener can (``FileOpener._reopener``, ...); ``None`` for any other source."""
+    an opener can (``FileOpener._reopener``, ...), for a path its source yields only; ``None`` for
+    any other source."""
     make = getattr(source, "_reopener", None)
-    return None if make is None else make()
+    reopen = None if make is None else make()
+    if reopen is None or not _opens_paths(source):
+        return reopen  # a stage over an opener (decompress, ...) reopens through the opener's
+    return _CheckedReopen(source, reopen)
+
+
+def _opens_paths(stage: Any) -> bool:
+    """Whether ``stage`` (which can open its items again) opens the paths its source yields, rather
+    than the streams of an opener below it."""
+    return not any(getattr(s, "_reopener", None) is not None for s in sources_of(stage))
+
+
+def _path_key(path: Any) -> Any:
+    """``path`` as its source's items are compared with it (``None``: not a path)."""
+    if isinstance(path, (str, bytes, os.PathLike)):
+        return os.fspath(path)
+    return None
+
+
+class _CheckedReopen:
+    """An opener's ``reopen(path, n)`` that opens only a path its source yields (see the module's
+    docstring): a path named by a state is checked first (:func:`_check_paths`)."""
+
+    __slots__ = ("opener", "reopen")
+
+    def __init__(self, opener: Any, reopen: Callable[[Any, int], Any]) -> None:
+        self.opener = opener
+        self.reopen = reopen
+
+    def __call__(self, path: Any, n: int) -> Any:
+        self.check(path, n, stage_label(self.opener))
+        return self.reopen(path, n)
+
+    def check(self, path: Any, n: int, where: str) -> None:
+        """Raise ``ValueError`` (naming ``where``) unless the opener's source yields ``path``; a
+        reader calls it as its state is loaded, so that the error comes from ``load_state_dict``."""
+        key = _path_key(path)
+        if key is None:
+            invalid(f"the state names {path!r:.100} for {stage_label(self.opener)} to open again, which is not a "
+                    f"path", where)
+        pass_ = _pass.current() or _pass.owner(self.opener)
+        _check_paths(self.opener, {key: (path, n, where)}, pass_)
+
+
+def _check_paths(opener: Any, wanted: dict[Any, tuple[Any, int, str]], pass_: Any) -> None:
+    """Raise ``ValueError`` unless ``opener``'s source yields every path in ``wanted`` (path key ->
+    ``(path, its position n, where)``: ``where`` names the stage whose state gave it): see
+    :func:`datapipes._runtime.passes.check_yields`."""
+    sources = sources_of(opener)
+    if len(sources) != 1:
+        path, _, where = next(iter(wanted.values()))
+        invalid(f"the state names {path!r:.100} for {stage_label(opener)} to open again, and it has no single "
+                f"source to check it against", where)
+    _pass.check_yields(opener, sources[0], wanted, pass_, _path_key, "open")
+
+
+def _check_memory(copy: Any, what: str = "a saved stream's 'memory'", depth: int = 0) -> None:
+    """Check the copy of an in-memory stream (:func:`_copied`'s form) before it is made again."""
+    if type(copy) is not list or not copy or type(copy[0]) is not str:
+        invalid(f"{what} must be a list [kind, ...], got {copy!r:.100}")
+    kind = copy[0]
+    if kind == "bytes" and len(copy) == 2 and type(copy[1]) in (bytes, bytearray):
+        return
+    if kind == "text" and len(copy) == 3 and type(copy[1]) is str and copy[2] in (None, "", "\n", "\r", "\r\n"):
+        return
+    if kind in _REWRAP and len(copy) == 3 and type(copy[1]) is str and depth < 8:
+        _check_memory(copy[2], what, depth + 1)
+        return
+    invalid(f"{what} is not the copy of an in-memory stream: {copy!r:.100}")
 
 
 def _copied(stream: Any) -> list[Any] | None:
@@ -131,7 +213,7 @@ def _memory_copy(stream: Any, stage: str, path: Any) -> list[Any]:
     copy = _copied(stream)
     if copy is None:
         raise TypeError(
-            f"{stage} cannot save its position inside {path!r}: its source cannot open that file again by its "
+            f"{stage} cannot save its position inside {redact(repr(path))}: its source cannot open that file again by its "
             f"path (an opener can: open_files, open_files_by_fsspec, decompress after one) and its stream, a "
             f"{type(_inner(stream)).__name__}, is not in memory (io.BytesIO, io.StringIO)"
         )
@@ -144,7 +226,9 @@ _REWRAP: dict[str, Callable[[Any, Any], Any]] = {}
 
 
 def _from_memory(copy: list[Any]) -> Any:
-    """The stream :func:`_memory_copy` copied, at its start."""
+    """The stream :func:`_memory_copy` copied, at its start (``ValueError`` for a copy of another
+    form: it may come from a state someone else saved)."""
+    _check_memory(copy)
     if copy[0] == "bytes":
         return io.BytesIO(copy[1])
     if copy[0] == "text":
@@ -216,14 +300,29 @@ class _StreamCodec:
             f"that receives it, or keep the path in the item and open it there"
         )
 
+    def prepare(self, saved: list[tuple[str, Any]], stage_at: Callable[[str], Any], pass_: Any) -> None:
+        wanted: dict[int, tuple[Any, dict[Any, tuple[Any, int, str]]]] = {}  # id(opener) -> (opener, paths)
+        for where, one in saved:
+            stage = _saved_stage(one, stage_at, where)
+            if stage is None:
+                continue
+            opener = _opener_below(stage)
+            if opener is None:
+                invalid(f"a saved stream names {stage_label(stage)}, which has no opener below it to open "
+                        f"{one['path']!r:.100} again", where)
+            paths = wanted.setdefault(id(opener), (opener, {}))[1]
+            paths.setdefault(_path_key(one["path"]), (one["path"], one["n"], where))
+        for opener, paths in wanted.values():
+            _check_paths(opener, paths, pass_)
+
     def thaw(self, saved: Any, stage_at: Callable[[str], Any]) -> Any:
-        if "memory" in saved:
+        stage = _saved_stage(saved, stage_at, "")
+        if stage is None:
             stream = _from_memory(saved["memory"])
         else:
-            stage = stage_at(saved["open"])
-            reopen = _origin_reopener(stage)
-            if reopen is None:  # pragma: no cover - the same graph class at the same place has one
-                raise ValueError(f"load_state_dict: {stage_label(stage)} cannot open {saved['path']!r} again")
+            reopen = _origin_reopener(stage)  # an opener's checks the path (_CheckedReopen)
+            if reopen is None:  # pragma: no cover - _saved_stage checked that it has one
+                invalid(f"{stage_label(stage)} cannot open {saved['path']!r:.100} again")
             stream = set_origin(reopen(saved["path"], saved["n"]), stage, saved["path"], saved["n"])
         if saved["wrapped"]:
             if not isinstance(stream, StreamWrapper):
@@ -236,6 +335,45 @@ class _StreamCodec:
 
 
 _NOT_STREAMS = frozenset((int, float, str, bytes, bool, type(None), dict, list, tuple))
+
+
+def _saved_stage(saved: Any, stage_at: Callable[[str], Any], where: str) -> Any:
+    """The stage a saved stream names to open it again (``None``: a copy in memory), once the saved
+    form is checked: ``ValueError`` (naming ``where``) for one that does not fit this pass."""
+    check_dict(saved, "a saved stream", where)
+    check_bool(saved, "wrapped", where=where)
+    name = saved.get("name")
+    if name is not None and (type(name) is bool or not isinstance(name, (str, bytes, int, os.PathLike))):
+        invalid(f"a saved stream's 'name' must be a str or None, got {name!r:.100}", where)
+    if ("memory" in saved) == ("open" in saved):
+        invalid(f"a saved stream holds either 'memory' (a copy) or 'open' (the stage to open it again): "
+                f"{saved!r:.200}", where)
+    if "memory" in saved:
+        _check_memory(saved["memory"])
+        return None
+    key = check_str(saved, "open", where=where)
+    check_int(saved, "n", where=where)
+    if _path_key(saved.get("path")) is None:
+        invalid(f"a saved stream's 'path' must be a path, got {saved.get('path')!r:.100}", where)
+    try:
+        stage = stage_at(key)
+    except KeyError:
+        invalid(f"a saved stream names the stage {key!r}, and this pipe has none by that key", where)
+    if _origin_reopener(stage) is None:
+        invalid(f"a saved stream names {stage_label(stage)} ({key!r}) to open it again, which opens no files (an "
+                f"opener of the pipe does: open_files, open_files_by_fsspec, read_from_http, decompress after one)",
+                where)
+    return stage
+
+
+def _opener_below(stage: Any) -> Any:
+    """The opener whose source's paths ``stage`` (an opener, or a decompressor over one) opens."""
+    while not _opens_paths(stage):
+        below = [s for s in sources_of(stage) if getattr(s, "_reopener", None) is not None]
+        if len(below) != 1:
+            return None
+        stage = below[0]
+    return stage
 
 _held.register(_StreamCodec())
 
@@ -284,6 +422,7 @@ class _FileRun(Resumable):
             self.failures.end(self.seen())
 
     def load(self: _FileRunSlots, state: dict[str, Any]) -> None:
+        _check_file_run(state)
         self.resume = state
 
     def begin(self: _FileRunSlots, on_fail: Any) -> tuple[int, list[Any]]:
@@ -303,6 +442,19 @@ class _FileRun(Resumable):
         if file is None:
             return int(state["n"]), []
         return int(state["n"]) - 1, [self.resumed(file)]
+
+
+def _check_file_run(state: Any) -> None:
+    """The checks of a file reader's state (:class:`_FileRun`): the item read (-1: none yet), the
+    failures counted, the file it is inside (a dict, or None) and the records of the files done."""
+    check_dict(state, keys=("n", "failures", "file"))
+    check_int(state, "n", -1)
+    check_int(state, "failures")
+    check_int(state, "seen", default=0)
+    if state["file"] is not None:
+        check_dict(state["file"], "state['file']")
+        if state["n"] < 0:
+            invalid(f"state['n'] must be >= 0 inside a file, got {state['n']}")
 
 
 class _ReadRun(_FileRun):
@@ -367,6 +519,21 @@ class _ReadRun(_FileRun):
             file["memory"] = _memory_copy(self.stream, self.stage, self.path)
         state["file"] = file
         return state
+
+    def load(self, state: dict[str, Any]) -> None:
+        _check_file_run(state)
+        file = state["file"]
+        if file is not None:
+            check_dict(file, "state['file']", keys=("path", "at", "header", "memory"))
+            check_int(file, "at")
+            header = check_list(file, "header", optional=True)
+            if header is not None and any(type(h) is not str for h in header):
+                invalid(f"state['file']['header'] must be a list of str, got {header!r:.100}")
+            if file["memory"] is not None:
+                _check_memory(file["memory"], "state['file']['memory']")
+            elif isinstance(self.reopen, _CheckedReopen):  # opened again through an opener: a path it yields
+                self.reopen.check(file["path"], state["n"], "")
+        self.resume = state
 
     def resumed(self, file: dict[str, Any]) -> _Resumed:
         return _Resumed(file)
@@ -444,6 +611,8 @@ class _CountRun(Resumable):
         }
 
     def load(self, state: dict[str, Any]) -> None:
+        check_int(state, "n")
+        check_int(state, "failures")
         self.resume = state
 
     def begin(self, it: Iterator[Any], on_fail: Any) -> Any:
@@ -530,35 +699,6 @@ class _TextOptions:
         self.errors = errors
         self.newline = newline
         self.per_line = errors == "strict" and _ascii_compatible(encoding)
-
-    def lines(self, stream: Any, stage: str, skip: int) -> tuple[Iterator[Any], Any]:
-        """The lines of ``stream`` after the first ``skip`` (``skip_lines``, or the lines a resumed
-        pass had read: skipped before decoding), decoded where asked, and their type (``str`` or
-        ``bytes``)."""
-        raw = _inner(stream)
-        if isinstance(raw, io.TextIOBase):
-            return _skip(iter(stream), skip), str
-        if isinstance(raw, (io.BufferedIOBase, io.RawIOBase)):
-            if not self.decode:
-                return _skip(iter(stream), skip), bytes
-            if self.per_line:
-                return self._decoded(_skip(iter(stream), skip)), str
-            text = io.TextIOWrapper(_inner(stream), self.encoding, self.errors, newline=self.newline)
-            return _skip(iter(text), skip), str
-        # Some other file-like object: its first line tells whether it is text or binary.
-        lines = _skip(iter(stream), skip)
-        first = next(lines, _END)
-        if first is _END:
-            return iter(()), str
-        lines = chain((first,), lines)
-        if isinstance(first, str) or not self.decode:
-            return lines, type(first)
-        if not _ascii_compatible(self.encoding):
-            raise ValueError(
-                f"{stage}: cannot split the lines of a {type(raw).__name__} in {self.encoding!r}, "
-                "which is not ASCII-compatible; give an io binary stream (e.g. open(path, 'rb'))"
-            )
-        return self._decoded(lines), str
 
     def _decoded(self, lines: Iterator[bytes]) -> Iterator[str]:
         # map() goes on after a line that fails to decode, so a skipped line loses only itself.

@@ -16,6 +16,7 @@ import heapq
 from typing import Any, Callable, Iterator, TypeVar
 
 from .._runtime import passes as _pass
+from .._runtime.validate import check_dict, check_int, check_list, check_number, invalid
 from .._chunk import DataChunk
 from .._checks import phrased, require_bool
 from .._engine import abandon
@@ -82,6 +83,14 @@ class _BucketizeRun:
         _check_started(self)
         if not isinstance(state, dict) or "heap" not in state:
             raise ValueError(f"load_state_dict: not the state of a max_token_bucketize: {str(state)[:200]}")
+        check_dict(state, keys=("heap", "batch", "total", "longest", "read"))
+        for entry in check_list(state, "heap"):
+            if type(entry) not in (list, tuple) or len(entry) != 2 or type(entry[0]) not in (int, float):
+                invalid(f"state['heap'] must hold [length, item] pairs, got {entry!r:.100}")
+        check_list(state, "batch")
+        check_number(state, "total")
+        check_number(state, "longest")
+        check_int(state, "read")
         self.heap = [(length, _Tie(), x) for length, x in state["heap"]]  # the same order: still a heap
         self.batch = list(state["batch"])
         self.total, self.longest, self.read = state["total"], state["longest"], int(state["read"])

@@ -24,6 +24,7 @@ from torch.utils.data import Sampler as TorchSampler
 from torch.utils.data import SequentialSampler
 
 from .._runtime import passes as _pass
+from .._runtime.validate import check_dict, check_int, check_list, check_rng, check_str, invalid
 from .._engine import abandon
 from .._checks import ArgumentTypeError
 from .._runtime.observe import Observed
@@ -67,10 +68,12 @@ class _ShuffleRun(Resumable):
     0.1 µs per item read) and takes the buffered items from the sequence. Elsewhere the state holds
     the generator's state and the buffered items (at most ``buffer_size``: the state's cost)."""
 
-    __slots__ = ("rng", "buf", "drain", "resume", "final", "sequence", "source", "origin")
+    __slots__ = ("rng", "buf", "drain", "resume", "final", "sequence", "source", "origin", "size")
 
-    def __init__(self, rng: random.Random, sequence: Any = None, source: Iterator[Any] | None = None) -> None:
+    def __init__(self, rng: random.Random, sequence: Any = None, source: Iterator[Any] | None = None,
+                 size: int | None = None) -> None:
         self.rng = rng
+        self.size = size  # buffer_size: a loaded buffer holds at most that many items
         self.buf: list[Any] | None = None  # the buffer, once filled
         self.drain: Iterator[Any] | None = None  # the buffer's iterator, once draining
         self.started = False
@@ -107,6 +110,16 @@ class _ShuffleRun(Resumable):
         if "read" in state and self.sequence is None:
             raise ValueError("load_state_dict: this shuffle's state holds positions in a list, tuple or range read "
                              "directly, and this pipe's shuffle reads another kind of source")
+        check_dict(state)
+        check_str(state, "phase")
+        check_rng(state)
+        size = self.size
+        if "read" in state:  # positions in the sequence, whose items the resumed pass takes
+            read = check_int(state, "read", 0, len(self.sequence))
+            if state["phase"] == "drain":
+                check_int(state, "left", 0, read if size is None else min(size, read))
+        else:
+            check_list(state, "buffer", size, limit=f"buffer_size={size}")
         self.resume = state
 
     def release(self) -> None:
@@ -184,9 +197,9 @@ def _shuffle_on(pipe: Shuffler) -> Iterator[Any]:
     if type(sequence) in (list, tuple, range) and type(inner) in _RECOMPUTABLE:
         # The source is the sequence's own iterator, which every pass starts at 0 (a resumed one
         # may have moved it already, where the shuffle is built late): positions are absolute.
-        run = _ShuffleRun(rng, sequence, inner)
+        run = _ShuffleRun(rng, sequence, inner, pipe.buffer_size)
     else:
-        run = _ShuffleRun(rng)
+        run = _ShuffleRun(rng, size=pipe.buffer_size)
     it = _buffer_shuffle(source, pipe.buffer_size, run)
     _pass.track(pipe, run)
     return it
@@ -317,10 +330,15 @@ class _SamplerRun:
         if self.why:
             raise TypeError(self.why)
         self.source.restore(state)
+        check_int(state, "seed", None, optional=True, default=None)
+        generator = state.get("generator")
+        if generator is not None and (type(generator) not in (bytes, bytearray) or (
+                self.generator is not None and len(generator) != len(self.generator))):
+            invalid(f"state['generator'] must be the bytes of a torch.Generator's state, got {generator!r:.100}")
         if self.seed is not None and state.get("seed") is not None:
             self.seed = int(state["seed"])
-        if state.get("generator") is not None:
-            self.generator = state["generator"]
+        if generator is not None:
+            self.generator = generator
 
 
 def _sample_plain(pipe: Sampler) -> Iterator[Any]:
@@ -553,6 +571,12 @@ class _SplitRun(Resumable):
                 "total": self.total}
 
     def load(self, state: dict[str, Any]) -> None:
+        check_rng(state)
+        weights = check_list(state, "weights", optional=True)
+        if weights is not None and any(type(w) not in (int, float) for w in weights):
+            invalid(f"state['weights'] must be a list of numbers or None, got {weights!r:.100}")
+        check_int(state, "remaining", None if weights is None else 0)
+        check_int(state, "total", None if weights is None else 0)
         self.resume = state
 
 

@@ -9,6 +9,9 @@ in-memory stream, ``io.BytesIO`` or ``io.StringIO``, is copied into the state in
 was read, and goes on. A stream that can be neither opened again nor copied makes ``state_dict()``
 raise ``TypeError`` naming the stage.
 
+``routed_decode`` unpickles nothing unless asked by name (``allow_pickle=True``): a ``.pyd`` or
+``.pickle`` file from data you did not write could run code (see :mod:`datapipes.utils.decoder`).
+
 >>> import io
 >>> from datapipes.iter import IterableWrapper
 >>> files = IterableWrapper([("a.json", io.BytesIO(b'{"x": 1}')), ("b.txt", io.BytesIO(b"hi"))])
@@ -22,6 +25,7 @@ import io
 from itertools import chain
 from typing import Any, Callable, Iterable, Iterator
 
+from .._checks import require_bool
 from .._runtime import passes as _pass
 from .._engine import abandon
 from .._engine import close_iterator as _close
@@ -79,10 +83,15 @@ class RoutedDecoder(IterDataPipe[tuple[str, Any]]):
             pass only).
         handlers: the decoding handlers (see :mod:`datapipes.utils.decoder`), the first one that
             returns something other than ``None`` winning. None given: ``basichandlers`` then
-            ``imagehandler("torch")`` (text, numbers, JSON, pickles, ``.pt``; images as float
-            ``(C, H, W)`` tensors).
+            ``imagehandler("torch")`` (text, numbers, JSON, ``.pt`` weights, pickles with
+            ``allow_pickle=True``; images as float ``(C, H, W)`` tensors).
         key_fn: what the handlers are given of each path; default: its extension without the dot.
             Another ``key_fn`` needs handlers of its own (the default ones look at extensions).
+        allow_pickle: let ``basichandlers`` (among the default handlers, or among yours) unpickle
+            ``.pyd``/``.pickle`` files and read ``.pt`` files whole (``weights_only=False``).
+            ``False`` by default, as ``numpy.load``'s: unpickling runs whatever code the file's
+            author chose, so a shard from a shared bucket could run code on this machine. Turn it
+            on only for data you trust. (torch's ``RoutedDecoder`` unpickles unasked.)
 
     Yields:
         ``(path, decoded)``: the handlers' result, or the bytes themselves when no handler took
@@ -91,7 +100,8 @@ class RoutedDecoder(IterDataPipe[tuple[str, Any]]):
     Raises:
         Whatever a handler or reading raises (``UnicodeDecodeError``, ``json.JSONDecodeError``, an
         image Pillow cannot read, ...), as the same object with a note naming the stage and the file.
-        TypeError: an item is not a ``(path, data)`` pair.
+        :class:`~datapipes.utils.decoder.PickleRefused` (a ``ValueError``): a pickle without
+        ``allow_pickle=True``. TypeError: an item is not a ``(path, data)`` pair.
 
     ``len()`` is the source's length. Unlike torch's (deprecated there since 1.12) it warns nothing.
 
@@ -99,7 +109,7 @@ class RoutedDecoder(IterDataPipe[tuple[str, Any]]):
         >>> import io, pickle
         >>> from datapipes.iter import IterableWrapper
         >>> files = IterableWrapper([("n.cls", io.BytesIO(b"3")), ("p.pyd", io.BytesIO(pickle.dumps([1, 2])))])
-        >>> list(files.routed_decode())
+        >>> list(files.routed_decode(allow_pickle=True))  # files we made ourselves: trusted
         [('n.cls', 3), ('p.pyd', [1, 2])]
         >>> upper = lambda ext, data: data.decode().upper() if ext == "txt" else None
         >>> list(IterableWrapper([("a.txt", b"hi")]).routed_decode(upper))
@@ -117,16 +127,18 @@ class RoutedDecoder(IterDataPipe[tuple[str, Any]]):
         datapipe: Iterable[tuple[str, Any]],
         *handlers: Callable[[str, Any], Any],
         key_fn: Callable[[Any], Any] = extension_extract_fn,
+        allow_pickle: bool = False,
     ) -> None:
         stage = "RoutedDecoder"
         datapipe = _as_pipe(datapipe, stage, "datapipe")
         for k, h in enumerate(handlers):
             require_callable(h, stage, f"handlers[{k}]")
         require_callable(key_fn, stage, "key_fn")
+        require_bool(allow_pickle, stage, "allow_pickle")
         if not handlers:
             handlers = (basichandlers, imagehandler("torch"))
         self.datapipe = datapipe
-        self.decoder = Decoder(*handlers, key_fn=key_fn)
+        self.decoder = Decoder(*handlers, key_fn=key_fn, allow_pickle=allow_pickle)
 
     def add_handler(self, *handler: Callable[[str, Any], Any]) -> None:
         """Put ``handler`` before the handlers already there (they come first), for the passes
@@ -137,7 +149,8 @@ class RoutedDecoder(IterDataPipe[tuple[str, Any]]):
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
         decoder = self.decoder  # the handlers as the pass starts: add_handler() changes later passes only
-        return _routed(self, iter(self.datapipe), Decoder(*decoder.handlers, key_fn=decoder.key_fn)._decode_item)
+        pass_decoder = Decoder(*decoder.handlers, key_fn=decoder.key_fn, allow_pickle=decoder.allow_pickle)
+        return _routed(self, iter(self.datapipe), pass_decoder._decode_item)
 
     def __len__(self) -> int:
         return source_len(self, self.datapipe)

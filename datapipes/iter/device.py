@@ -453,6 +453,13 @@ def _nothing_to_move(pipe: DeviceMover, n: int, item: Any) -> TypeError:
     return TypeError(f"{stage_label(pipe)}: item {n} has no tensor to move to {where}: found {_describe(item)}; {hint}")
 
 
+def _handed_on(item: Any) -> bool:
+    """Whether ``item``, which holds no tensor, stands for a batch that failed upstream (the
+    DataLoader's marker for a map-style batch whose loading raised, which the loader raises in the
+    batch's place): it is handed on as it is. Checked only for items with no tensor."""
+    return getattr(type(item), "_failed_batch", False) is True
+
+
 def _move_plain(pipe: DeviceMover, it: Iterator[Any], device: torch.device) -> Iterator[Any]:
     """CPU and non-CUDA devices: ``Tensor.to`` on the consumer's thread (a tensor already there is
     returned as it is), over ``it``, the upstream's iterator of this pass. Copies to the CPU are
@@ -476,7 +483,7 @@ def _move_plain(pipe: DeviceMover, it: Iterator[Any], device: torch.device) -> I
             except Exception as e:
                 add_stage_note(e, label, n)
                 raise
-            if not found:
+            if not found and not _handed_on(y):
                 raise _nothing_to_move(pipe, n, y)
             n += 1
             yield y
@@ -566,7 +573,7 @@ def _cuda_copies(pipe: DeviceMover, it: Iterator[Any], device: torch.device, cud
                 except Exception as e:
                     add_stage_note(e, label, n)
                     raise
-                if not found:
+                if not found and not _handed_on(out):
                     raise _nothing_to_move(pipe, n, out)
                 n += 1
                 if pending is not None:

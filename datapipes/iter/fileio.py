@@ -50,7 +50,9 @@ from operator import length_hint
 from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
 from .._runtime import passes as _pass
+from .._runtime.validate import check_int, check_str
 from .._checks import require_bool
+from .._redact import redact
 from .._positions import skip as skip_items
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
@@ -170,10 +172,10 @@ class StreamWrapper:
         # An open OS file cannot travel to another process: pickle raises TypeError naming its type.
         return (StreamWrapper, (self.file_obj, self.name))
 
-    def __repr__(self) -> str:  # torch's form: the name unquoted, no space
+    def __repr__(self) -> str:  # torch's form: the name unquoted, no space; a URL's secrets masked
         if self.name is None:
-            return f"StreamWrapper<{self.file_obj!r}>"
-        return f"StreamWrapper<{self.name},{self.file_obj!r}>"
+            return redact(f"StreamWrapper<{self.file_obj!r}>")
+        return redact(f"StreamWrapper<{self.name},{self.file_obj!r}>")
 
 
 # -- one pass of an opener -------------------------------------------------------------------------
@@ -292,8 +294,8 @@ class _OpenRun:
         opened = self.opened
         if opened._n or opened._ended:
             raise RuntimeError(_pass.STARTED)
-        opened._n = int(state["n"])
-        opened._failures.count = int(state["failures"])
+        opened._n = check_int(state, "n")
+        opened._failures.count = check_int(state, "failures")
 
 
 def _open_pass(pipe: Any, source: Iterable[Any], open_fn: Callable[[Any], Any]) -> _OpenPass:
@@ -372,12 +374,15 @@ class _ListRun(Resumable):
     The files of a root come in lists (one per directory) and are yielded from a list iterator,
     whose index the state reads: nothing is counted per file. State: the root (a str) and an int.
     A resumed pass lists that root again (the listing only: no file is opened or read) and starts
-    its iterator at the count, then goes on with the source of roots.
+    its iterator at the count, then goes on with the source of roots. A loaded root must be one the
+    source of roots yields (read again to check it: ``_pass.check_yields``), never a folder the
+    state alone names.
     """
 
-    __slots__ = ("root", "done", "it", "size", "resume")
+    __slots__ = ("root", "done", "it", "size", "resume", "stage")
 
-    def __init__(self) -> None:
+    def __init__(self, stage: Any = None) -> None:
+        self.stage = stage  # the lister: a loaded root must be one its source yields
         self.root: str | None = None  # the root being listed, as the listing joins onto it
         self.done = 0  # files of this root in the lists before ``it``'s
         self.it: Iterator[str] = iter(())  # the list iterator being yielded from
@@ -392,8 +397,18 @@ class _ListRun(Resumable):
         return {"root": self.root, "index": self.done + self.size - length_hint(self.it)}
 
     def load(self, state: dict[str, Any]) -> None:
-        root = state["root"]
-        self.resume = None if root is None else (root, int(state["index"]))
+        root = check_str(state, "root", optional=True)
+        index = check_int(state, "index")
+        stage = self.stage
+        if root is not None and stage is not None:  # a root its source yields, never one the state names
+            def key(r: Any) -> Any:
+                if not isinstance(r, (str, os.PathLike)):
+                    return None
+                return os.path.abspath(r) if getattr(stage, "abspath", False) else os.fspath(r)
+
+            pass_ = _pass.current() or _pass.owner(stage)
+            _pass.check_yields(stage, stage.datapipe, {key(root): (root, -1, "")}, pass_, key, "list")
+        self.resume = None if root is None else (root, index)
 
 
 def _listed(run: _ListRun, root: str, chunks: Iterable[list[str]], skip: int) -> Iterator[str]:
@@ -562,7 +577,7 @@ class FileLister(IterDataPipe[str]):
         self._run = _list_files
 
     def __iter__(self) -> Iterator[str]:
-        run = _ListRun()
+        run = _ListRun(self)
         if not self.non_deterministic:
             # The root being listed and the files of it yielded (see _ListRun).
             _pass.track(self, run)
@@ -708,16 +723,70 @@ def _pair(item: Any, stage: str, n: int) -> tuple[Any, Any]:
     raise TypeError(f"{stage}: expects (meta, data) pairs, got {type(item).__name__}: {item!r:.100}")
 
 
+def _check_root(root: Any, stage: str) -> None:
+    if root is not None and not isinstance(root, (str, os.PathLike)):
+        raise TypeError(f"{stage}: root must be a str or os.PathLike path or None, got {type(root).__name__}")
+
+
+def _inside(path: str, folder: str) -> bool:
+    """Whether ``path`` lies strictly inside ``folder`` (absolute and normalised): ``path`` is made
+    absolute and normalised, its ``..`` resolved by name. Symbolic links are not resolved: only the
+    user makes them (no writer or archive loader here does), and the file system follows them."""
+    target = os.path.normcase(os.path.abspath(path))
+    prefix = os.path.normcase(folder)
+    if not prefix.endswith(os.sep):
+        prefix += os.sep
+    return target.startswith(prefix) and len(target) > len(prefix)
+
+
+def _refused(stage: str, path: str, folder: str, why: str = "") -> ValueError:
+    return ValueError(f"{stage}: refusing to write {path!r}: it is outside the folder {folder!r}{why}")
+
+
+_SEPARATORS = re.compile("[" + re.escape(os.sep + (os.altsep or "")) + "]")
+
+
+def _named_folder(path: str) -> str | None:
+    """The folder ``path`` names before a ``..`` that follows a name in it (``d/x.tar/../../y``:
+    ``d/x.tar``), or ``None`` where it has none (a leading ``../`` is where the path starts)."""
+    drive, rest = os.path.splitdrive(path)
+    parts = _SEPARATORS.split(rest)
+    named = False
+    for i, part in enumerate(parts):
+        if part == "..":
+            if named:
+                return drive + os.sep.join(parts[:i])
+        elif part and part != ".":
+            named = True
+    return None
+
+
+def _check_target(stage: str, path: Any, root: str | None) -> None:
+    """Refuse a target path outside ``root`` (absolute and normalised); without one, a path that
+    climbs with ``..`` out of the folder it names first (see :class:`Saver`)."""
+    name = os.fsdecode(path)
+    if root is not None:
+        if not _inside(name, root):
+            raise _refused(stage, name, root)
+    elif ".." in name:
+        folder = _named_folder(name)
+        if folder is not None and not _inside(name, os.path.abspath(folder)):
+            raise _refused(stage, name, folder, " (which the path names before its '..'; normalise the path, or pass "
+                                                "root=... to name the folder)")
+
+
 def _save(pipe: Saver, it: Iterator[Any]) -> Iterator[Any]:
     stage = stage_label(pipe)
     fn = pipe.filepath_fn
     mode = pipe.mode
+    root = None if pipe.root is None else os.path.abspath(pipe.root)  # once per pass: the working folder then
     n = 0
     try:
         for item in it:
             try:
                 meta, data = _pair(item, stage, n)
                 path = meta if fn is None else fn(meta)
+                _check_target(stage, path, root)
                 parent = os.path.dirname(path)
                 if parent:
                     os.makedirs(parent, exist_ok=True)
@@ -743,14 +812,22 @@ class Saver(IterDataPipe[str]):
             (append), ``"x"``/``"xb"`` (fail if the file exists).
         filepath_fn: ``filepath_fn(meta)`` gives the file's path; ``None``: ``meta`` is the path.
             Missing parent directories are created.
+        root: the folder every file must be written in (a path is made absolute and normalised,
+            its ``..`` resolved, before it is compared; symbolic links are not resolved).
+            ``None`` (default): a path may not climb with ``..`` out of the folder it names
+            before it (``out/x.tar/../../y`` is refused; ``../y`` and ``out/d/../d/y`` are not),
+            so a name taken from data cannot lead a write elsewhere; pass ``root`` to hold
+            absolute names to a folder too.
 
     Yields:
         The path of each file written, once it is written and closed.
 
     Raises:
-        Whatever ``filepath_fn`` or writing raises (``OSError`` naming the path, ``TypeError`` for
-        ``str`` data in a binary mode), as the same object with a note naming the stage and item.
-        TypeError: an item is not a ``(meta, data)`` pair.
+        ValueError: a path outside ``root``, or one climbing out of its folder, naming the stage,
+        the path and the folder (nothing is written). Whatever ``filepath_fn`` or writing raises
+        (``OSError`` naming the path, ``TypeError`` for ``str`` data in a binary mode), as the
+        same object with a note naming the stage and item. TypeError: an item is not a
+        ``(meta, data)`` pair.
 
     ``len()`` is the source's length.
 
@@ -777,14 +854,18 @@ class Saver(IterDataPipe[str]):
         source_datapipe: IterDataPipe[tuple[Any, Any]],
         mode: str = "w",
         filepath_fn: Callable[[Any], Any] | None = None,
+        *,
+        root: str | os.PathLike[str] | None = None,
     ) -> None:
         stage = "Saver"
         require_pipe(source_datapipe, stage, "source_datapipe")
         _check_write_mode(mode, stage)
         require_callable(filepath_fn, stage, "filepath_fn", optional=True)
+        _check_root(root, stage)
         self.source_datapipe = source_datapipe
         self.mode = mode
         self.filepath_fn = filepath_fn
+        self.root = root
         self._run = _save
 
     def __iter__(self) -> Iterator[Any]:

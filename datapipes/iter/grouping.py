@@ -20,6 +20,7 @@ from itertools import islice
 from typing import Any, Callable, Hashable, Iterable, Iterator, Literal, TypeVar, overload
 
 from .._runtime import passes as _pass
+from .._runtime.validate import check_dict, check_int, check_list, check_rng, invalid
 from .._engine import abandon
 from .._checks import ArgumentError, phrased, require_bool
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
@@ -56,6 +57,8 @@ class _Buffer:
         return {"buffer": [copy(x) for x in self.buffer]}
 
     def restore(self, state: dict[str, Any], copy: Callable[[Any], Any]) -> None:
+        check_dict(state)
+        check_list(state, "drain" if "drain" in state else "buffer")
         if "drain" in state:
             self.drain = iter([copy(x) for x in state["drain"]])
         else:
@@ -151,6 +154,17 @@ class _BucketRun(Resumable):
         return state
 
     def load(self, state: dict[str, Any]) -> None:
+        check_dict(state, keys=("rng", "buckets", "rest"))
+        check_rng(state)
+        check_int(state, "buckets")
+        if self.pooled:
+            if any(type(batch) not in (list, tuple) for batch in check_list(state, "rest")):
+                invalid(f"state['rest'] must be a list of batches, got {state['rest']!r:.100}")
+        else:
+            check_list(state, "rest")
+            for key in ("items", "batches"):
+                check_dict(state, keys=(key,))
+                check_dict(state[key], f"state[{key!r}]")
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))
         self.buckets = state["buckets"]
@@ -368,6 +382,26 @@ def _unhashable_note(e: TypeError, pipe: Grouper, n: int, key: Any) -> None:
         )
 
 
+def _check_group_state(state: dict[str, Any], pipe: Any) -> None:
+    """The checks of a ``groupby`` pass's state (beside :class:`~datapipes._runtime.passes.FrameRun`'s):
+    the items read, and the groups started, ``[key, items]`` pairs holding at most ``buffer_size``
+    items together."""
+    if "ended" in state:
+        return
+    check_int(state, "next")
+    groups = check_list(state, "groups", default=[])
+    for group in groups:
+        if type(group) not in (list, tuple) or len(group) != 2 or type(group[1]) not in (list, tuple):
+            invalid(f"state['groups'] must hold [key, items] pairs, got {group!r:.100}")
+        hash(group[0])  # a group's key: TypeError (naming no stage, which the pass adds) if it cannot be one
+    held = sum(len(group[1]) for group in groups)
+    size = None if pipe is None else pipe.buffer_size
+    if size is not None and "draining" not in state and held > size:
+        invalid(f"state['groups'] holds {held} items, more than buffer_size={size} allows")
+    if "draining" in state and state["draining"] is not True:
+        invalid(f"state['draining'] must be True, got {state['draining']!r:.100}")
+
+
 def _group_run(pipe: Grouper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
     fn = pipe.group_key_fn
     keep_key = pipe.keep_key
@@ -570,7 +604,7 @@ class Grouper(IterDataPipe[Any]):
         self._guaranteed = group_size if guaranteed_group_size is None else guaranteed_group_size
 
     def __iter__(self) -> Iterator[Any]:
-        run = _pass.FrameRun(_group_state)
+        run = _pass.FrameRun(_group_state, _check_group_state)
         return _pass.track_generator(self, _group_run(self, iter(self.datapipe), run), run)
 
     def __len__(self) -> int:

@@ -22,6 +22,7 @@ from bisect import bisect
 from typing import Any, Iterator, Mapping, TypeVar, overload
 
 from .._runtime import passes as _pass
+from .._runtime.validate import check_int, check_list, check_rng, invalid
 from .._positions import remaining
 from .._engine import abandon
 from .._engine import close_iterator as _close_iterator
@@ -170,7 +171,7 @@ class _MuxRun(Resumable):
         return {"round": list(self.saved)}
 
     def load(self, state: dict[str, Any]) -> None:
-        self.saved = list(state["round"])
+        self.saved = list(check_list(state, "round"))
 
 
 def _rounds(its: list[Iterator[Any]], run: _MuxRun) -> Iterator[tuple[Any, ...]]:
@@ -253,6 +254,18 @@ def _mux_longest_state(*, i: int, n: int, done: Any) -> dict[str, Any]:
     return {"next": (i + 1) % n, "done": list(done)}
 
 
+def _check_mux_longest_state(state: dict[str, Any], pipe: Any) -> None:
+    """The checks of a ``mux_longest`` pass's state (beside :class:`~datapipes._runtime.passes.FrameRun`'s):
+    the input read next, and which inputs are done, one bool per input."""
+    if "ended" in state:
+        return
+    n = None if pipe is None else len(pipe.datapipes)
+    check_int(state, "next", 0, None if n is None else n - 1)
+    done = check_list(state, "done", default=[])
+    if any(type(d) is not bool for d in done) or (n is not None and "done" in state and len(done) != n):
+        invalid(f"state['done'] must be a bool per input, got {done!r:.100}")
+
+
 def _mux_longest(its: list[Iterator[Any]], run: _pass.FrameRun) -> Iterator[Any]:
     run.started = True
     n = len(its)
@@ -323,7 +336,7 @@ class MultiplexerLongest(IterDataPipe[T]):
 
     def __iter__(self) -> Iterator[T]:
         its = [iter(dp) for dp in self.datapipes]
-        run = _pass.FrameRun(_mux_longest_state)
+        run = _pass.FrameRun(_mux_longest_state, _check_mux_longest_state)
         return _pass.track_generator(self, _mux_longest(its, run), run)
 
     def __len__(self) -> int:
@@ -348,8 +361,13 @@ class _SampleRun(Resumable):
         return {"rng": _rng_state(self.rng), "live": list(self.live)}
 
     def load(self, state: dict[str, Any]) -> None:
-        _set_rng_state(self.rng, state["rng"])
-        self.live = [int(j) for j in state["live"]]
+        n = len(self.live)  # before the pass starts: every input
+        live = check_list(state, "live", n, limit=f"the {n} inputs")
+        if (any(type(j) is not int for j in live) or sorted(set(live)) != list(live)
+                or (live and not 0 <= live[0] <= live[-1] < n)):
+            invalid(f"state['live'] must list inputs from 0 to {n - 1} in order, each once, got {live!r:.100}")
+        _set_rng_state(self.rng, check_rng(state))
+        self.live = list(live)
 
 
 def _sample_mux(its: list[Iterator[Any]], weights: tuple[float, ...], run: _SampleRun) -> Iterator[Any]:

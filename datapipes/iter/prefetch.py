@@ -18,7 +18,7 @@ T = TypeVar("T")
 def _prefetch(pipe: Prefetcher[Any], it: Iterator[Any]) -> Iterator[Any]:
     label = stage_label(pipe)
     stats = _pass.stats_for(pipe, lambda: StageStats(label, "prefetch", 1, pipe.buffer_size))
-    run = BackgroundRun()
+    run = BackgroundRun(pipe.buffer_size)
     _pass.track(pipe, run)
     return background_iter(lambda: it, pipe.buffer_size, label, stats, run=run)
 

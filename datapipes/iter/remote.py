@@ -16,11 +16,12 @@ import time
 from typing import Any, Callable, Iterator, Sequence
 
 from .._checks import require_bool
+from .._redact import redact, redact_exception
 from .._runtime import passes as _pass
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import WARN_FAILURES, _OnError, add_stage_note, policy_and_log
-from .fileio import StreamWrapper, _TEXT_KWARGS, _check_masks, _check_read_mode, _check_write_mode, _listed, _ListRun, _mask_matcher, _open_pass, _opened_len, _opener_stateless, _pair, _paths_pipe, _roots_pipe
+from .fileio import StreamWrapper, _TEXT_KWARGS, _named_folder, _refused, _check_masks, _check_read_mode, _check_write_mode, _listed, _ListRun, _mask_matcher, _open_pass, _opened_len, _opener_stateless, _pair, _paths_pipe, _roots_pipe
 
 __all__ = ["FSSpecFileLister", "FSSpecFileOpener", "FSSpecSaver"]
 
@@ -96,6 +97,19 @@ def _reply_verdict(exc: BaseException) -> bool | None:
     return None
 
 
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is a ``MemoryError`` or was raised from or while handling one (aiohttp turns
+    a failure inside its parser into a ``ClientPayloadError`` raised from it)."""
+    seen = 0
+    e: BaseException | None = exc
+    while e is not None and seen < 8:
+        if isinstance(e, MemoryError):
+            return True
+        e = e.__cause__ if e.__cause__ is not None else e.__context__
+        seen += 1
+    return False
+
+
 def _is_transient(exc: BaseException, depth: int = 0) -> bool:
     """Whether a remote file system error may go away on a retry.
 
@@ -104,8 +118,12 @@ def _is_transient(exc: BaseException, depth: int = 0) -> bool:
     code. Not: missing paths, permission errors, other HTTP 4xx replies, the client libraries'
     other errors, anything else. fsspec's HTTP file system reports any failure to stat a URL as
     ``FileNotFoundError`` raised *from* the real error, and s3fs turns botocore's ClientError into
-    an ``OSError`` raised from it, so such an error is judged by its cause.
+    an ``OSError`` raised from it, so such an error is judged by its cause. Never transient: a
+    ``MemoryError``, or an error raised from or while handling one (a retry would download again
+    into the memory that just ran out).
     """
+    if depth == 0 and _out_of_memory(exc):
+        return False
     cause = exc.__cause__
     if isinstance(exc, _PERMANENT):
         return cause is not None and depth < 3 and not isinstance(cause, _PERMANENT) and _is_transient(cause, depth + 1)
@@ -129,14 +147,17 @@ def _note_once(exc: BaseException, note: str) -> None:
 
 
 def _url_note(exc: BaseException, what: str, url: str, attempts: int) -> None:
-    """Note the URL on ``exc`` (and the attempts made), unless a note names it already."""
-    named = repr(url)
+    """Note the URL on ``exc`` (and the attempts made), unless a note names it already, and mask the
+    secrets of the URLs ``exc`` carries (its message, aiohttp's ``request_info``, its causes: see
+    datapipes._redact), in place: the error of a remote read, given up on, leaves here."""
+    redact_exception(exc)
+    named = repr(redact(url))
     if any(named in note for note in getattr(exc, "__notes__", ())):
         return
     if attempts > 1:
-        _note_once(exc, f"[datapipes] {what} {url!r} failed after {attempts} attempts")
+        _note_once(exc, f"[datapipes] {what} {named} failed after {attempts} attempts")
     else:
-        _note_once(exc, f"[datapipes] while {what} {url!r}")
+        _note_once(exc, f"[datapipes] while {what} {named}")
 
 
 def _retry(call: Callable[[], Any], what: str, url: str, retries: int, backoff: float) -> Any:
@@ -164,7 +185,7 @@ def _retries_apply(fs: Any) -> bool:
 
 def _url_to_fs(url: Any, stage: str, storage_options: dict[str, Any]) -> tuple[Any, str]:
     if not isinstance(url, str):
-        raise TypeError(f"{stage}: each URL must be a str, got {type(url).__name__}: {url!r:.100}")
+        raise TypeError(f"{stage}: each URL must be a str, got {type(url).__name__}: {redact(repr(url)):.100}")
     import fsspec.core
 
     try:
@@ -318,7 +339,7 @@ class FSSpecFileLister(IterDataPipe[str]):
     def __iter__(self) -> Iterator[str]:
         # The root being listed (a URL) and the files of it yielded: a resumed pass lists that root
         # again (one listing, sorted as every listing is) and starts at the count (see _ListRun).
-        run = _ListRun()
+        run = _ListRun(self)  # a loaded root must be one of those self.datapipe yields
         _pass.track(self, run)
         return self._run(self, iter(self.datapipe), run)
 
@@ -345,7 +366,8 @@ class _RetryingReader(io.RawIOBase):
     :func:`_is_transient`), waiting ``backoff * 2**k`` seconds before retry ``k``: the broken file
     is dropped, the URL opened again and positioned where the reader was (by seeking, or by reading
     and discarding on a stream that cannot seek). The error given up on is raised as the same
-    object, with a note naming the URL and the attempts made.
+    object, with a note naming the URL and the attempts made (secrets masked). A subclass checks
+    each file it opens in :meth:`_opened`.
     """
 
     def __init__(self, fs: Any, path: str, url: str, open_kwargs: dict[str, Any], retries: int, backoff: float) -> None:
@@ -358,11 +380,18 @@ class _RetryingReader(io.RawIOBase):
         self._backoff = backoff
         self._f: Any = None
         self._pos = 0
-        self._do(lambda f: None, "opening")
+        try:
+            self._do(lambda f: None, "opening")
+        except BaseException:
+            self._drop()  # a file refused by _opened is closed now, not at collection
+            raise
 
     @property
     def name(self) -> str:
         return self._url
+
+    def _opened(self, f: Any) -> None:
+        """Check a file just opened (before it is positioned); raise to refuse it."""
 
     def _reposition(self, f: Any) -> None:
         try:
@@ -374,7 +403,7 @@ class _RetryingReader(io.RawIOBase):
         while left:
             chunk = f.read(min(left, 1 << 20))
             if not chunk:
-                raise EOFError(f"{self._url!r} ended at byte {self._pos - left} while resuming at byte {self._pos}")
+                raise EOFError(f"{redact(self._url)!r} ended at byte {self._pos - left} while resuming at byte {self._pos}")
             left -= len(chunk)
 
     def _drop(self) -> None:
@@ -393,6 +422,7 @@ class _RetryingReader(io.RawIOBase):
                 if f is None:
                     f = self._fs.open(self._path, "rb", **self._kw)
                     self._f = f
+                    self._opened(f)
                     if self._pos:
                         self._reposition(f)
                 return op(f, *args)
@@ -442,6 +472,20 @@ class _RetryingReader(io.RawIOBase):
                 super().close()
 
 
+class _Buffered(io.BufferedReader):
+    """A buffered reader whose ``repr`` names its URL without its secrets (datapipes._redact)."""
+
+    def __repr__(self) -> str:
+        return redact(super().__repr__())
+
+
+class _Text(io.TextIOWrapper):
+    """A text reader whose ``repr`` names its URL without its secrets (datapipes._redact)."""
+
+    def __repr__(self) -> str:
+        return redact(super().__repr__())
+
+
 def _fsspec_opener(pipe: FSSpecFileOpener) -> Callable[[Any], Any]:
     stage = stage_label(pipe)
     mode = pipe._mode
@@ -461,9 +505,9 @@ def _fsspec_opener(pipe: FSSpecFileOpener) -> Callable[[Any], Any]:
             except Exception as e:
                 _url_note(e, "opening", url, 1)
                 raise
-        stream: Any = io.BufferedReader(_RetryingReader(fs, path, url, kw, retries, backoff))
+        stream: Any = _Buffered(_RetryingReader(fs, path, url, kw, retries, backoff))
         if mode == "r":
-            stream = io.TextIOWrapper(stream, **text_kw)
+            stream = _Text(stream, **text_kw)
         return stream
 
     return open_url
@@ -569,6 +613,35 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
 # -- FSSpecSaver -----------------------------------------------------------------------------------
 
 
+def _url_path(url: str) -> tuple[str, str]:
+    """``(scheme, path)`` of a URL (``""`` for a local path), the path normalised with its ``..``
+    resolved by name, starting with ``/``: ``memory://d/x/../y`` gives ``("memory", "/d/y")``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "", os.path.abspath(url)
+    return scheme.lower(), posixpath.normpath("/" + rest.split("?", 1)[0])
+
+
+def _check_url_target(stage: str, url: Any, root: str | None) -> None:
+    """Refuse a target URL outside ``root`` (same scheme, under its path); without one, a URL that
+    climbs with ``..`` out of the folder it names first: as :class:`~datapipes.iter.Saver` does."""
+    if not isinstance(url, str):
+        return  # a path-like object or an open file: fsspec's to refuse
+    if root is not None:
+        scheme, path = _url_path(url)
+        root_scheme, folder = _url_path(root)
+        if scheme != root_scheme or not path.startswith(folder.rstrip("/") + "/") or path == folder:
+            raise _refused(stage, redact(url), redact(root))
+    elif ".." in url:
+        rest = url.partition("://")[2] or url
+        named = _named_folder(rest.split("?", 1)[0])
+        if named is not None:
+            base = url[: len(url) - len(rest)] + named
+            if not _url_path(url)[1].startswith(_url_path(base)[1].rstrip("/") + "/"):
+                raise _refused(stage, redact(url), redact(base),
+                               " (which the URL names before its '..'; normalise it, or pass root=... to name the folder)")
+
+
 def _fsspec_save(pipe: FSSpecSaver, it: Iterator[Any]) -> Iterator[Any]:
     stage = stage_label(pipe)
     fn = pipe.filepath_fn
@@ -581,6 +654,7 @@ def _fsspec_save(pipe: FSSpecSaver, it: Iterator[Any]) -> Iterator[Any]:
             try:
                 meta, data = _pair(item, stage, n)
                 url = meta if fn is None else fn(meta)
+                _check_url_target(stage, url, pipe.root)
                 fs, path = _url_to_fs(url, stage, pipe.storage_options)
                 if not _retries_apply(fs):  # local: create the parent folders (memory:// needs none)
                     fs.makedirs(fs._parent(path), exist_ok=True)
@@ -609,6 +683,11 @@ class FSSpecSaver(IterDataPipe[str]):
         filepath_fn: ``filepath_fn(meta)`` gives the URL; ``None``: ``meta`` is the URL. Missing
             local parent folders are created.
         kwargs_for_open: keyword arguments for ``fs.open``.
+        root: a URL (or local folder) every target must lie strictly inside, the same scheme and
+            under its path once ``..`` is resolved; a target outside it raises ``ValueError``
+            before anything is written. ``None`` (default): a URL may still not climb with ``..``
+            out of the folder it names first (``memory://out/x/../../y``), as :class:`Saver`.
+            Where ``filepath_fn`` builds URLs from data (a member name, a key), pass the folder.
         **storage_options: passed to the file system.
 
     Yields:
@@ -646,9 +725,12 @@ class FSSpecSaver(IterDataPipe[str]):
         filepath_fn: Callable[[Any], Any] | None = None,
         *,
         kwargs_for_open: dict[str, Any] | None = None,
+        root: str | None = None,
         **storage_options: Any,
     ) -> None:
         stage = "FSSpecSaver"
+        if root is not None and not isinstance(root, (str, os.PathLike)):
+            raise TypeError(f"{stage}: root must be a URL (str) or a local path, or None, got {type(root).__name__}")
         require_pipe(source_datapipe, stage, "source_datapipe")
         _check_write_mode(mode, stage)
         require_callable(filepath_fn, stage, "filepath_fn", optional=True)
@@ -656,6 +738,7 @@ class FSSpecSaver(IterDataPipe[str]):
         self.source_datapipe = source_datapipe
         self.mode = mode
         self.filepath_fn = filepath_fn
+        self.root = None if root is None else os.fspath(root)
         self.storage_options = storage_options
         self._run = _fsspec_save
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator, Sequence
 
 from .._checks import require_bool
+from .._redact import redact
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, stage_label
 from ..errors import WARN_FAILURES, _OnError
 from .fileio import StreamWrapper, _check_masks, _ListRun, _open_pass, _paths_pipe, _roots_pipe
@@ -56,11 +57,11 @@ def _check_s3_url(url: Any, stage: str) -> Any:
     """``url`` itself when it is an ``s3://bucket[/key]`` URL; ``TypeError``/``ValueError`` naming
     ``stage`` and the URL otherwise."""
     if not isinstance(url, str):
-        raise TypeError(f"{stage}: each URL must be a str, got {type(url).__name__}: {url!r:.100}")
+        raise TypeError(f"{stage}: each URL must be a str, got {type(url).__name__}: {redact(repr(url)):.100}")
     if not url.startswith(_SCHEME):
-        raise ValueError(f"{stage}: expects s3:// URLs (s3://bucket/key), got {url!r:.200}")
+        raise ValueError(f"{stage}: expects s3:// URLs (s3://bucket/key), got {redact(repr(url)):.200}")
     if not url[len(_SCHEME):].split("/", 1)[0]:
-        raise ValueError(f"{stage}: the URL {url!r:.200} names no bucket (s3://bucket/key)")
+        raise ValueError(f"{stage}: the URL {redact(repr(url)):.200} names no bucket (s3://bucket/key)")
     return url
 
 

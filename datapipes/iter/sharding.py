@@ -26,6 +26,7 @@ from itertools import islice
 from typing import Any, Iterator, TypeVar, cast
 
 from .._runtime import passes as _pass
+from .._runtime.validate import check_dict, check_int, check_list, invalid
 from .._engine import close_iterator as _close
 from .._runtime.worker import capture_rank, is_sharding_stage, placement
 from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, source_len, sources_of, stage_label
@@ -133,9 +134,25 @@ class _ShardRun:
     def restore(self, state: dict[str, Any]) -> None:
         if self.started:
             raise RuntimeError(_pass.STARTED)
-        if state.get("closed"):
+        check_dict(state)
+        if "closed" in state:
+            if state["closed"] is not True:
+                invalid(f"state['closed'] must be True, got {state['closed']!r:.100}")
             self.closed = True
             return
+        shard = check_list(state, "shard")
+        if len(shard) != 2 or any(type(x) is not int for x in shard) or not 0 <= shard[1] < shard[0]:
+            invalid(f"state['shard'] must be [num_of_instances, instance_id], got {shard!r:.100}")
+        check_int(state, "kept")
+        layers = check_list(state, "layers", default=[])
+        for layer in layers:
+            if (type(layer) not in (list, tuple) or len(layer) != 2 or type(layer[0]) is not int or layer[0] < 1
+                    or type(layer[1]) not in (list, tuple) or len(layer[1]) != layer[0]
+                    or any(type(k) is not int or k < 0 for k in layer[1])):
+                invalid(f"state['layers'] must hold [num_shards, [kept per shard]] pairs, got {layer!r:.100}")
+        counters = check_list(state, "counters", len(layers) + 1, default=[0] * (len(layers) + 1))
+        if len(counters) != len(layers) + 1 or any(type(c) is not int or c < 0 for c in counters):
+            invalid(f"state['counters'] must be {len(layers) + 1} ints >= 0, got {counters!r:.100}")
         saved = tuple(state["shard"])
         if saved != self.shard:
             raise ValueError(

@@ -18,6 +18,7 @@ from itertools import chain
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar, overload
 
 from .._runtime import passes as _pass
+from .._runtime.validate import check_bool, check_dict, check_int, check_list, check_rng, invalid
 from .._chunk import DataChunk
 from .._engine import abandon, close_iterator
 from .._positions import Counted, skip
@@ -58,7 +59,7 @@ class _RngRun:
         _check_started(self)
         if not isinstance(state, dict) or "rng" not in state:
             raise ValueError(f"load_state_dict: not the state of an in_batch_shuffle: {str(state)[:200]}")
-        _set_rng_state(self.rng, state["rng"])
+        _set_rng_state(self.rng, check_rng(state))
 
 
 def _in_batch_shuffle(pipe: InBatchShuffler, it: Iterator[Any], run: _RngRun) -> Iterator[list[Any]]:
@@ -199,7 +200,29 @@ class _ShuffledFlatMapRun(_pass.FrameRun):
     def restore(self, state: dict[str, Any]) -> None:
         if not isinstance(state, dict) or not ("rng" in state or "ended" in state):
             raise ValueError(f"load_state_dict: not the state of a shuffled_flatmap: {str(state)[:200]}")
+        if "ended" not in state:
+            _check_shuffled_flatmap(state, self.stage)
         super().restore(state)
+
+
+def _check_shuffled_flatmap(state: dict[str, Any], pipe: Any) -> None:
+    """The checks of a ``shuffled_flatmap`` state: its generator, the index drawn, the position, and
+    at most ``buffer_size`` slots, each the outputs left or the item and the count yielded."""
+    check_dict(state, keys=("rng", "idx", "next", "draining", "slots"))
+    size = 1 if pipe is None or not pipe._enabled else pipe.buffer_size
+    check_rng(state)
+    check_int(state, "idx", 0, size - 1, optional=True)
+    check_int(state, "next")
+    check_bool(state, "draining")
+    for slot in check_list(state, "slots", size, limit=f"buffer_size={size}"):
+        check_dict(slot, "a slot of state['slots']", keys=("item",))
+        check_int(slot, "item")
+        if "rest" in slot:
+            check_list(slot, "rest")
+        elif "input" in slot:
+            check_int(slot, "done")
+        else:
+            invalid(f"a slot of state['slots'] holds neither 'rest' nor 'input': {slot!r:.100}")
 
 
 def _reopened_all(call: Callable[[Any], Any] | None, slots: list[dict[str, Any]]) -> list[tuple[Any, Any, Any, int]]:

@@ -22,7 +22,8 @@ from typing import Any, AsyncIterable, Callable, Generator, Iterable, Iterator, 
 import numpy
 
 from .._runtime import passes as _pass
-from .._positions import INDEXED as _INDEXED, Counted, Enumerated, seek, skip
+from .._runtime.validate import check_dict, check_int, invalid
+from .._positions import INDEXED as _INDEXED, Counted, Enumerated, seek
 from .._engine import abandon, close_iterator, iterate_async
 from ..datapipe import IterDataPipe, functional_datapipe, lacks_len, len_root, len_unknown, require_int, require_pipe, source_len, stage_label
 from .._engine.lifecycle import Resumable
@@ -174,11 +175,16 @@ class _SourceRun:
     iterator to the index (:func:`datapipes._positions.seek`: nothing is read again), and replays
     any other source: a new iteration skips, in C, the items already yielded, which is exact for a
     source that yields the same items at every pass (what a re-iterable is). State: one int, or the protocol iterator's own state.
+
+    A loaded index is checked: an int from 0 to the source's length (read from a sequence's
+    iterator, or found while the items before it are skipped), never one that would yield items
+    again or silently skip the rest.
     """
 
-    __slots__ = ("it", "mode", "total", "at", "counter", "saved", "sized", "eager", "final")
+    __slots__ = ("it", "mode", "total", "at", "counter", "saved", "sized", "eager", "final", "stage")
 
-    def __init__(self, sized: bool) -> None:
+    def __init__(self, sized: bool, stage: Any = None) -> None:
+        self.stage = stage  # the stage whose pass this is (its label names it in errors)
         self.it: Any = None  # the iterator opened (None: not yet)
         self.mode = ""  # "index", "count", "protocol" once opened
         self.total = 0  # "index": the items the iterator had when opened
@@ -212,14 +218,29 @@ class _SourceRun:
             raise RuntimeError(_STARTED)
         if not isinstance(state, dict) or not ("index" in state or "iterator" in state):
             raise ValueError(f"load_state_dict: not the state of a source: {str(state)[:200]}")
+        check_dict(state)
         if self.eager and "index" not in state:
             raise ValueError(f"load_state_dict: the state holds an iterator's own state, but this source is a "
                              f"sequence, read by index: {str(state)[:200]}")
+        if "index" in state:  # a sequence's bound is known now, any other's as its items are skipped
+            check_int(state, "index", 0, self.total if self.eager else None)
         self.saved = state
         if self.eager:  # the iterator was opened at iter(): move it now
             index = int(state.get("index", 0))
             seek(self.it, self.at, index)
             self.at = index
+
+    def _skipped(self, it: Iterator[Any], index: int) -> None:
+        """Skip the first ``index`` items of ``it`` (in C); ``ValueError`` naming the stage when it
+        has fewer: the state names a position past the source's end."""
+        if index and next(itertools.islice(it, index - 1, index), _END) is _END:
+            self._past_end(index, None)
+
+    def _past_end(self, index: int, total: int | None) -> None:
+        where = "a source" if self.stage is None else stage_label(self.stage)
+        length = "it has fewer items" if total is None else f"it has {total} items"
+        invalid(f"state['index'] is {index}, past the end of the source ({length}): a state saved from this "
+                f"source stands at most at its end", where)
 
     def open(self, it: Iterator[Any]) -> Iterator[Any]:
         """The iterator a pass reads, positioned where a restored state says, from ``it``, the
@@ -231,6 +252,8 @@ class _SourceRun:
             self.total = length_hint(it)
             self.mode = "index"
             index = int(saved.get("index", 0))
+            if index > self.total:
+                self._past_end(index, self.total)
             if index:
                 seek(it, 0, index)
             self.at = index
@@ -240,13 +263,13 @@ class _SourceRun:
             if "iterator" in saved:
                 it.load_state_dict(saved["iterator"])  # type: ignore[attr-defined]
             else:
-                skip(it, int(saved.get("index", 0)))
+                self._skipped(it, int(saved.get("index", 0)))
             return it
         if "iterator" in saved:
             raise ValueError(f"load_state_dict: the state holds an iterator's own state, but this source's "
                              f"iterator, a {kind.__name__}, has no load_state_dict()")
         index = int(saved.get("index", 0))
-        skip(it, index)  # replayed: the items yielded before the state was saved
+        self._skipped(it, index)  # replayed: the items yielded before the state was saved
         self.mode = "count"
         self.counter = Counted(it, index)
         return self.counter
@@ -366,7 +389,7 @@ class IterableWrapper(IterDataPipe[T]):
             return iterate_async(self.iterable)  # type: ignore[arg-type]
         # Nothing is copied, read or opened before the first next().
         iterable = cast("Iterable[T]", self.iterable)  # not async: a synchronous iterable
-        run = _SourceRun(hasattr(type(iterable), "__len__"))
+        run = _SourceRun(hasattr(type(iterable), "__len__"), self)
         if self._defer:
             it: Iterator[T] = _deferred(lambda: iter(iterable), run)
         else:
@@ -419,7 +442,8 @@ class _HeaderRun(Resumable):
         return {"taken": self.limit - length_hint(self.left)}
 
     def load(self, state: dict[str, Any]) -> None:
-        self.left = iter(range(min(int(state["taken"]), self.limit), self.limit))
+        taken = check_int(state, "taken", 0, self.limit + 1)  # one over: see state()
+        self.left = iter(range(min(taken, self.limit), self.limit))
 
 
 def _header_run(it: Iterator[Any], run: _HeaderRun) -> Iterator[Any]:
@@ -528,7 +552,7 @@ class _CycleRun(Resumable):
         return {"round": self.round}
 
     def load(self, state: dict[str, Any]) -> None:
-        self.round = int(state["round"])
+        self.round = check_int(state, "round", 1)
         self.resumed = True
 
 
@@ -639,7 +663,7 @@ class _EnumerateRun(Resumable):
         return {"index": self.start if counter is None else counter.count()}
 
     def load(self, state: dict[str, Any]) -> None:
-        self.start = int(state["index"])
+        self.start = check_int(state, "index", None)  # from starting_index, which may be below 0
 
 
 def _enumerate_run(it: Iterator[Any], run: _EnumerateRun) -> Iterator[tuple[int, Any]]:

@@ -26,6 +26,7 @@ from collections import OrderedDict
 from typing import Any, Callable, Hashable, Iterator, Literal, Sequence, TypeVar, overload
 
 from .._runtime import passes as _pass
+from .._runtime.validate import check_bool, check_list, invalid
 from .._checks import phrased
 from .._engine import abandon, close_iterator
 from ..datapipe import (
@@ -218,9 +219,10 @@ class _KeyZipRun(Resumable):
     the buffer-full warning was given. State: ``{"buffer": [[key, item], ...], "warned": bool}``,
     read when asked (the loop writes nothing extra per item)."""
 
-    __slots__ = ("buffer", "warned")
+    __slots__ = ("buffer", "warned", "size")
 
-    def __init__(self) -> None:
+    def __init__(self, size: int | None = None) -> None:
+        self.size = size  # buffer_size: a loaded buffer holds no more (None: no limit)
         self.buffer: OrderedDict[Any, Any] = OrderedDict()
         self.warned = False
         self.started = False
@@ -229,8 +231,11 @@ class _KeyZipRun(Resumable):
         return {"buffer": [[k, v] for k, v in self.buffer.items()], "warned": self.warned}
 
     def load(self, state: dict[str, Any]) -> None:
-        self.buffer = OrderedDict((k, v) for k, v in state["buffer"])
-        self.warned = bool(state["warned"])
+        buffer = check_list(state, "buffer", max_len=self.size, limit=f"buffer_size={self.size}")
+        if any(type(pair) not in (list, tuple) or len(pair) != 2 for pair in buffer):
+            invalid(f"state['buffer'] must hold [key, item] pairs, got {buffer!r:.100}")
+        self.warned = check_bool(state, "warned")
+        self.buffer = OrderedDict((k, v) for k, v in buffer)
 
 
 def _key_zip(pipe: IterKeyZipper, it: Iterator[Any], ref_it: Iterator[Any], run: _KeyZipRun) -> Iterator[Any]:
@@ -412,7 +417,7 @@ class IterKeyZipper(IterDataPipe[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         it, ref_it = iter(self.source_datapipe), iter(self.ref_datapipe)
-        run = _KeyZipRun()
+        run = _KeyZipRun(self.buffer_size)
         _pass.track(self, run)
         return _key_zip(self, it, ref_it, run)
 
@@ -665,7 +670,9 @@ class UnZipper(IterDataPipe[Any]):
         TypeError / ValueError: a bad argument, naming it.
         RuntimeError: no column is left: every column is skipped, or ``sequence_length`` is below
             1 (torchdata's type and phrase "All instances are being filtered out").
-        BufferError: (while iterating) a child ran more than ``buffer_size`` items ahead.
+        BufferError: (while iterating) a child ran more than ``buffer_size`` items ahead (as
+            :class:`Forker`'s: the message ends with torch's phrase, and the child keeps its place,
+            so a sibling reading more than ``buffer_size`` items past it raises too).
         IndexError, TypeError, ...: (while iterating) an item has no such column, as the same
             object, with a note naming the stage, the child and the item's position.
 

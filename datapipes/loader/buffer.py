@@ -2,7 +2,8 @@
 
 :class:`TimedBuffer` is the stage :class:`~datapipes.loader.DataLoader` puts in its pipe when
 ``timeout`` is set (SPDL spelling: the final buffer; torch spelling: a small buffer before
-``pin_memory``).
+``pin_memory``). Past the timeout it raises :class:`LoaderTimeoutError`: torch's ``RuntimeError``
+(with torch's ``DataLoader timed out after N seconds``) and a ``TimeoutError``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,23 @@ from .._engine.background import background_iter
 from ..datapipe import IterDataPipe, source_len
 from ..graph import stage_label
 
-__all__ = ["TimedBuffer"]
+__all__ = ["LoaderTimeoutError", "TimedBuffer"]
+
+
+class LoaderTimeoutError(RuntimeError, TimeoutError):
+    """A batch did not come within the loader's ``timeout``: a ``RuntimeError``, as torch's
+    DataLoader raises (its message starts with torch's ``DataLoader timed out after N seconds``), and
+    a ``TimeoutError``, as the loader raised before. ``timeout``: the seconds; ``batch``: the
+    position of the late batch in the pass. Built from a message alone (``type(e)(message)``, as
+    torch's loader rebuilds an error raised where it waits for a worker), both are None."""
+
+    def __init__(self, message: str, timeout: float | None = None, batch: int | None = None) -> None:
+        super().__init__(message)
+        self.timeout = timeout
+        self.batch = batch
+
+    def __reduce__(self) -> Any:
+        return type(self), (str(self), self.timeout, self.batch)
 
 
 def _timed_buffer(stage: TimedBuffer) -> Iterator[Any]:
@@ -23,12 +40,14 @@ def _timed_buffer(stage: TimedBuffer) -> Iterator[Any]:
     stats = _pass.stats_for(stage, lambda: StageStats(label, "prefetch", 1, stage.buffer_size))
     source, timeout = stage.source_datapipe, stage.timeout
     it = iter(source)  # created here, as part of the pass; pulled on the buffer's thread
+    seconds = int(timeout) if float(timeout).is_integer() else timeout  # as torch says it: 5, not 5.0
 
-    def late(n: int) -> TimeoutError:
-        return TimeoutError(
-            f"{stage.owner}: batch {n} did not arrive within timeout={timeout} s; the pipe upstream "
-            f"({source!r}) is stuck or slower than that. Raise timeout, or find the slow stage with "
-            f"datapipes.profile(loader.pipe)"
+    def late(n: int) -> LoaderTimeoutError:
+        return LoaderTimeoutError(
+            f"DataLoader timed out after {seconds} seconds ({stage.owner}: batch {n} did not arrive within "
+            f"timeout={timeout} s; the pipe upstream ({source!r}) is stuck or slower than that. Raise timeout, "
+            f"or find the slow stage with datapipes.profile(loader.pipe))",
+            timeout, n,
         )
 
     return background_iter(lambda: it, stage.buffer_size, label, stats, timeout=timeout, on_timeout=late)
@@ -37,8 +56,9 @@ def _timed_buffer(stage: TimedBuffer) -> Iterator[Any]:
 class TimedBuffer(IterDataPipe[Any]):
     """A stage of the pipe :class:`DataLoader` builds when ``timeout`` is set: the upstream runs on a
     background thread, up to ``buffer_size`` items ahead (as :class:`~datapipes.iter.Prefetcher`),
-    and the consumer waits at most ``timeout`` seconds for each item, then raises a ``TimeoutError``
-    naming ``owner``. ``len()`` is the upstream's."""
+    and the consumer waits at most ``timeout`` seconds for each item, then raises a
+    :class:`LoaderTimeoutError` (a ``RuntimeError`` and a ``TimeoutError``) naming ``owner``.
+    ``len()`` is the upstream's."""
 
     _repr_fields = ("buffer_size", "timeout")
 

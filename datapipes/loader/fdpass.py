@@ -14,11 +14,14 @@ number, so messages whose records torch dropped (a pass ended early, persistent 
 the next one) are closed, not mistaken for the next batch's. A descriptor in flight belongs to the
 socket: closing the channel (or a process ending) frees it, so nothing leaks whatever stops the
 pass. Where this cannot run (not Linux, another sharing strategy, ``DATAPIPES_WORKER_FDS=0``) or a
-batch's storage cannot be shared this way, the batch travels through torch's queue as it is.
+batch's storage cannot be shared this way, the batch travels through torch's queue as it is. Every
+storage received keeps a descriptor open while it lives; at the open-file limit the loader raises
+torch's ``RuntimeError`` with its advice (``ulimit -n``, or the ``file_system`` sharing strategy).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import socket
@@ -29,12 +32,21 @@ from typing import Any
 
 import torch
 
-__all__ = ["Channel", "Exported", "close_senders", "enabled", "export", "imported", "send"]
+__all__ = ["Channel", "Exported", "close_senders", "enabled", "export", "fd_limit_reached", "imported", "send",
+           "too_many_open_files"]
 
 #: seconds the main process waits for a message or a worker's connection that must already be there
 WAIT = 60.0
 #: the most descriptors one message carries (a batch with more storages goes through torch's queue)
 MAX_FDS = 250
+#: descriptors this process must still be able to open when a batch cannot be mapped, or else the
+#: open-file limit is to blame (torch's loader checks the same margin)
+FD_MARGIN = 10
+
+#: torch's DataLoader's words at the open-file limit (kept whole, so code that matches them still does)
+TOO_MANY_OPEN_FILES = ("Too many open files. Communication with the workers is no longer possible. Please increase the "
+                       "limit using `ulimit -n` in the shell or change the sharing strategy by calling "
+                       "`torch.multiprocessing.set_sharing_strategy('file_system')` at the beginning of your code")
 
 
 def enabled() -> bool:
@@ -119,10 +131,17 @@ def export(item: Any) -> tuple[Any, list[int], list[int]]:
 
 def imported(exported: Exported, fds: list[int]) -> Any:
     """The batch of ``exported``, its tensors viewing the storages the descriptors ``fds`` hold
-    (the descriptors are closed here; the storages keep the memory)."""
+    (the descriptors are closed here; each storage keeps a copy of its own: torch's
+    ``file_descriptor`` sharing strategy). At the open-file limit, torch's ``RuntimeError``
+    (:func:`too_many_open_files`)."""
     try:
         storages = [torch.UntypedStorage._new_shared_fd_cpu(fd, size)  # type: ignore[attr-defined]
                     for fd, size in zip(fds, exported.sizes)]
+    except RuntimeError as e:  # torch's "could not duplicate a shared memory file descriptor", say
+        if fd_limit_reached():
+            raise too_many_open_files(f"a worker's batch arrived with the descriptors of its {len(fds)} tensor "
+                                      f"storage(s), and mapping them failed ({e})") from e
+        raise
     finally:
         for fd in fds:
             os.close(fd)
@@ -133,6 +152,31 @@ def imported(exported: Exported, fds: list[int]) -> Any:
         return torch.empty((0,), dtype=t.dtype).set_(storages[t.index], t.offset, t.shape, t.stride)
 
     return _walk(exported.tree, leaf)
+
+
+def fd_limit_reached() -> bool:
+    """Whether this process cannot open :data:`FD_MARGIN` more descriptors."""
+    opened: list[int] = []
+    try:
+        for _ in range(FD_MARGIN):
+            opened.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError as e:
+        return e.errno == errno.EMFILE
+    finally:
+        for fd in opened:
+            os.close(fd)
+    return False
+
+
+def too_many_open_files(detail: str) -> RuntimeError:
+    """torch's ``RuntimeError`` at the open-file limit (:data:`TOO_MANY_OPEN_FILES`), then what
+    happened and why: every storage received from a worker keeps a descriptor open while it lives."""
+    import resource  # POSIX only, as this module's channel
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return RuntimeError(f"{TOO_MANY_OPEN_FILES} (DataLoader: {detail}; this process may have {soft} files open "
+                        f"(RLIMIT_NOFILE), and each tensor storage received from a worker keeps one descriptor "
+                        f"open while it lives, so batches kept add up)")
 
 
 # -- the worker's side ----------------------------------------------------------------------------
@@ -180,6 +224,19 @@ def close_senders() -> None:
 # -- the main process's side ----------------------------------------------------------------------
 
 
+def _own_peer(conn: socket.socket) -> bool:
+    """Whether the process at the other end of ``conn`` runs as this one's user. An abstract
+    address has no file and so no permissions: any process that reads it (``/proc/net/unix`` lists
+    them) can connect, and one of another user must not hand this loader batches. A process of the
+    same user could read this one's memory anyway."""
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return False
+    _, uid, _ = struct.unpack("3i", creds)
+    return bool(uid == os.geteuid())
+
+
 class Channel:
     """The main process's end: a listening Unix socket (an abstract address, nothing on disk) that
     each worker connects to once, and the connections, by worker id."""
@@ -212,6 +269,11 @@ class Channel:
                 for fd in fds:
                     os.close(fd)
                 continue
+            if flags & socket.MSG_CTRUNC and fd_limit_reached():  # the kernel dropped what it could not install
+                for fd in fds:
+                    os.close(fd)
+                raise too_many_open_files(f"worker {worker}'s batch {exported.seq} arrived without the "
+                                          f"descriptors of its {len(exported.sizes)} storages")
             if seq != exported.seq or len(fds) != len(exported.sizes) or flags & socket.MSG_CTRUNC:
                 for fd in fds:
                     os.close(fd)
@@ -229,6 +291,14 @@ class Channel:
             except TimeoutError:
                 raise RuntimeError(f"DataLoader: worker {worker} did not connect its descriptor channel within "
                                    f"{WAIT:.0f} s") from None
+            except OSError as e:
+                if e.errno == errno.EMFILE:
+                    raise too_many_open_files(f"worker {worker}'s descriptor channel could not be accepted "
+                                              f"({e})") from e
+                raise
+            if not _own_peer(conn):  # an abstract address is open to every process of the host
+                conn.close()
+                continue
             conn.settimeout(WAIT)
             hello = conn.recv(8)
             if len(hello) != 8:

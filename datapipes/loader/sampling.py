@@ -7,6 +7,11 @@ with every random generator a sampler may read seeded from the pass's seed (torc
 generator, forked; Python's and NumPy's global ones, put back after; the sampler's own
 ``torch.Generator`` attributes, replaced in a copy). One permutation per epoch, each index once
 across workers and ranks, and a resumed pass draws the same indices again from the saved seed.
+
+A graph of torch's own DataPipes (``torch.utils.data.datapipes``) runs inside :class:`TorchGraph`,
+which gives it, at every pass, what torch's DataLoader gives it: ``apply_sharding`` with the pass's
+shard and ``apply_random_seed`` with a generator seeded from the pass's seed and epoch (the same in
+every worker and rank), so its shuffles before ``sharding_filter`` agree across the shards.
 """
 
 from __future__ import annotations
@@ -20,9 +25,11 @@ import torch
 from torch.utils.data import BatchSampler, DistributedSampler, SequentialSampler
 from torch.utils.data import IterDataPipe as TorchIterDataPipe
 from torch.utils.data import Sampler as TorchSampler
+from torch.utils.data import graph_settings as _torch_settings
 
 from .._runtime import passes as _pass
 from .._runtime.seeds import derive_seed
+from .._runtime.worker import capture_rank, placement
 from ..datapipe import IterDataPipe
 from ..graph import traverse
 from ..graph_settings import apply_shuffle_settings
@@ -30,7 +37,7 @@ from ..iter.combinatorics import Sampler, _SamplerRun
 from ..iter.util import IterableWrapper, _deferred
 from .distributed import _WHERE
 
-__all__ = ["DrawnSampler", "draw_indices", "check_drawn_alike", "own_generator", "random_samplers_wrapped",
+__all__ = ["DrawnSampler", "ShardedTorchGraph", "TorchGraph", "foreign", "torch_graph", "draw_indices", "check_drawn_alike", "own_generator", "random_samplers_wrapped",
            "refuse_wrapped_samplers", "shards_itself", "shuffled"]
 
 #: how deep the attributes holding samplers are followed (a BatchSampler's ``sampler``, ...)
@@ -155,14 +162,106 @@ class DrawnSampler(Sampler):
         return _sample_drawn(self)
 
 
+def foreign(data: Any) -> bool:
+    """Whether ``data`` is one of torch's own DataPipes (not one of ours)."""
+    return isinstance(data, TorchIterDataPipe) and not isinstance(data, IterDataPipe)
+
+
+def _torch_sharded(datapipe: Any) -> bool:
+    """Whether torch's graph of ``datapipe`` holds a sharding stage (torch's or ours)."""
+    graph = _torch_settings.traverse_dps(datapipe)
+    return any(_torch_settings._is_sharding_datapipe(p) for p in _torch_settings.get_all_graph_pipes(graph))
+
+
+class TorchGraph(IterDataPipe[Any]):
+    """The stage :class:`~datapipes.loader.DataLoader` runs a graph of torch's own DataPipes in.
+
+    As each pass starts, it does to ``datapipe``'s graph what torch's DataLoader does in each worker:
+    torch's ``apply_random_seed`` with a generator seeded from the pass's seed and epoch (the same
+    in every worker and rank, so every ``Shuffler`` draws the same permutation and a resumed pass
+    draws it again), then, where the graph shards (:class:`ShardedTorchGraph`), torch's
+    ``apply_sharding`` with the pass's shard. Outside a loader's pass the graph is left as it is.
+    The graph's objects are torch's: as under torch's DataLoader, they are changed in the process
+    that runs the pass (with ``num_workers=0``, the caller's).
+
+    Yields the items of ``datapipe``, read through ``IterableWrapper(datapipe, deepcopy=False)``,
+    whose count is the position a checkpoint saves (a resumed pass reads the graph again, with the
+    same seeds, and skips that many items).
+    """
+
+    _saves = "nothing: its position is its source's (the items read, replayed with the same seeds)"
+    _stateless = True
+
+    def __init__(self, datapipe: Any) -> None:
+        if not foreign(datapipe):
+            raise TypeError(f"TorchGraph: datapipe must be one of torch's own IterDataPipes, got "
+                            f"{type(datapipe).__name__}")
+        self.datapipe = datapipe  # torch's: not a stage our graph walks (sources_of)
+        self.source_datapipe: IterDataPipe[Any] = IterableWrapper(datapipe, deepcopy=False)
+
+    def __iter__(self) -> Iterator[Any]:
+        pass_ = _pass.current() or _pass.owner(self)
+        config = None if pass_ is None else pass_.config
+        if config is not None:
+            seed = derive_seed(config.seed, "torch datapipes", config.epoch)
+            _torch_settings.apply_random_seed(self.datapipe, torch.Generator().manual_seed(seed % 2**63))
+        self._shard_graph(pass_)
+        return iter(self.source_datapipe)
+
+    def _shard_graph(self, pass_: Any) -> None:
+        """A graph without a sharding stage is sharded by no one here."""
+
+    def __len__(self) -> int:
+        return len(self.datapipe)
+
+
+class ShardedTorchGraph(TorchGraph):
+    """A :class:`TorchGraph` whose graph holds a ``sharding_filter``: a sharding stage of ours
+    (``apply_sharding``), so the loader adds none, and each pass shards the graph as the pass's
+    ``sharding_filter`` stages are sharded (this worker and rank, unless ``apply_sharding`` set one)."""
+
+    def __init__(self, datapipe: Any) -> None:
+        super().__init__(datapipe)
+        self.applied: tuple[int, int] | None = None  # set by apply_sharding (or lent for len())
+        self._captured_rank = capture_rank()  # a spawned worker is not in the process group
+
+    def apply_sharding(self, num_of_instances: int, instance_id: int, sharding_group: Any = None) -> None:
+        """Read shard ``instance_id`` of ``num_of_instances`` from the next pass on, instead of the
+        shard found from the DataLoader worker and distributed rank."""
+        if not 0 <= instance_id < num_of_instances:
+            raise ValueError(f"{type(self).__name__}.apply_sharding: instance_id({instance_id}) should be smaller "
+                             f"than num_of_instances({num_of_instances})")
+        self.applied = (num_of_instances, instance_id)
+
+    def _pass_shard(self, placed: tuple[int, int] | None = None) -> tuple[int, int]:
+        if self.applied is not None:
+            return self.applied
+        return placed if placed is not None else placement(self._captured_rank).shard
+
+    def _pass_ranks(self) -> int:
+        return 1 if self.applied is not None else placement(self._captured_rank).world_size
+
+    def _shard_graph(self, pass_: Any) -> None:
+        shard = self._pass_shard() if pass_ is None else pass_.shard_for(self)
+        _torch_settings.apply_sharding(self.datapipe, *shard)
+
+    def __len__(self) -> int:
+        _torch_settings.apply_sharding(self.datapipe, *self._pass_shard())
+        return len(self.datapipe)
+
+
+def torch_graph(data: Any, shuffle: bool | None) -> TorchGraph:
+    """The stage that runs ``data``, a graph of torch's own DataPipes, its shuffles turned on or off
+    (``shuffle``; None: as they are) as torch's DataLoader turns them (``apply_shuffle_settings``:
+    with ``shuffle=True`` and no shuffle in the graph, one is added at the end, with torch's warning)."""
+    if shuffle is not None:
+        data = _torch_settings.apply_shuffle_settings(data, shuffle=shuffle)
+    return ShardedTorchGraph(data) if _torch_sharded(data) else TorchGraph(data)
+
+
 def shuffled(pipe: IterDataPipe[Any], data: Any, shuffle: bool) -> IterDataPipe[Any]:
     """An iterable pipe's shuffles turned on or off, as torch's DataLoader does to a DataPipe's
     (with ``shuffle=True`` and no shuffle in the graph, one is added at the end, with a warning)."""
-    if isinstance(data, TorchIterDataPipe) and not isinstance(data, IterDataPipe):  # one of torch's own
-        from torch.utils.data.graph_settings import apply_shuffle_settings as torch_apply
-
-        torch_apply(data, shuffle=shuffle)
-        return pipe
     return cast("IterDataPipe[Any]", apply_shuffle_settings(pipe, shuffle=shuffle))
 
 

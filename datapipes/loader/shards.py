@@ -33,21 +33,24 @@ pass of the epoch: no stage above it yields in completion order or reads a one-s
 from __future__ import annotations
 
 import contextlib
+import gc
 import pickle
 import threading
 import time
+import weakref
 from collections import deque
 from itertools import islice
-from typing import Any, Callable, Generator, Iterator, cast
+from typing import Any, Callable, Generator, Iterator, NoReturn, cast
 
 from .._runtime import passes as _pass, shares
-from .._runtime.passes import PassConfig, configured, stage_keys
+from .._runtime.passes import PassConfig, check_state, configured, stage_keys
 from ..datapipe import IterDataPipe, source_len
 from ..graph import stage_label, walk
 from ..iter.sharding import is_sharding_stage
 from .._runtime.worker import placement
 
-__all__ = ["InProcess", "ShardStream", "ShardsRun", "loader_layout", "merged_states", "plan", "redistribute"]
+__all__ = ["InProcess", "Pickled", "ShardStream", "ShardsRun", "check_loader_state", "loader_layout", "merged_states",
+           "pickled", "plan", "redistribute"]
 
 _WHERE = "DataLoader.load_state_dict"
 
@@ -156,7 +159,7 @@ class ShardStream:
         CPU time this thread has spent so far. A resumed shard recomputes the items since (a bounded amount: about
         ``1 / SNAPSHOT_BUDGET`` times one state's cost). A pipe that could give other items when
         recomputed (see :func:`_replay_problem`) has its state taken with every item. ``encode``
-        (``pickle.dumps`` for a worker process) is applied to each state, its cost counted.
+        (:func:`pickled` for a worker process) is applied to each state, its cost counted.
         """
         every = any(_replay_problem(stage) for stage in walk(self.pipe))
         clock = time.thread_time  # the CPU time this thread spends (waiting for a consumer costs none)
@@ -176,24 +179,58 @@ class ShardStream:
 #: the share of a shard's time that taking its states may cost (see ShardStream.items_with_states)
 SNAPSHOT_BUDGET = 0.02
 
+#: how many cyclic garbage collections are running (see ShardsRun.end)
+_collecting = [0]
+
+
+def _count_collections(phase: str, info: dict[str, Any]) -> None:
+    _collecting[0] += 1 if phase == "start" else -1
+
+
+gc.callbacks.append(_count_collections)
+
+
+class Pickled:
+    """A shard's state as a worker process sends it with a batch: pickled there (so its cost counts
+    against the worker's budget for states), unpickled by :class:`ShardsRun` only when a state is
+    asked for. Only a worker of the loader makes one, and it travels on the loader's own channel; a
+    state loaded from a checkpoint is plain data and never holds one (nothing from a checkpoint is
+    unpickled)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+def pickled(state: Any) -> Pickled:
+    """``state``, pickled for the main process (``ShardStream.items_with_states``'s ``encode``)."""
+    return Pickled(pickle.dumps(state))
+
 
 class ShardsRun:
     """What a loader pass knows of its shards on this rank: each one's state as of the last batch
     handed to the user, and which shard's batch comes next (the loader takes the shards' batches in
-    turn).
+    turn; with ``in_order=False`` as they come: each shard's batches still come in its own order, so
+    its state after its last batch delivered resumes it exactly, whatever the order across shards).
 
-    States arrive with the batches (:meth:`record`; from worker processes pickled, decoded only when
-    a state is asked for), ahead of the user by what the loader's buffers hold; ``delivered`` (a
+    States arrive with the batches (:meth:`record`; from worker processes :class:`Pickled`, decoded
+    only when a state is asked for), ahead of the user by what the loader's buffers hold; ``delivered`` (a
     one-item list the loader counts batches in as it hands them over) says how many of them count.
     With no buffer between the shard and the user, a single in-process shard is read when a state is
     asked for instead (``stream``), which costs nothing per batch.
+
+    It outlives its pass: the loader keeps it (and not the pass's iterator, so a dropped pass still
+    stops its threads and worker processes at once) and reads its state after the pass was left.
+    The loader calls :meth:`end` as the pass stops, so that the state stays the one of the last
+    batch delivered.
     """
 
     def __init__(self, layout: tuple[int, int, int], resume: list[dict[str, Any]] | None, next_shard: int,
                  delivered: list[int], config: PassConfig | None) -> None:
         self.layout = layout  # (world size, rank, shards per rank)
         self.resume = resume  # the states the shards resume from (None: a new pass)
-        #: per shard: (its last state: a dict or pickled bytes, items delivered past it)
+        #: per shard: (its last state: a dict, or Pickled from a worker, items delivered past it)
         self.states: list[tuple[Any, int]] = [(FRESH if resume is None else resume[i], 0) for i in range(layout[2])]
         self.next = next_shard
         self.delivered = delivered
@@ -202,6 +239,10 @@ class ShardsRun:
         self.log: deque[tuple[int, Any, int, bool]] = deque()
         self.lock = threading.Lock()
         self.stream: ShardStream | None = None
+        #: the worker processes running the shards, while the pass lives (a weak reference, set by
+        #: the worker stage as the pass is built: the run outlives the pass, and holds none of its
+        #: processes); None in process
+        self.workers: weakref.ReferenceType[Any] | None = None
 
     def record(self, shard: int, state: Any, next_shard: int, item: bool = True) -> None:
         """Shard ``shard`` yielded a batch (``item``; else it ended) and stands at ``state`` (``None``:
@@ -219,6 +260,38 @@ class ShardsRun:
             self.next = next_shard
             self.applied += item
 
+    def end(self, how: str) -> None:
+        """The pass stopped: ``"done"`` (it ran out), ``"closed"`` (closed, dropped or collected
+        after a batch) or ``"failed"`` (it raised). States that came with the batches need nothing; a
+        shard read when asked (``stream``) is read one last time and let go of.
+
+        Closed, its pass still stands after the last batch delivered (the loader closes it after
+        this call), unless a cyclic garbage collection is running: the collector finalizes the
+        pass's generators in any order, so some may have ended already. There, and when the pass
+        failed (it can no longer say where it stood before the failure), the shard's state is where
+        it started, with the batches delivered since to compute again and drop (``skip``)."""
+        with self.lock:
+            stream, self.stream = self.stream, None
+            if stream is None:
+                return
+            intact = stream.done or stream.it is not None or self.delivered[0] == 0
+            if how == "done" or how == "closed" and intact and not _collecting[0]:
+                try:
+                    state = stream.state()
+                except Exception as e:  # noqa: BLE001 - a pass being closed: say why at state_dict()
+                    state = {"error": f"its position could not be read as its pass closed ({type(e).__name__}: {e})"}
+                self.states[0] = (state, 0)
+                return
+            problem = next((f"{stage_label(stage)} {why}" for stage in walk(stream.pipe)
+                            if (why := _replay_problem(stage)) is not None), None)
+            if problem is not None:
+                what = "failed" if how == "failed" else "was collected by the cyclic garbage collector"
+                self.states[0] = ({"error": f"its pass {what} after {self.delivered[0]} batches, and where it "
+                                            f"stood then cannot be recomputed: {problem}; a state taken while the "
+                                            f"pass ran resumes it"}, 0)
+                return
+            self.states[0] = (FRESH if self.resume is None else self.resume[0], self.delivered[0])
+
     def state(self, ended: bool) -> dict[str, Any]:
         """The pass's position on this rank (``ended``: it has run out)."""
         with self.lock:
@@ -227,8 +300,11 @@ class ShardsRun:
                 self.states[0] = (self.stream.state(), 0)
             shards = []
             for index, (state, past) in enumerate(self.states):
-                if isinstance(state, bytes):
-                    state = pickle.loads(state)
+                if type(state) is Pickled:  # sent by this loader's worker, never read from a checkpoint
+                    state = pickle.loads(state.data)
+                if type(state) is not dict:
+                    raise ValueError(f"DataLoader.state_dict: shard {index} of this rank stands at a "
+                                     f"{type(state).__name__}, not a shard's state")
                 if "error" in state:
                     raise TypeError(f"DataLoader.state_dict: shard {index} of this rank: {state['error']}")
                 shards.append({**state, "skip": state.get("skip", 0) + past} if past else state)
@@ -309,6 +385,99 @@ def plan(pipe: IterDataPipe[Any], saved: list[dict[str, Any]], layout: tuple[int
     return new[rank * per_rank:(rank + 1) * per_rank], 0
 
 
+def check_loader_state(state: dict[str, Any], what: str = "state") -> None:
+    """Check a loader's state (what ``DataLoader.state_dict`` returned, ``format`` checked) before
+    it is used: plain data of the expected types and ranges, down to each shard's pass states, whose
+    stages check their own when the shard's pass loads them. ``ValueError`` naming the value."""
+    for key in ("seed", "epoch", "epoch_set", "passes", "pass"):
+        if key not in state:
+            _refuse(f"{what} has no {key!r}")
+    for key in ("epoch", "passes"):
+        if type(state[key]) is not int or state[key] < 0:
+            _refuse(f"{what}[{key!r}] must be an int >= 0, got {state[key]!r:.100}")
+    if state["seed"] is not None and type(state["seed"]) is not int:
+        _refuse(f"{what}['seed'] must be an int or None, got {state['seed']!r:.100}")
+    if type(state["epoch_set"]) is not bool:
+        _refuse(f"{what}['epoch_set'] must be a bool, got {state['epoch_set']!r:.100}")
+    passes = state["pass"]
+    if passes is None:
+        return
+    if type(passes) is not list or not passes:
+        _refuse(f"{what}['pass'] must be None or a list of the ranks' pass states, got {passes!r:.100}")
+    for r, one in enumerate(passes):
+        _check_rank_state(one, f"{what}['pass'][{r}]")
+
+
+def _refuse(message: str) -> NoReturn:
+    raise ValueError(f"{_WHERE}: {message}")
+
+
+def _check_rank_state(state: Any, what: str) -> None:
+    if type(state) is not dict or any(key not in state for key in ("layout", "shards", "next", "ended")):
+        _refuse(f"{what} must be a dict of 'layout', 'shards', 'next' and 'ended' (a rank's pass state), got "
+                f"{str(state)[:200]}")
+    layout = state["layout"]
+    if (type(layout) is not list or len(layout) != 3 or any(type(x) is not int for x in layout)
+            or layout[0] < 1 or not 0 <= layout[1] < layout[0] or layout[2] < 1):
+        _refuse(f"{what}['layout'] must be [world size >= 1, rank below it, shards per rank >= 1], got "
+                f"{layout!r:.100}")
+    shards = state["shards"]
+    if type(shards) is not list or len(shards) != layout[2]:
+        _refuse(f"{what}['shards'] must be a list of {layout[2]} shard states (one per shard of the rank), got "
+                f"{shards!r:.100}")
+    if type(state["next"]) is not int or not 0 <= state["next"] < layout[2]:
+        _refuse(f"{what}['next'] must be an int from 0 to {layout[2] - 1} (the shard whose batch comes next), got "
+                f"{state['next']!r:.100}")
+    if type(state["ended"]) is not bool:
+        _refuse(f"{what}['ended'] must be a bool, got {state['ended']!r:.100}")
+    for s, shard in enumerate(shards):
+        _check_shard_state(shard, f"{what}['shards'][{s}]", f"shard {s} of rank {layout[1]}")
+
+
+def _check_shard_state(shard: Any, what: str, which: str) -> None:
+    if type(shard) is not dict:
+        _refuse(f"{what} ({which}) must be a dict, got {type(shard).__name__}: a loader state is plain data "
+                f"(a shard's state is never taken as pickled bytes)")
+    if "error" in shard:
+        if set(shard) != {"error"} or type(shard["error"]) is not str:
+            _refuse(f"{what} must be {{'error': str}} or a shard's position, got {str(shard)[:200]}")
+        return
+    for key in ("tails", "main", "done"):
+        if key not in shard:
+            _refuse(f"{what} has no {key!r}")
+    if type(shard["tails"]) is not list:
+        _refuse(f"{what}['tails'] must be a list of pass states, got {shard['tails']!r:.100}")
+    if type(shard["done"]) is not bool:
+        _refuse(f"{what}['done'] must be a bool, got {shard['done']!r:.100}")
+    skip = shard.get("skip", 0)
+    if type(skip) is not int or skip < 0:
+        _refuse(f"{what}['skip'] must be an int >= 0, got {skip!r:.100}")
+    passes = [(f"{what}['tails'][{i}]", tail) for i, tail in enumerate(shard["tails"])]
+    if shard["main"] is not None:
+        passes.append((f"{what}['main']", shard["main"]))
+    for name, one in passes:
+        try:
+            check_state(one, name)
+        except ValueError as e:
+            _refuse(str(e).removeprefix("load_state_dict: "))
+
+
+def _sharding_run(run: Any, index: int) -> tuple[list[int], int, list[Any]]:
+    """``(shard, kept, layers)`` of the sharding stage's state in saved shard ``index``, checked."""
+    where = f"the sharding_filter's state in saved shard {index}"
+    if type(run) is not dict or run.get("closed"):
+        raise ValueError(f"{_WHERE}: {where} is not a position: {str(run)[:200]}")
+    shard: Any = run.get("shard")
+    kept, layers = run.get("kept"), run.get("layers", [])
+    if type(shard) not in (list, tuple) or len(shard) != 2 or any(type(x) is not int for x in shard):
+        raise ValueError(f"{_WHERE}: {where}: 'shard' must be [count, index], got {shard!r:.100}")
+    if type(kept) is not int or kept < 0:
+        raise ValueError(f"{_WHERE}: {where}: 'kept' must be an int >= 0, got {kept!r:.100}")
+    if type(layers) is not list:
+        raise ValueError(f"{_WHERE}: {where}: 'layers' must be a list, got {layers!r:.100}")
+    return list(shard), kept, layers
+
+
 def _settled(pipe: IterDataPipe[Any], shard: dict[str, Any], config: PassConfig) -> dict[str, Any]:
     """``shard``'s state with no items to skip: the items past its saved position recomputed here,
     on its behalf (``config.placed``), and its state taken after them."""
@@ -386,15 +555,15 @@ def redistribute(pipe: IterDataPipe[Any], old: list[dict[str, Any]], count: int)
         if run is None:
             kept.append(0)
             continue
-        if list(run["shard"]) != [len(old), index]:
+        saved_shard, saved_kept, mine = _sharding_run(run, index)
+        if saved_shard != [len(old), index]:
             raise ValueError(
-                f"{_WHERE}: {stage_label(shard_stage)} of saved shard {index} read shard {run['shard'][1]} of "
-                f"{run['shard'][0]}, not the shard of its worker and rank ({index} of {len(old)}: apply_sharding or "
+                f"{_WHERE}: {stage_label(shard_stage)} of saved shard {index} read shard {saved_shard[1]} of "
+                f"{saved_shard[0]}, not the shard of its worker and rank ({index} of {len(old)}: apply_sharding or "
                 f"a sharding group filter was used), so its items cannot be split again; resume with the same "
                 f"num_workers and world size"
             )
-        kept.append(int(run["kept"]))
-        mine = run.get("layers", [])
+        kept.append(saved_kept)
         if layers is not None and mine != layers:
             raise ValueError(f"{_WHERE}: the shards of the state disagree on the layouts before it (not saved together)")
         layers = mine
@@ -426,11 +595,11 @@ def merged_states(states: list[dict[str, Any]]) -> dict[str, Any]:
     for other in states[1:]:
         for field in ("seed", "epoch"):
             if other[field] != first[field]:
-                raise ValueError(f"{_WHERE}.load_state_dict: the ranks' states disagree on the {field} "
+                raise ValueError(f"{_WHERE}: the ranks' states disagree on the {field} "
                                  f"({first[field]!r} and {other[field]!r}): they were not saved together")
     passes = [p for one in states for p in (one["pass"] or ())]
     if passes and any(one["pass"] is None for one in states):
-        raise ValueError(f"{_WHERE}.load_state_dict: some of the ranks' states were saved before their first pass "
+        raise ValueError(f"{_WHERE}: some of the ranks' states were saved before their first pass "
                          f"and others in one: they were not saved together")
     by_rank = {int(p["layout"][1]): p for p in passes}
     return {**first, "pass": [by_rank[r] for r in sorted(by_rank)] if passes else None}

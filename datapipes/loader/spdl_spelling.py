@@ -26,8 +26,9 @@ __all__ = ["SPDL_ONLY", "SPDL_BUFFER_SIZE", "SPDL_NUM_THREADS", "SPDL_OUTPUT_ORD
 SPDL_ONLY = ("src", "preprocessor", "aggregator", "transfer_fn", "buffer_size", "num_threads", "output_order")
 
 #: Arguments only the torch spelling takes (in signature order).
-TORCH_ONLY = ("shuffle", "sampler", "batch_sampler", "generator", "collate_fn", "pin_memory", "device",
-              "num_workers", "persistent_workers", "prefetch_factor", "multiprocessing_context", "worker_init_fn")
+TORCH_ONLY = ("shuffle", "sampler", "batch_sampler", "num_workers", "collate_fn", "pin_memory", "worker_init_fn",
+              "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers", "pin_memory_device",
+              "in_order", "snapshot_every_n_steps", "device")
 
 #: SPDL's defaults where the loader's signature says None (so a call can tell what was given).
 SPDL_BUFFER_SIZE = 3
@@ -55,6 +56,12 @@ def _is_set(name: str, value: Any) -> bool:
         return value is not False
     if name == "num_workers":
         return isinstance(value, bool) or value != 0
+    if name == "pin_memory_device":
+        return bool(value != "")
+    if name == "in_order":
+        return value is not True
+    if name == "snapshot_every_n_steps":
+        return isinstance(value, bool) or bool(value != 1)
     return value is not None
 
 
@@ -62,7 +69,8 @@ def _is_set(name: str, value: Any) -> bool:
 class Translation:
     """An SPDL call in torch's spelling: ``DataLoader._torch_spelling(pipe, **torch)`` builds it.
     The other fields are what the loader records of the SPDL call (its attributes of those names;
-    ``source``, its ``datapipe``): the batches are in ``pipe``, so torch's ``batch_size`` is None."""
+    ``source``, its ``datapipe``; ``data``, its ``dataset``: the object given): the batches are in
+    ``pipe``, so torch's ``batch_size`` is None."""
 
     pipe: IterDataPipe[Any]
     torch: dict[str, Any]
@@ -72,6 +80,7 @@ class Translation:
     buffer_size: int
     num_threads: int
     output_order: str
+    data: Any = None
 
 
 def from_spdl(pipe: Any = None, batch_size: int | None = None, *, drop_last: bool = False, seed: int | None = None,
@@ -79,10 +88,10 @@ def from_spdl(pipe: Any = None, batch_size: int | None = None, *, drop_last: boo
               report_stats_interval: float | None = None, max_threads: int | None = None,
               max_memory: int | None = None, src: Any = None, preprocessor: Any = None, aggregator: Any = None,
               transfer_fn: Any = None, buffer_size: int | None = None, num_threads: int | None = None,
-              output_order: str | None = None) -> Translation:
+              output_order: str | None = None, dataset: Any = None) -> Translation:
     """The SPDL spelling of ``DataLoader`` (its arguments, ``None`` for SPDL's defaults) in torch's:
 
-    - ``src`` (or ``pipe``): the data, read as torch's spelling reads it;
+    - ``src`` (or ``pipe``, or ``dataset``): the data, read as torch's spelling reads it;
     - ``preprocessor``, ``batch_size``/``drop_last``, ``aggregator``, ``transfer_fn``: stages of the
       pipe (:func:`spdl_stages`); its batches stay lists, so torch's ``batch_size`` is None and
       nothing is collated;
@@ -96,7 +105,7 @@ def from_spdl(pipe: Any = None, batch_size: int | None = None, *, drop_last: boo
     Raises:
         TypeError / ValueError: bad arguments, checked in the loader's order with its messages.
     """
-    data, name = data_of(pipe, src)
+    data, name = data_of({"dataset": dataset, "pipe": pipe, "src": src})
     drop, seconds = check_shared(batch_size, drop_last, seed, even_batches, timeout)
     source = as_pipe(data, name)
     require_callable(preprocessor, _WHERE, "preprocessor", optional=True)
@@ -114,7 +123,7 @@ def from_spdl(pipe: Any = None, batch_size: int | None = None, *, drop_last: boo
     torch = {"batch_size": None, "seed": seed, "even_batches": even_batches, "timeout": seconds,
              "report_stats_interval": report_stats_interval, "max_threads": max_threads, "max_memory": max_memory,
              "buffer": buffer_size}
-    return Translation(stages, torch, source, batch_size, drop, buffer_size, num_threads, output_order)
+    return Translation(stages, torch, source, batch_size, drop, buffer_size, num_threads, output_order, data)
 
 
 def spdl_stages(pipe: IterDataPipe[Any], preprocessor: Any, batch_size: int | None, drop_last: bool,

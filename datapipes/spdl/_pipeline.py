@@ -189,7 +189,7 @@ class Pipeline(Generic[T]):
         pipe: the ordinary pipe the builder built (``IterableWrapper -> Mapper -> ... ->
             Prefetcher``). Use it wherever a pipe goes: iterate it again (each ``iter()`` a new
             pass), ``datapipes.profile(pipeline.pipe)``, ``it.state_dict()`` of a pass,
-            ``datapipes.DataLoader(pipeline.pipe)`` or torch's ``DataLoader``.
+            ``datapipes.DataLoader(pipeline.pipe, batch_size=None)`` or torch's ``DataLoader``.
 
     As in SPDL, the pipeline runs once: after the end of the source (or :meth:`stop`), reads raise
     ``EOFError`` and iterators are empty, and :meth:`start` cannot be called again. With

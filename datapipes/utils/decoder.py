@@ -5,7 +5,8 @@ A handler is a function ``handler(extension, data)`` that returns the decoded ob
 when it does not handle that extension (the next handler is then tried; data no handler takes
 stays as it is). The handlers here, as in torch:
 
-- :func:`basichandlers`: text, class numbers, JSON, pickles, ``torch.save`` files (``.pt``);
+- :func:`basichandlers`: text, class numbers, JSON, ``torch.save`` files (``.pt``, weights only)
+  and, only when asked by name (``allow_pickle=True``), pickles;
 - :func:`imagehandler` / :class:`ImageHandler`: images through Pillow, to numpy, torch or PIL
   (see :data:`imagespecs`);
 - :func:`mathandler`: MATLAB ``.mat`` files (needs scipy), :func:`videohandler` (needs
@@ -14,6 +15,13 @@ stays as it is). The handlers here, as in torch:
 
 :class:`~datapipes.iter.RoutedDecoder` (``routed_decode``) applies a :class:`Decoder` to the
 ``(path, stream)`` pairs of a pipe.
+
+**Pickles are opt-in.** Unpickling runs whatever code the file's author chose, so a ``.pyd`` or
+``.pickle`` member of a shard from a shared bucket could run code on the reading machine. As
+``numpy.load`` does, nothing is unpickled unless the caller asks by name: ``allow_pickle=True`` on
+:class:`Decoder`, ``routed_decode`` or :func:`basichandlers`; without it a pickle raises
+:class:`PickleRefused` naming the file. ``.pt`` files are read with ``torch.load(weights_only=True)``
+(tensors and plain containers only) unless ``allow_pickle=True``. See docs/howto/security.rst.
 
 >>> import json
 >>> from datapipes.utils.decoder import Decoder, basichandlers
@@ -30,10 +38,13 @@ import pickle
 import tempfile
 from typing import Any, Callable, Iterable
 
+from .._checks import require_bool
+
 __all__ = [
     "Decoder",
     "ImageHandler",
     "MatHandler",
+    "PickleRefused",
     "audiohandler",
     "basichandlers",
     "extension_extract_fn",
@@ -54,33 +65,49 @@ _JSON = frozenset(("json", "jsn"))
 _PICKLE = frozenset(("pyd", "pickle"))
 
 
-def basichandlers(extension: str, data: bytes) -> Any:
+class PickleRefused(ValueError):
+    """A pickle met where nobody asked for unpickling (``allow_pickle=False``, the default): a
+    ``ValueError``, as ``numpy.load`` raises for the same reason. The message says how to opt in."""
+
+
+def basichandlers(extension: str, data: bytes, *, allow_pickle: bool = False) -> Any:
     """Decode the bytes of a file of a basic type, chosen by its extension.
 
     Args:
         extension: the file's extension, without the dot (``"json"``).
         data: the file's bytes.
+        allow_pickle: unpickle ``pyd``/``pickle`` files, and read ``pt`` files with
+            ``torch.load(weights_only=False)``. Off by default (as ``numpy.load``'s): unpickling
+            runs whatever code the file's author chose, so turn it on only for files you trust.
+            As a handler, ``functools.partial(basichandlers, allow_pickle=True)``, or
+            ``allow_pickle=True`` on :class:`Decoder` / ``routed_decode``, which do that for you.
 
     Returns:
         - ``txt``, ``text``, ``transcript``: the UTF-8 text (``str``);
         - ``cls``, ``cls2``, ``class``, ``count``, ``index``, ``inx``, ``id``: an ``int`` (``None``
           when the bytes are not an integer);
         - ``json``, ``jsn``: ``json.loads(data)``;
-        - ``pyd``, ``pickle``: ``pickle.loads(data)``;
-        - ``pt``: ``torch.load`` of the bytes (torch's defaults, ``weights_only`` included);
+        - ``pyd``, ``pickle``: ``pickle.loads(data)``, with ``allow_pickle=True`` only;
+        - ``pt``: ``torch.load`` of the bytes, ``weights_only=True`` (tensors and plain
+          containers) unless ``allow_pickle=True``;
         - any other extension: ``None`` (not handled).
 
     Raises:
-        Whatever the decoding raises (``UnicodeDecodeError``, ``json.JSONDecodeError``, ...).
+        PickleRefused: (a ``ValueError``) a ``pyd``/``pickle`` file without ``allow_pickle=True``.
+        Whatever the decoding raises (``UnicodeDecodeError``, ``json.JSONDecodeError``, torch's
+        ``UnpicklingError`` for a ``.pt`` file that holds more than weights, ...).
 
     The extension must be one of these words exactly (torch's function also takes any part of
     ``"txt text transcript"`` or ``"json jsn"``, such as ``""`` or ``"xt"``, which looks unintended).
+    torch's function unpickles ``pyd``/``pickle`` files unasked.
 
     Example:
         >>> import pickle
         >>> from datapipes.utils.decoder import basichandlers
-        >>> basichandlers("pickle", pickle.dumps("some data")), basichandlers("cls", b"3")
-        ('some data', 3)
+        >>> basichandlers("json", b'{"a": 1}'), basichandlers("cls", b"3")
+        ({'a': 1}, 3)
+        >>> basichandlers("pickle", pickle.dumps("some data"), allow_pickle=True)
+        'some data'
         >>> basichandlers("jpg", b"...") is None
         True
     """
@@ -94,11 +121,19 @@ def basichandlers(extension: str, data: bytes) -> Any:
     if extension in _JSON:
         return json.loads(data)
     if extension in _PICKLE:
-        return pickle.loads(data)  # noqa: S301 - the user's own files, as in torch
+        if not allow_pickle:
+            raise PickleRefused(
+                f"basichandlers: refusing to unpickle a .{extension} file: unpickling runs whatever code the "
+                f"file's author put in it. Decode pickles only from data you trust, and say so with "
+                f"allow_pickle=True (routed_decode(allow_pickle=True), Decoder(..., allow_pickle=True) or "
+                f"functools.partial(basichandlers, allow_pickle=True))"
+            )
+        return pickle.loads(data)  # noqa: S301 - asked for by name: allow_pickle=True
     if extension == "pt":
         import torch
 
-        return torch.load(io.BytesIO(data))
+        # Explicit: torch before 2.6 (which setup.cfg admits) defaulted to weights_only=False.
+        return torch.load(io.BytesIO(data), weights_only=not allow_pickle)
     return None
 
 
@@ -384,6 +419,9 @@ class Decoder:
         handler: the handlers, ``handler(key_fn(key), data)``, in order of priority.
         key_fn: what the handlers are given of each key; default: the file extension
             (:func:`extension_extract_fn`).
+        allow_pickle: let :func:`basichandlers`, where it is one of the handlers, unpickle
+            ``pyd``/``pickle`` files and read ``pt`` files whole (``weights_only=False``). Off
+            by default: unpickling runs code the file's author chose (see the module's docstring).
 
     Calling the decoder with one ``(key, data)`` pair, a list of them or a dict returns a dict
     ``{key: decoded}``. For each value:
@@ -396,6 +434,7 @@ class Decoder:
     - otherwise the handlers are tried in order; when none handles it, the value stays as it is.
 
     Raises:
+        PickleRefused: a pickle without ``allow_pickle=True``, with a note naming its key.
         Whatever a handler or reading the stream raises.
 
     Example:
@@ -409,9 +448,15 @@ class Decoder:
         {'b.txt': b'HI', 'c.bin': b'\\x00'}
     """
 
-    def __init__(self, *handler: Handler, key_fn: Callable[[Any], Any] = extension_extract_fn) -> None:
+    allow_pickle = False  # a Decoder pickled before the argument existed decodes as the default
+
+    def __init__(
+        self, *handler: Handler, key_fn: Callable[[Any], Any] = extension_extract_fn, allow_pickle: bool = False
+    ) -> None:
+        require_bool(allow_pickle, "Decoder", "allow_pickle")
         self.handlers: list[Handler] = list(handler)
         self.key_fn = key_fn
+        self.allow_pickle = allow_pickle
 
     def add_handler(self, *handler: Handler) -> None:
         """Put ``handler`` (in their order) before the handlers already there: they come first."""
@@ -437,8 +482,12 @@ class Decoder:
                 data = _read_all(stream)
             finally:
                 stream.close()
+        allow_pickle = self.allow_pickle
         for f in self.handlers:
-            result = f(key, data)
+            if f is basichandlers:
+                result = basichandlers(key, data, allow_pickle=allow_pickle)
+            else:
+                result = f(key, data)
             if result is not None:
                 return result
         return data
@@ -446,7 +495,11 @@ class Decoder:
     def _decode_item(self, key: Any, value: Any) -> Any:
         if isinstance(value, bytes) and isinstance(key, str) and key[:1] == "_":
             return value.decode("utf-8")
-        return self.decode1(self.key_fn(key), value)
+        try:
+            return self.decode1(self.key_fn(key), value)
+        except PickleRefused as e:
+            e.add_note(f"Decoder: the pickle refused is the value of {key!r}")
+            raise
 
     def decode(self, data: tuple[Any, Any] | Iterable[tuple[Any, Any]] | dict[Any, Any] | None) -> dict[Any, Any]:
         """``{key: decoded value}`` of one ``(key, data)`` pair, a list of pairs or a dict."""
@@ -462,7 +515,8 @@ class Decoder:
         return self.decode(data)
 
     def __repr__(self) -> str:
-        return f"Decoder({', '.join(map(_name, self.handlers))})"
+        shown = [*map(_name, self.handlers), *(["allow_pickle=True"] if self.allow_pickle else [])]
+        return f"Decoder({', '.join(shown)})"
 
 
 def _name(f: Any) -> str:

@@ -47,7 +47,7 @@ BUILDS = {
     "fork mux": lambda: (lambda a, b: a.mux(b))(*fork(7)),
     "fork concat": lambda: (lambda a, b: a.concat(b))(*fork(6)),
     "fork concat deep copies": lambda: (lambda a, b: a.concat(b.map(str)))(*fork(5, copy="deep")),
-    "fork one child": lambda: fork(5, 1)[0],
+    "fork one child read": lambda: fork(5)[0],  # its sibling dropped (fork(1) is the source itself)
     "fork small buffer": lambda: (lambda a, b: a.mux(b))(*fork(9, buffer_size=1)),
     "demux zip": lambda: (lambda a, b: a.zip(b))(*demux(9)),
     "demux mux 3": lambda: (lambda a, b, c: a.mux(b, c))(*demux(13, 3)),
@@ -230,8 +230,8 @@ def build_spec(spec):
     if kind in ("fork", "demux"):
         _, inner, n, how = spec
         source = build_spec(inner)
-        if kind == "fork":
-            children = source.fork(n)
+        if kind == "fork":  # one child: fork(1) is the source itself, so a child of fork(2) read alone
+            children = source.fork(n) if n > 1 else source.fork(2)[:1]
         else:
             children = source.demux(n, lambda x: hash(repr(x)) % n)
         return getattr(children[0], how)(*children[1:]) if n > 1 else children[0]

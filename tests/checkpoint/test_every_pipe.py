@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import fsspec
+import numpy as np
 import pytest
 import torch
 from fsspec.implementations.memory import MemoryFileSystem
@@ -253,6 +254,16 @@ def augment(x, rng):
     return x, rng.random()
 
 
+def char_codes(texts):
+    """A pure-Python tokenizer for ``tokenize``: each character's code point."""
+    return [[ord(c) for c in t] for t in texts]
+
+
+def docs_of(n):
+    """``n`` int32 token documents of 0 to 9 tokens, for ``pack_tokens``."""
+    return [np.arange(100 * i, 100 * i + (i * 7) % 10, dtype=np.int32) for i in range(n)]
+
+
 def repeat_x(x):
     return [x] * (x % 3)
 
@@ -389,6 +400,14 @@ TABLE: dict[str, Case] = {
     "BatchMapper": Case(lambda e: W(range(13)).map_batches(lambda b: [sum(b), len(b)], batch_size=4)),
     "MapBatches": Case(lambda e: di.MapBatches(W(range(13)), lambda b: [b[-1]] * len(b), 3)),
     "Unbatcher": Case(lambda e: W(range(17)).batch(4).unbatch()),
+    "TokenizerStage": Case(lambda e: W([str(i) * (i % 4) for i in range(15)]).tokenize(char_codes, batch_size=4)),
+    "TokenizerStage[concurrency]": Case(
+        lambda e: W([{"text": str(i) * (i % 4), "i": i} for i in range(15)]).tokenize(
+            char_codes, field="text", eos_id=0, batch_size=4, concurrency=2)),
+    "TokenPacker": Case(lambda e: W(docs_of(20)).pack_tokens(8)),
+    "TokenPacker[first_fit]": Case(lambda e: W(docs_of(20)).pack_tokens(8, strategy="first_fit", num_bins=3)),
+    "TokenPacker[best_fit]": Case(lambda e: W([{"tokens": d, "loss_mask": d % 2} for d in docs_of(20)])
+                                  .pack_tokens(8, strategy="best_fit", num_bins=3)),
     "UnBatcher": Case(lambda e: di.UnBatcher(W(range(16)).batch(3).batch(2), unbatch_level=2)),
     "BucketBatcher": Case(lambda e: W(range(30)).bucketbatch(3, batch_num=2, bucket_num=2, key=lambda x: -x).set_seed(1)),
     "MaxTokenBucketizer": Case(lambda e: W(["a" * (i % 5 + 1) for i in range(20)]).max_token_bucketize(8, buffer_size=4)),
@@ -411,6 +430,12 @@ TABLE: dict[str, Case] = {
     "ZipperLongest": Case(lambda e: W(range(5)).zip_longest(W("abcdefgh"), fill_value=-1)),
     "Multiplexer": Case(lambda e: W(range(5)).mux(W(range(10, 17)), W(range(20, 26)))),
     "MultiplexerLongest": Case(lambda e: W(range(5)).mux_longest(W("ab"), W(range(10, 17)))),
+    "Mixer": Case(lambda e: di.Mixer({"a": W(range(7)), "b": W(range(10, 15)), "c": W(range(20, 30))},
+                                     {"a": 1, "b": 2, "c": 0.5})),
+    "Mixer[random]": Case(lambda e: di.Mixer({"a": W(range(7)), "b": W(range(10, 15))}, {"a": 1, "b": 2},
+                                             exact=False, seed=7, stop="first_exhausted")),
+    "Mixer[tokens]": Case(lambda e: di.Mixer({"a": W([[0] * (i % 5) for i in range(9)]), "b": W([[1] * 3] * 6)},
+                                             {"a": 1, "b": 1}, by="tokens", with_source=True)),
     "SampleMultiplexer": Case(lambda e: di.SampleMultiplexer({W(range(6)): 1.0, W(range(10, 20)): 2.0}, seed=7)),
     "IterKeyZipper": Case(lambda e: W(range(10)).zip_with_iter(W([(k, f"r{k}") for k in (3, 1, 0, 2, 5, 4, 7, 6, 9, 8)]),
                                                                key_fn=lambda x: x, ref_key_fn=lambda r: r[0])),

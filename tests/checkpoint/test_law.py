@@ -329,8 +329,8 @@ def _build(spec):
     else:
         _, split, child, num, how, branch = spec[:6]
         source, depth = _build(child)
-        if split == "fork":
-            children = source.fork(num, buffer_size=10**6)
+        if split == "fork":  # one child: fork(1) is the source itself, so a child of fork(2) read alone
+            children = source.fork(num, buffer_size=10**6) if num > 1 else source.fork(2, buffer_size=10**6)[:1]
         else:
             children = source.demux(num, functools.partial(_classify, num), buffer_size=10**6)
         children = children[:1] if how == "first" else children
@@ -444,7 +444,8 @@ def _fork_batch_cycle():
     # more: the saved shared pass is planned for the first child to read; the resumed child had
     # already left it and ends at once without taking the plan, so the cycle's next round takes it
     # and reads the saved (ended) shared pass instead of a new one.
-    return IterableWrapper([0, 1, 2]).fork(1)[0].batch(2).cycle(2)  # k=2: [] instead of [[0, 1], [2]]
+    # (a lone child: fork(1) is the source itself, so the child of fork(2) whose sibling is dropped)
+    return IterableWrapper([0, 1, 2]).fork(2)[0].batch(2).cycle(2)  # k=2: [] instead of [[0, 1], [2]]
 
 
 def _fork_concat_cycle():
@@ -476,7 +477,7 @@ def _shuffle_fork():
     # source, so it takes the other path and then refuses its own state: "ValueError:
     # load_state_dict: this shuffle's state holds positions in a list, tuple or range read directly,
     # and this pipe's shuffle reads another kind of source"
-    return IterableWrapper([0, 1]).shuffle(buffer_size=1).fork(1)[0].set_seed(0)  # k=1, 2: ValueError
+    return IterableWrapper([0, 1]).shuffle(buffer_size=1).fork(2)[0].set_seed(0)  # k=1, 2: ValueError
 
 
 BUGS = {

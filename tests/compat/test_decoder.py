@@ -211,7 +211,8 @@ class TestBasichandlers:
     @pytest.mark.parametrize("name", sorted(n for n in FILES if n not in ("empty.txt", "m.pt")))
     def test_as_torch(self, name):
         ext = extension_extract_fn(name)
-        assert same(basichandlers(ext, FILES[name]), tdec.basichandlers(ext, FILES[name]))
+        # torch's unpickles unasked; ours does with allow_pickle=True (docs/howto/security.rst)
+        assert same(basichandlers(ext, FILES[name], allow_pickle=True), tdec.basichandlers(ext, FILES[name]))
 
     @pytest.mark.parametrize("ext", ["txt", "text", "transcript"])
     def test_text(self, ext):
@@ -341,7 +342,7 @@ class TestDecoder:
 
     def test_pairs_as_torch(self):
         pairs = [x for x in FILES.items() if x[0] != "m.pt"] + [("_meta", b"raw"), ("_n.cls", b"3"), ("o.txt", None)]
-        ours = Decoder(*self.handlers)(pairs)
+        ours = Decoder(*self.handlers, allow_pickle=True)(pairs)  # torch's unpickles unasked
         theirs = tdec.Decoder(tdec.basichandlers, tdec.imagehandler("rgb8"))(pairs)
         assert same(ours, theirs)
         assert ours["_meta"] == "raw" and ours["_n.cls"] == "3" and ours["empty.txt"] == b""
@@ -350,7 +351,7 @@ class TestDecoder:
         files = {name: data for name, data in FILES.items() if name != "m.pt"}  # torch's reads .pt as text
         streams = {name: io.BytesIO(data) for name, data in files.items()}
         wrapped = StreamWrapper(io.BytesIO(FILES["d.json"]))
-        ours = Decoder(*self.handlers)([*streams.items(), ("w.json", wrapped)])
+        ours = Decoder(*self.handlers, allow_pickle=True)([*streams.items(), ("w.json", wrapped)])
         theirs = tdec.Decoder(tdec.basichandlers, tdec.imagehandler("rgb8"))(
             [(name, io.BytesIO(data)) for name, data in files.items()]
         )
@@ -400,7 +401,7 @@ class TestDecoder:
 
 
 def decoded_files(root):
-    return FileLister(str(root)).open_files(mode="b").routed_decode()
+    return FileLister(str(root)).open_files(mode="b").routed_decode(allow_pickle=True)  # FILES has pickles
 
 
 class TestRoutedDecoder:
@@ -467,7 +468,7 @@ class TestRoutedDecoder:
 
     def test_check_datapipe(self, files):
         check_datapipe(
-            IterableWrapper(list(FILES.items())).routed_decode(),
+            IterableWrapper(list(FILES.items())).routed_decode(allow_pickle=True),
             build=lambda src: src.map(lambda i: (f"{i}.cls", str(i).encode())).routed_decode(),
         )
         check_datapipe(decoded_files(files))

@@ -401,19 +401,18 @@ def test_unbatch_level_error_pickles():
 
 # -- A12: filter -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("result, kept", [(1, True), (0, False), (None, False), ("yes", True), ([], False)],
-                         ids=["1", "0", "None", "str", "empty list"])
-def test_filter_takes_the_truth_value_as_python_does(result, kept):
-    # A deliberate difference (docs/migration.rst): torch raises ValueError for a result that is
-    # not a bool; checking would cost every item, and ported code returns bools anyway.
-    assert list(IterableWrapper(range(3)).filter(lambda x: result)) == ([0, 1, 2] if kept else [])
-    assert list(filter(lambda x: result, range(3))) == ([0, 1, 2] if kept else [])
+@pytest.mark.parametrize("result", [1, 0, None, "yes", []], ids=["1", "0", "None", "str", "empty list"])
+def test_filter_refuses_a_result_that_is_not_a_bool_as_torch_does(result):
+    # as torch (ValueError with its phrase), not Python's filter(), which takes the truth value
+    with pytest.raises(ValueError, match="Boolean output is required for `filter_fn` of FilterIterDataPipe, got"):
+        list(IterableWrapper(range(3)).filter(lambda x: result))
 
 
-def test_numpy_bools_are_accepted():
+def test_numpy_bools_are_refused_as_torch_does():
     data = np.arange(6)
-    assert list(IterableWrapper(list(data)).filter(lambda x: x % 2 == 0)) == [0, 2, 4]  # numpy.bool_
-    assert list(IterableWrapper(range(6)).filter(lambda x: np.bool_(x > 3))) == [4, 5]
+    with pytest.raises(ValueError, match=r"filter_fn returned np.True_ \(numpy.bool\) for item 0"):
+        list(IterableWrapper(list(data)).filter(lambda x: x % 2 == 0))  # numpy.bool_
+    assert list(IterableWrapper(list(data)).filter(lambda x: bool(x % 2 == 0))) == [0, 2, 4]
 
 
 def test_exceptions_of_filter_fn_keep_their_note():

@@ -396,6 +396,8 @@ class TestChunkSizing:
         return sizes
 
     @pytest.mark.usefixtures("no_child_left", "pools_released")
+    @pytest.mark.slow
+    @pytest.mark.timeout(360)  # 16 worker processes on 2 CPUs: 20 s alone, past 120 s beside other heavy tests
     def test_sixteen_workers_take_larger_chunks_than_two(self, monkeypatch):
         # 2 ms an item (a sleep: no CPU, so 16 workers run side by side on any machine): 10 ms chunks
         # hold 5 items at most, 40 ms chunks up to 20 (fewer where the sleeps run long)

@@ -205,8 +205,8 @@ class TestForker:
         assert all(isinstance(c, ForkerChild) and isinstance(c, IterDataPipe) for c in children)
         assert [c.instance_id for c in children] == [0, 1, 2]
         assert isinstance(Forker(IterableWrapper([1]), 2), list)
-        (only,) = IterableWrapper([1, 2]).fork(1)  # a list of one child (torch returns the source)
-        assert list(only) == [1, 2]
+        source = IterableWrapper([1, 2])
+        assert source.fork(1) is source and Forker(source, 1) is source  # as torch: the source itself
 
     def test_method_signature_and_keywords(self):
         params = list(inspect.signature(IterDataPipe.fork).parameters)
@@ -268,7 +268,14 @@ class TestForker:
         msg = str(info.value)
         assert "Forker(num_instances=2, buffer_size=3)" in msg and "buffer_size=3" in msg
         assert "child 0 ran more than buffer_size=3 items ahead of child 1" in msg and "has not started" in msg
-        assert list(b) == list(range(10))  # the item read at the overflow stayed for the sibling
+        assert msg.endswith(": ForkerIterDataPipe buffer overflow,buffer size 3 is insufficient.")  # torch's words
+        # the item read at the overflow stayed for the sibling; a keeps its place past it (as in
+        # torch), so b reads 3 items past that place and overflows in turn
+        ib, got = iter(b), []
+        with pytest.raises(BufferError, match="ahead of child 0, which stopped with a BufferError at item 3"):
+            for x in ib:
+                got.append(x)
+        assert got == list(range(7))
 
     def test_overflow_names_a_lagging_started_child(self):
         a, b = IterableWrapper(range(10)).fork(2, buffer_size=2)
@@ -572,7 +579,14 @@ class TestDemultiplexer:
         msg = str(info.value)
         assert "Demultiplexer(" in msg and "<lambda>)" in msg and "buffer_size=3" in msg
         assert "while child 1 looks for its next item (child 0 holds 4, which has not started reading)" in msg
-        assert list(a) == [0, 1, 2, 3, 4]  # nothing was lost at the overflow
+        assert msg.endswith(": DemultiplexerIterDataPipe buffer overflow, buffer size 3 is insufficient.")
+        # nothing was lost at the overflow; b keeps its place (as in torch), so the items after
+        # 4, all b's, wait for it until the buffer overflows again
+        ia, got = iter(a), []
+        with pytest.raises(BufferError, match="child 1 holds 4, which stopped with a BufferError"):
+            for x in ia:
+                got.append(x)
+        assert got == [0, 1, 2, 3, 4]
 
     def test_discarded_child_holds_nothing_back(self):
         evens = IterableWrapper(range(100)).demux(2, odd_or_even, buffer_size=2)[0]
@@ -690,7 +704,7 @@ BUILT_AT_ITER = {
     "zip-three": (lambda: Zipper(_src(), _src(4), IterableWrapper("xy")), []),
     "mux-one": (lambda: Multiplexer(_src()), []),
     "mux-three": (lambda: _src().mux(_src(3).filter(bool), IterableWrapper("xyz")), []),
-    "fork-one-child": (lambda: _src().fork(1)[0], ["ForkerChild"]),
+    "fork-one-child": (lambda: _src().fork(2)[0], ["ForkerChild"]),
     "fork-children-zipped": (lambda: Zipper(*_src().fork(2)), ["ForkerChild", "ForkerChild"]),
     "fork-buffer-1": (lambda: Multiplexer(*_src().fork(3, buffer_size=1)), ["ForkerChild"] * 3),
     "fork-unbounded": (_quiet(lambda: _src().fork(2, buffer_size=-1)[1]), ["ForkerChild"]),

@@ -366,6 +366,7 @@ class _StartLater(threading.Thread):
             raise self.error
 
 
+@pytest.mark.slow
 def test_a_server_back_during_the_retries_lets_the_pass_finish(own_s3):
     opts = own_s3.options()
     # 9 retries wait up to 25 s in all: the server is back well before

@@ -47,7 +47,9 @@ class _DemuxPass:
     ``usage`` counts the appends since it was last recomputed from the queues, so it never
     under-counts; it is recomputed exactly before a ``BufferError`` is raised."""
 
-    __slots__ = ("it", "queues", "table", "usage", "count", "joined", "done", "end", "joiners", "saved")
+    __slots__ = (
+        "it", "queues", "table", "usage", "count", "joined", "done", "stuck", "end", "joiners", "saved",
+    )
 
     def __init__(self, it: Iterator[Any], n: int) -> None:
         self.it: Any = it
@@ -57,6 +59,7 @@ class _DemuxPass:
         self.count = 0
         self.joined = [False] * n
         self.done = [False] * n
+        self.stuck = [False] * n  # overflowed the buffer: keeps its queue once done (_Hub._overflow)
         self.end = False
         self.joiners: list[Any] = [None] * n  # the pipe pass each child joined from (weak)
         self.saved: Any = None  # (key, state) of the latest snapshot
@@ -64,6 +67,7 @@ class _DemuxPass:
 
 class _DemuxHub(_Hub):
     stage = "Demultiplexer"
+    overflow_phrase = "demux"
 
     def _config(self) -> tuple[Any, ...]:
         return (self.datapipe, self.num_instances, self.classifier_fn, self.drop_none, self.buffer_size)
@@ -185,11 +189,13 @@ class _DemuxHub(_Hub):
         if p.usage <= self._limit:
             return
         most = max(range(self.num_instances), key=lambda j: len(p.queues[j]))
-        state = "" if p.joined[most] else ", which has not started reading"
-        raise BufferError(
-            f"{self.label}: more than buffer_size={self.buffer_size} items are buffered for other children "
-            f"while child {i} looks for its next item (child {most} holds {len(p.queues[most])}{state}). "
-            "Consume the children together (zip or mux them), or raise buffer_size (-1: unbounded)"
+        if p.stuck[most]:
+            state = ", which stopped with a BufferError"
+        else:
+            state = "" if p.joined[most] else ", which has not started reading"
+        self._overflow(
+            p, i, f"more than buffer_size={self.buffer_size} items are buffered for other children while child {i} "
+            f"looks for its next item (child {most} holds {len(p.queues[most])}{state})"
         )
 
 
@@ -263,7 +269,10 @@ class Demultiplexer(IterDataPipe[T]):
         ValueError: (while iterating) ``classifier_fn`` returned an out-of-range index or a
             non-int; the message names the stage, the value, ``num_instances`` and the item's
             position. The siblings get the same error when they reach that item.
-        BufferError: (while iterating) more than ``buffer_size`` items wait for other children.
+        BufferError: (while iterating) more than ``buffer_size`` items wait for other children; the
+            message ends with torch's phrase ("... buffer overflow ..."). As in torch, the child
+            that raised keeps its place: the items classified for it still wait in the buffer, so
+            a sibling may raise ``BufferError`` in turn.
         Whatever ``classifier_fn`` raises, as the same object, with a note naming the stage and the
         item's position.
 
@@ -388,7 +397,8 @@ class RoundRobinDemultiplexer(IterDataPipe[Any]):
 
     Raises:
         TypeError / ValueError: a bad argument, naming it.
-        BufferError: (while iterating) more than ``buffer_size`` items wait for other children.
+        BufferError: (while iterating) more than ``buffer_size`` items wait for other children
+            (as :class:`Demultiplexer`'s, torch's phrase ends the message).
 
     ``len()`` of child ``i`` is ``len(source) // n``, plus one for the first ``len(source) % n``.
 

@@ -6,7 +6,7 @@ too. ``unzip`` (:mod:`datapipes.iter.zipping`) is such a fork, each child yieldi
 from __future__ import annotations
 
 import copy as _copy
-from typing import Any, Callable, Iterator, Literal, TypeVar
+from typing import Any, Callable, Iterator, Literal, TypeVar, overload
 
 from ..._runtime import passes as _pass
 from ..._engine import close_iterator as _close_iterator
@@ -29,7 +29,7 @@ class _ForkPass:
     loses the item it is about to read.
     """
 
-    __slots__ = ("it", "store", "low", "next", "pos", "joined", "done", "end", "joiners", "saved")
+    __slots__ = ("it", "store", "low", "next", "pos", "joined", "done", "stuck", "end", "joiners", "saved")
 
     def __init__(self, it: Iterator[Any], n: int) -> None:
         self.it: Any = it
@@ -39,6 +39,7 @@ class _ForkPass:
         self.pos = [0] * n
         self.joined = [False] * n
         self.done = [False] * n
+        self.stuck = [False] * n  # overflowed the buffer: keeps its place once done (_Hub._overflow)
         self.end: int | None = None
         self.joiners: list[Any] = [None] * n  # the pipe pass each child joined from (weak)
         self.saved: Any = None  # (key, state) of the latest snapshot
@@ -63,6 +64,7 @@ _COPIES: dict[Any, Any] = {None: None, "shallow": _copy.copy, "deep": _copy.deep
 
 class _ForkHub(_Hub):
     stage = "Forker"
+    overflow_phrase = "fork"
 
     def _config(self) -> tuple[Any, ...]:
         return (self.datapipe, self.num_instances, self.buffer_size, self.copy)
@@ -153,11 +155,13 @@ class _ForkHub(_Hub):
         if k - low < self._limit:
             return
         slow = next((j for j in range(self.num_instances) if j != i and p.pos[j] == low), 0)
-        where = f"is at item {low}" if p.joined[slow] else "has not started reading"
-        raise BufferError(
-            f"{self.label}: child {i} ran more than buffer_size={self.buffer_size} items ahead of child {slow}, "
-            f"which {where}. Consume the children together (zip or mux them), or raise buffer_size "
-            "(-1: unbounded)"
+        if p.stuck[slow]:
+            where = f"stopped with a BufferError at item {low - 1}"
+        else:
+            where = f"is at item {low}" if p.joined[slow] else "has not started reading"
+        p.pos[i] = k + 1  # its place, as torch's pointer: past the item it overflowed on
+        self._overflow(
+            p, i, f"child {i} ran more than buffer_size={self.buffer_size} items ahead of child {slow}, which {where}"
         )
 
 
@@ -209,7 +213,7 @@ class ForkerChild(_HubChild[T]):
 class Forker(IterDataPipe[T]):
     """Split a pipe into ``num_instances`` children that each yield every item
     (functional name: ``fork``). ``Forker(...)`` and ``pipe.fork(...)`` return the list of
-    children, not a pipe.
+    children, not a pipe; with ``num_instances=1`` they return ``datapipe`` itself, as torch's do.
 
     The children share one pass over ``datapipe``: items read by the leading child are buffered
     until the slowest child has read them too. The docstring of :mod:`datapipes.iter.broadcast.hub`
@@ -217,8 +221,8 @@ class Forker(IterDataPipe[T]):
 
     Args:
         datapipe: the source pipe.
-        num_instances: how many children, >= 1. ``1`` gives a list of one child (torch returns the
-            source itself there).
+        num_instances: how many children, >= 1. ``1``: no child, no buffer: ``datapipe`` itself is
+            returned (``copy`` and ``buffer_size`` are checked and do nothing), as torch's fork.
         buffer_size: how many items the leading child may read ahead of the slowest (a child that
             has not started counts as the slowest, at item 0, while its pipe object exists).
             ``0``: none (one child reads alone); negative (``-1``): unbounded, with a warning.
@@ -227,7 +231,7 @@ class Forker(IterDataPipe[T]):
             :func:`copy.copy` of it, ``"deep"`` a :func:`copy.deepcopy` of it, made per child.
 
     Returns:
-        A list of ``num_instances`` :class:`ForkerChild` pipes.
+        A list of ``num_instances`` :class:`ForkerChild` pipes (``datapipe`` itself for one).
 
     Yields:
         (each child) The source's items, in order.
@@ -235,7 +239,9 @@ class Forker(IterDataPipe[T]):
     Raises:
         TypeError / ValueError: a bad argument, naming it.
         BufferError: (while iterating) a child ran more than ``buffer_size`` items ahead of the
-            slowest; the message names the children.
+            slowest; the message names the children and ends with torch's phrase ("... buffer
+            overflow ..."). The child keeps its place in the buffer, as in torch, so a sibling
+            that reads more than ``buffer_size`` items past it raises ``BufferError`` too.
 
     ``len()`` of each child is the source's length.
 
@@ -246,6 +252,9 @@ class Forker(IterDataPipe[T]):
         [(0, 0), (1, 10), (2, 20)]
         >>> list(a), list(b)
         ([0, 1, 2], [0, 1, 2])
+        >>> source = IterableWrapper(range(3))
+        >>> source.fork(1) is source
+        True
 
     See also: :class:`Demultiplexer` to send each item to one child.
     """
@@ -255,13 +264,29 @@ class Forker(IterDataPipe[T]):
         "most ``buffer_size`` and a few)"
     )
 
+    @overload
+    def __new__(  # type: ignore[misc, overload-overlap]
+        cls,
+        datapipe: IterDataPipe[T],
+        num_instances: Literal[1],
+        buffer_size: int = ...,
+        copy: Literal["shallow", "deep"] | None = ...,
+    ) -> IterDataPipe[T]: ...
+    @overload
+    def __new__(  # type: ignore[misc]
+        cls,
+        datapipe: IterDataPipe[T],
+        num_instances: int,
+        buffer_size: int = ...,
+        copy: Literal["shallow", "deep"] | None = ...,
+    ) -> list[ForkerChild[T]]: ...
     def __new__(  # type: ignore[misc]
         cls,
         datapipe: IterDataPipe[T],
         num_instances: int,
         buffer_size: int = 1000,
         copy: Literal["shallow", "deep"] | None = None,
-    ) -> list[ForkerChild[T]]:
+    ) -> Any:
         require_pipe(datapipe, "Forker")
         require_int(num_instances, "Forker", "num_instances")
         if num_instances < 1:  # torch's words
@@ -269,6 +294,9 @@ class Forker(IterDataPipe[T]):
                              f"but {num_instances} is found")
         if copy not in _COPIES:
             raise ValueError(f"Forker: copy must be None, 'shallow' or 'deep', got {copy!r}")
+        require_int(buffer_size, "Forker", "buffer_size")
+        if num_instances == 1:  # as torch's fork: the source itself (no buffer, so no warning about one)
+            return datapipe
         _check_buffer_size("Forker", buffer_size)
         hub = _ForkHub.__new__(_ForkHub)
         hub._configure(datapipe, num_instances, buffer_size, copy)

@@ -21,8 +21,13 @@ pass lives and ends:
   behaviour: a ``UserWarning`` says the pass was reset, and the old iterators are invalidated
   (advancing one raises ``RuntimeError`` saying why) instead of silently missing items.
 - The buffer is bounded by ``buffer_size`` (negative: unbounded, with a warning). Running past it
-  raises ``BufferError`` naming the stage, the buffer size and the children involved; the item read
-  last stays buffered, so the other children can still be drained.
+  raises ``BufferError`` naming the stage, the buffer size and the children involved, and ending
+  with torch's phrase; the item read last stays buffered, so the other children can still be
+  drained. As in torch, the child that raised keeps its place in the pass: items read after it
+  stopped are still held for it, so a sibling that reads more than ``buffer_size`` items past it
+  raises ``BufferError`` too, rather than reading on as if the overflow had not happened. (A child
+  whose iterator ends in any other way leaves the pass, as above.) Iterating the child again
+  starts a new pass.
 - An exception from the source (or from ``classifier_fn``) reaches the child that was reading as
   the same object; every other child of that pass gets the same object when it reaches that point,
   so no child silently ends early.
@@ -82,6 +87,10 @@ class _Raising:
 
 
 # torch's sentences, which end our messages (code written for torch DataPipes matches on them)
+_TORCH_OVERFLOW = {  # by hub: torchdata's UnZipper is a fork and its round-robin demux a demux
+    "fork": "ForkerIterDataPipe buffer overflow,buffer size {} is insufficient.",  # torch's missing space kept
+    "demux": "DemultiplexerIterDataPipe buffer overflow, buffer size {} is insufficient.",
+}
 _TORCH_RESET = ("Some child DataPipes are not exhausted when __iter__ is called. We are resetting the buffer and "
                 "each child DataPipe will read from the start again.")
 _TORCH_INVALIDATED = ("This iterator has been invalidated, because a new iterator has been created from one of the "
@@ -116,6 +125,8 @@ class _Hub(ABC):
     """
 
     stage = ""
+    #: the key of torch's BufferError phrase (``_TORCH_OVERFLOW``) for this hub's kind
+    overflow_phrase = ""
     datapipe: Any
     num_instances: int
     buffer_size: int
@@ -174,6 +185,11 @@ class _Hub(ABC):
         # shared pass a resumed pipe pass starts with at its first join
         self._built: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         self._plans: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+    @property
+    def main_datapipe(self) -> Any:
+        """The source the children share: torch's name for it on its fork and demux containers."""
+        return self.datapipe
 
     def register(self, child: Any, i: int) -> None:
         self._alive[i].add(child)
@@ -255,6 +271,9 @@ class _Hub(ABC):
                     self._unsaveable("its shared pass was invalidated by a newer one")
                 if isinstance(p.it, _Raising):
                     self._unsaveable("its shared pass failed")
+                if any(p.stuck):
+                    self._unsaveable(f"child {p.stuck.index(True)} overflowed its buffer (BufferError) and keeps "
+                                     "its place in it")
                 other = [j for j in range(self.num_instances)
                          if p.joined[j] and not p.done[j]
                          and (p.joiners[j] is None or p.joiners[j]() is not pass_)]
@@ -265,6 +284,20 @@ class _Hub(ABC):
             if p.saved is None or p.saved[0] != key:
                 p.saved = (key, state)  # every child saves this same object: pickle writes it once
             return p.saved[1]
+
+    def _overflow(self, p: Any, i: int, why: str) -> NoReturn:
+        """Raise the ``BufferError`` of child ``i``, whose read overflowed the buffer of pass ``p``
+        (``why``: which children, how far). Called with the lock held.
+
+        As torch's child does, child ``i`` keeps its place in the pass when its iterator ends with
+        this error (:meth:`leave` does not release it): the items read after it are still held for
+        it, so a sibling that reads more than ``buffer_size`` items past it raises too."""
+        p.stuck[i] = True
+        phrase = _TORCH_OVERFLOW[self.overflow_phrase].format(self.buffer_size)
+        raise BufferError(
+            f"{self.label}: {why}. Consume the children together (zip or mux them), or raise buffer_size "
+            f"(-1: unbounded): {phrase}"
+        )
 
     def _unsaveable(self, why: str) -> NoReturn:
         raise TypeError(f"{self.label} cannot save its position: {why}")
@@ -287,12 +320,14 @@ class _Hub(ABC):
             self._built.pop(pass_, None)
 
     def leave(self, p: Any, i: int) -> None:
-        """Child ``i``'s iterator over pass ``p`` ended; end the pass when every child has left."""
+        """Child ``i``'s iterator over pass ``p`` ended; end the pass when every child has left. A
+        child that overflowed the buffer (:meth:`_overflow`) keeps holding items back until then."""
         with self._lock:
             if self._pass is not p:
                 return  # the pass was already retired
             p.done[i] = True
-            self._release(p, i)
+            if not p.stuck[i]:
+                self._release(p, i)
             self._release_gone(p)
             if all(p.done):
                 self._pass = None
@@ -370,6 +405,13 @@ class _HubChild(IterDataPipe[T]):
         self.instance_id = instance_id
         self._run = self._loop(hub)
         hub.register(self, instance_id)
+
+    @property
+    def main_datapipe(self) -> Any:
+        """The object the children share (torch's name: its container of the buffer): its
+        ``main_datapipe`` is the source, ``num_instances`` and ``buffer_size`` its options. It is
+        not a stage of the pipe graph: the child's source there is the shared source."""
+        return self._hub
 
     @staticmethod
     @abstractmethod

@@ -14,6 +14,15 @@ skips the bracketed stages: ``end_caching`` yields its path. Any other item goes
   one to have passed ``on_disk_cache``: the stages between must not read ahead (no ``prefetch``,
   no concurrent ``map``) in this mode.
 
+**Where files go.** Names often come from data (archive members, URLs), so ``end_caching`` writes
+only inside a folder: ``root`` where given, else the folder of the path ``on_disk_cache`` named for
+the item (an extracted ``cache/x.tar`` may fill ``cache/``, ``cache/out/x.tar/``, ...). A path
+outside it (after ``..`` is resolved) is refused before anything is written. The list of an item's
+files is JSON, ``{"datapipes_cache_list": 1, "files": [...]}``, so no file name (a newline in a
+member's name) can add an entry to it; a later pass trusts a list only where every file it names
+is a file inside that folder, and otherwise makes the item again (writing the list anew). A list
+of one path a line, as torchdata writes it, is read under the same condition.
+
 Writes are atomic: a file is written under a temporary name in its folder and renamed onto its
 path (``os.replace``) once complete, so a reader never sees half a file and a pass that fails or is
 closed leaves nothing behind under the cache's names. Several processes (DataLoader workers, ranks
@@ -52,6 +61,7 @@ written files first and the cached ones after).
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import threading
 import time
@@ -72,6 +82,7 @@ from ..._engine import close_iterator as _close
 from ...datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_pipe, stage_label
 from ...errors import add_stage_note
 from ...graph import sources_of
+from ..fileio import _check_root, _inside, _refused
 from ..fileio import _pair as _meta_data
 from .hash import _CHUNK, _check_hash_args, _file_digest, _mismatch, _unspecified
 from ..._engine.lifecycle import Resumable
@@ -80,6 +91,8 @@ __all__ = ["EndOnDiskCacheHolder", "OnDiskCacheHolder"]
 
 _END = object()
 _LIST_SUFFIX = ".torchdata_list"  # torchdata's name for the list of an item's files
+_LIST_MARK = "datapipes_cache_list"  # the key of a list's format version, in its JSON
+_LIST_VERSION = 1
 _PROMISE_SUFFIX = ".promise"
 
 
@@ -212,7 +225,31 @@ def _atomic_write(path: str, mode: str, data: Any, read: bool, verify: Callable[
 
 
 def _write_list(path: str, files: list[str]) -> None:
-    _atomic_write(path + _LIST_SUFFIX, "w", "".join(f"{name}\n" for name in files), True)
+    # JSON (ASCII: any name survives any locale's encoding), so no name can forge an entry.
+    _atomic_write(path + _LIST_SUFFIX, "w", json.dumps({_LIST_MARK: _LIST_VERSION, "files": files}) + "\n", True)
+
+
+def _read_list(path: str, folder: str) -> list[str] | None:
+    """The files the list of ``path`` names, or ``None`` where the list is not to be trusted: it is
+    in no form known, or a file it names is missing or outside ``folder``. ``FileNotFoundError``
+    where there is no list."""
+    with open(path + _LIST_SUFFIX) as f:
+        try:
+            text = f.read()
+        except UnicodeDecodeError:
+            return None
+    files: Any
+    if text.lstrip().startswith("{"):
+        try:
+            listed = json.loads(text)
+        except ValueError:
+            return None
+        files = listed.get("files") if isinstance(listed, dict) and listed.get(_LIST_MARK) == _LIST_VERSION else None
+        if not isinstance(files, list) or not all(isinstance(name, str) for name in files):
+            return None
+    else:  # one path a line, as torchdata writes it
+        files = [line for line in text.split("\n") if line.strip()]
+    return files if all(_inside(name, folder) and os.path.isfile(name) for name in files) else None
 
 
 # -- OnDiskCacheHolder / EndOnDiskCacheHolder --------------------------------------------------------
@@ -246,11 +283,14 @@ class _CacheSession(Resumable):
     files is written then (several-files mode) and its lock released.
     """
 
-    __slots__ = ("holder", "end", "holder_stage", "end_stage", "pending", "inflight", "last", "n", "resume")
+    __slots__ = ("holder", "end", "holder_stage", "end_stage", "root", "pending", "inflight", "last", "n", "resume")
 
     def __init__(self, holder: OnDiskCacheHolder, end: EndOnDiskCacheHolder) -> None:
         self.holder = holder
         self.end = end
+        # The folder files must be written in (absolute, as the working folder is when the pass
+        # starts); None: each item's own folder (see folder_of).
+        self.root = None if end.root is None else os.path.abspath(end.root)
         self.holder_stage = stage_label(holder)
         self.end_stage = stage_label(end)
         self.pending: deque[str] = deque()
@@ -264,12 +304,9 @@ class _CacheSession(Resumable):
     def cached_files(self, path: str) -> list[str] | None:
         """The files of ``path`` in the cache, or None if it must be made."""
         try:
-            with open(path + _LIST_SUFFIX) as f:
-                files = [line.rstrip("\n") for line in f if line.strip()]
+            return _read_list(path, self.folder_of(path))
         except FileNotFoundError:
             pass
-        else:
-            return files if all(os.path.exists(p) for p in files) else None
         if not os.path.exists(path):
             return None
         holder = self.holder
@@ -317,12 +354,28 @@ class _CacheSession(Resumable):
         return False
 
     # -- end_caching's side -------------------------------------------------------------------------
+    def folder_of(self, path: str) -> str:
+        """The folder the files of the item ``on_disk_cache`` named ``path`` must be in."""
+        return self.root or os.path.dirname(os.path.abspath(path))
+
     def write(self, item: Any, n: int) -> str:
         """Write the data of ``item``, a ``(meta, data)`` pair, and return its path."""
         end = self.end
         meta, data = _meta_data(item, self.end_stage, n)
         fn = end._filepath_fn
         path = _fspath(meta if fn is None else fn(meta), self.end_stage, "the file path of an item")
+        try:
+            single, owner = self.owner_of(path)
+            if self.root is not None or not single:  # a single file is at the path on_disk_cache named
+                folder = self.folder_of(owner.path)
+                if not _inside(path, folder):
+                    why = "" if self.root is not None else (
+                        " (the folder of the path on_disk_cache named for its item; pass root=... to name another)")
+                    raise _refused(self.end_stage, path, folder, why)
+        except BaseException:
+            if hasattr(data, "read"):
+                _close(data)  # a stream to be written (an archive member, a download): read by nobody now
+            raise
         hash_dict = self.holder.hash_dict
         verify = None
         if hash_dict is not None:
@@ -337,18 +390,15 @@ class _CacheSession(Resumable):
                     raise _mismatch(stage, path, digest, expected)
 
         _atomic_write(path, end.mode, data, not end.skip_read, verify)
-        self.attribute(path)
+        self.attribute(path, single, owner)
         return path
 
-    def attribute(self, path: str) -> None:
-        """Record that ``path`` was written for an item sent: the one ``on_disk_cache`` named so, else
-        the newest item sent; the older items are done."""
-        inflight = self.inflight
-        for i, entry in enumerate(inflight):
+    def owner_of(self, path: str) -> tuple[bool, _Entry]:
+        """``(single, entry)``: the item sent that ``path`` is written for: the one ``on_disk_cache``
+        named so (``single``), else the newest item sent. ``RuntimeError`` where there is none."""
+        for entry in self.inflight:
             if entry.path == path and not entry.files:
-                entry.single = True
-                self.complete(i + 1)
-                return
+                return True, entry
         owner = self.last
         if owner is None or owner.single:
             where = "no item has been sent" if owner is None else f"{owner.path!r} was written as its own file"
@@ -357,10 +407,19 @@ class _CacheSession(Resumable):
                 f"on_disk_cache and end_caching must turn each item into the one file on_disk_cache named, or into "
                 "files of other names, one item at a time"
             )
-        owner.files.append(path)
+        return False, owner
+
+    def attribute(self, path: str, single: bool, owner: _Entry) -> None:
+        """Record that ``path`` was written for ``owner`` (see :meth:`owner_of`); the items sent
+        before it are done, and so is ``owner`` where it was its one file."""
+        inflight = self.inflight
+        if single:
+            owner.single = True
+        else:
+            owner.files.append(path)
         for i, entry in enumerate(inflight):
             if entry is owner:
-                self.complete(i)
+                self.complete(i + 1 if single else i)
                 return
 
     def complete(self, upto: int) -> None:
@@ -594,6 +653,12 @@ class EndOnDiskCacheHolder(IterDataPipe[str]):
         skip_read: write ``data`` as it is (``bytes``/``str``), never reading it as a stream.
         timeout: seconds to wait for another process writing an item this pass needs (its promise
             lock); ``None``: no limit.
+        root: the folder every file must be written in. ``None`` (default): the folder of the
+            path ``on_disk_cache`` named for the item the file is written for (files extracted
+            from ``cache/x.tar`` go anywhere under ``cache/``). A path is made absolute and
+            normalised, its ``..`` resolved, before it is compared (symbolic links are not
+            resolved); a path outside is refused before anything is written, so a name taken from
+            data cannot lead a write elsewhere. Lists of files are read under the same rule.
 
     Yields:
         File paths: for a cached item the path ``on_disk_cache`` named (or the files listed for it),
@@ -602,7 +667,9 @@ class EndOnDiskCacheHolder(IterDataPipe[str]):
     Raises:
         RuntimeError: no ``on_disk_cache`` upstream, or its cache already ended (torchdata's
         phrases); a file whose hash does not match ``hash_dict`` or has no entry in it (the file
-        is removed); a file that belongs to no item (see the module docstring). TimeoutError:
+        is removed); a file that belongs to no item (see the module docstring). ValueError: a path
+        outside the folder files must be written in (see ``root``), naming the stage, the path
+        and the folder; nothing is written. TimeoutError:
         another process held an item's lock for more than ``timeout`` seconds. ValueError:
         ``filepath_fn`` with ``same_filepath_fn=True``. Writing errors (``OSError``) and
         ``filepath_fn``'s pass through as the same object, with a note naming the stage and item.
@@ -640,9 +707,11 @@ class EndOnDiskCacheHolder(IterDataPipe[str]):
         same_filepath_fn: bool = False,
         skip_read: bool = False,
         timeout: float | None = 300,
+        root: str | os.PathLike[str] | None = None,
     ) -> None:
         stage = "EndOnDiskCacheHolder"
         require_pipe(datapipe, stage)
+        _check_root(root, stage)
         if mode not in ("wb", "w", "wt"):
             raise ValueError(f"{stage}: mode must be 'wb', 'w' or 'wt', got {mode!r}")
         require_callable(filepath_fn, stage, "filepath_fn", optional=True)
@@ -667,6 +736,7 @@ class EndOnDiskCacheHolder(IterDataPipe[str]):
         self.same_filepath_fn = same_filepath_fn
         self.skip_read = skip_read
         self.timeout = timeout
+        self.root = root
         self._holder = holder
 
     @property

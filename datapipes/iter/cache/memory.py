@@ -13,6 +13,7 @@ from operator import length_hint
 from typing import Any, Callable, Iterator, TypeVar
 
 from ..._runtime import passes as _pass
+from ..._runtime.validate import check_bool, check_int
 from ..._positions import Counted, seek
 from ..._engine import abandon, close_iterator
 from ...datapipe import IterDataPipe, functional_datapipe, require_pipe, source_len
@@ -87,12 +88,13 @@ class _CacheRun:
     def restore(self, state: dict[str, Any]) -> None:
         if self.started or (self.it is not None and self.position() != self.at):
             raise RuntimeError(_STARTED)
-        index = int(state["index"])
+        index = check_int(state, "index", 0, self.total if self.it is not None else None)
+        cached, stale = check_bool(state, "cached"), check_bool(state, "stale")
         if self.it is not None:  # this process has the cache: read it from the index
             seek(self.it, self.at, index)
             self.at = index
         else:
-            self.resume = {"cached": bool(state["cached"]), "index": index, "stale": bool(state["stale"])}
+            self.resume = {"cached": cached, "index": index, "stale": stale}
 
     def release(self) -> None:
         """Keep the state and let go of the items and the source (the filling pass ended or was closed)."""

@@ -19,7 +19,7 @@ from ..._engine import abandon
 from ..._engine import close_iterator as _close
 from ...datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
 from ...errors import add_stage_note, policy_and_log
-from ..archive import _tar, _zip
+from ..archive import MAX_MEMBER_SIZE, _check_limit, _tar, _zip
 from ..fileio import StreamWrapper
 from .._readers import _REWRAP, _pair, _read_run, _reopener, set_origin
 
@@ -518,6 +518,9 @@ class Extractor(IterDataPipe[tuple[Any, Any]]):
         file_type: ``"tar"``, ``"zip"``, ``"gzip"``, ``"bz2"``, ``"xz"`` (``"lzma"``) or ``"zstd"``
             for every item; ``None`` (default): each path's suffix says (``.tar``, ``.tar.gz``,
             ``.tgz``, ``.tar.bz2``, ``.tar.xz``, ``.zip``, ``.gz``, ``.bz2``, ``.xz``, ``.zst``).
+        max_member_size: the largest archive member, in bytes, read into memory: 1 GiB by
+            default, as for :class:`~datapipes.iter.TarArchiveLoader` (``None``: no limit). A
+            compressed file is not read into memory (its reader decompresses as it is read).
 
     Yields:
         For a tar or zip archive, its files as :class:`~datapipes.iter.TarArchiveLoader` and
@@ -528,7 +531,8 @@ class Extractor(IterDataPipe[tuple[Any, Any]]):
 
     Raises:
         RuntimeError: a path whose suffix names no kind (torchdata's phrase). The archive and
-        decompression errors of those stages, with notes naming this stage and the file.
+        decompression errors of those stages (a member refused for its path or its size among
+        them), with notes naming this stage and the file.
 
     ``len()`` is the source's length when ``file_type`` names a compression (one item each);
     otherwise ``TypeError``.
@@ -552,11 +556,18 @@ class Extractor(IterDataPipe[tuple[Any, Any]]):
         "``extract`` (archives)": "same as readlines",
     }
 
-    _stream_mode = "r|*"  # as TarArchiveLoader reads (compression detected)
+    _stream_mode = "*"  # as TarArchiveLoader reads (compression detected)
 
-    def __init__(self, source_datapipe: IterDataPipe[tuple[str, Any]], file_type: str | None = None) -> None:
+    def __init__(
+        self,
+        source_datapipe: IterDataPipe[tuple[str, Any]],
+        file_type: str | None = None,
+        *,
+        max_member_size: int | None = MAX_MEMBER_SIZE,
+    ) -> None:
         stage = "Extractor"
         require_pipe(source_datapipe, stage, "source_datapipe")
+        _check_limit(max_member_size, stage)
         kind = None
         if file_type is not None:
             name = getattr(file_type, "value", file_type)  # torchdata's CompressionType members too
@@ -567,6 +578,7 @@ class Extractor(IterDataPipe[tuple[Any, Any]]):
                 raise ValueError(f"{stage}: file_type must be one of {sorted(_FILE_TYPES)} or None, got {file_type!r}")
         self.source_datapipe = source_datapipe
         self.file_type = file_type
+        self.max_member_size = max_member_size
         self._kind = kind
         self._policy, self.failures = policy_and_log(self, "raise", None)
         # A compression for every item: one lazy reader per item, the position is the source's.

@@ -33,8 +33,8 @@ from .._readers import (
     _open_item,
     _read_run,
     _ReadRun,
-    _TextOptions,
 )
+from .lines import IGNORE_COUNTED, MAX_LINE_LENGTH, _check_max_line_length, _Text
 
 __all__ = ["CSVDictParser", "CSVFilesParser", "CSVParser"]
 
@@ -80,10 +80,11 @@ def _csv(pipe: CSVParser, it: Iterator[Any], run: _ReadRun) -> Iterator[Any]:
             offset = skip
             reader = None
             last = 0
+            dropped = text.dropped()  # counts the bytes the default errors drop (None: not counted)
             try:
                 try:
                     stream = _open_item(item, stream, run, n)
-                    reader = csv.reader(text.lines(stream, stage, skip)[0], **fmt)
+                    reader = csv.reader(text.open(stream, stage, skip, dropped)[0], **fmt)
                     run.enter(n, path, stream, None, reader, offset)
                     rows = rows_of(pipe, reader, path, run, header)
                 except Exception as e:
@@ -107,6 +108,8 @@ def _csv(pipe: CSVParser, it: Iterator[Any], run: _ReadRun) -> Iterator[Any]:
                         last = reader.line_num
             finally:
                 _close(stream)
+                if dropped is not None:
+                    dropped.done(stage, path, pipe.encoding)
                 run.leave()  # done with this file: a state taken now is between files
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
@@ -139,9 +142,11 @@ class CSVParser(IterDataPipe[Any]):
         skip_lines: lines to skip at the start of each file.
         decode: decode binary streams with ``encoding``; text streams are read as they are.
         encoding: the files' encoding.
-        errors: the decoding errors handler: ``"ignore"`` (default, bad bytes dropped), ``"strict"``
-            (a ``UnicodeDecodeError`` naming the file and line; binary streams are then decoded
-            line by line, split at ``b"\\n"``), ``"replace"``, ...
+        errors: the decoding errors handler: ``"ignore"`` (default, as torchdata's: bad bytes
+            dropped; left at the default they are counted, and each file that had some warns
+            once, a ``UnicodeWarning`` naming it and the count; ``errors="ignore"`` given by name
+            stays silent), ``"strict"`` (a ``UnicodeDecodeError`` naming the file and line; binary
+            streams are then decoded line by line, split at ``b"\\n"``), ``"replace"``, ...
         return_path: yield ``(path, row)`` instead of ``row``.
         as_tuple: yield each row as a tuple instead of a list.
         on_error: ``"raise"`` (default) or ``"skip"``: a bad row is skipped and counted (the
@@ -151,6 +156,13 @@ class CSVParser(IterDataPipe[Any]):
             between 0 and 1 for a share of the items (``None``: any).
         warn_failures: with ``on_error="skip"``, past how many failures (a number, or a share:
             10% by default) a pass warns once (``None``: never); see :mod:`datapipes.errors`.
+        max_line_length: the longest line read, its line ending included, in characters (in
+            bytes with ``errors="strict"``, which splits lines as bytes), by default
+            :data:`~datapipes.iter.io.lines.MAX_LINE_LENGTH` (64 Mi), ``None`` for no
+            limit. A file you did not write could hold one line of any size (a small gzip of one
+            huge line): a reader holds about this much of a line at most before it raises; under
+            ``on_error="skip"`` such a line skips the rest of its file. Lines are measured a block
+            at a time, so ordinary lines cost nothing more.
         fmtparams: passed to ``csv.reader`` (``delimiter``, ``quotechar``, ``strict``, ...).
 
     Yields:
@@ -160,6 +172,8 @@ class CSVParser(IterDataPipe[Any]):
         csv.Error: a malformed row (e.g. an unterminated quote with ``strict=True``), with a note
         naming the stage, the file and the row's line(s); ``UnicodeDecodeError`` with
         ``errors="strict"``; the stream's own errors (``OSError``), noted the same way.
+        datapipes.errors.SizeLimitError: (a ``ValueError``) a line longer than
+            ``max_line_length``, noted the same way.
         TypeError: an item is not a ``(path, stream)`` pair.
 
     Each stream is closed when its file is done (or on an error, or when the pass is closed).
@@ -196,6 +210,7 @@ class CSVParser(IterDataPipe[Any]):
         on_error: _OnError = ...,
         max_failures: int | float | None = ...,
         warn_failures: int | float | None = ...,
+        max_line_length: int | None = ...,
         **fmtparams: Any,
     ) -> None: ...
     @overload
@@ -212,6 +227,7 @@ class CSVParser(IterDataPipe[Any]):
         on_error: _OnError = ...,
         max_failures: int | float | None = ...,
         warn_failures: int | float | None = ...,
+        max_line_length: int | None = ...,
         **fmtparams: Any,
     ) -> None: ...
     @overload
@@ -228,6 +244,7 @@ class CSVParser(IterDataPipe[Any]):
         on_error: _OnError = ...,
         max_failures: int | float | None = ...,
         warn_failures: int | float | None = ...,
+        max_line_length: int | None = ...,
         **fmtparams: Any,
     ) -> None: ...
     def __init__(
@@ -237,12 +254,13 @@ class CSVParser(IterDataPipe[Any]):
         skip_lines: int = 0,
         decode: bool = True,
         encoding: str = "utf-8",
-        errors: str = "ignore",
+        errors: str = IGNORE_COUNTED,
         return_path: bool = False,
         as_tuple: bool = False,
         on_error: _OnError = "raise",
         max_failures: int | float | None = None,
         warn_failures: int | float | None = WARN_FAILURES,
+        max_line_length: int | None = MAX_LINE_LENGTH,
         **fmtparams: Any,
     ) -> None:
         stage = type(self).__name__
@@ -250,16 +268,18 @@ class CSVParser(IterDataPipe[Any]):
         _check_text_args(stage, skip_lines, decode, encoding, errors)
         require_bool(return_path, stage, "return_path")
         require_bool(as_tuple, stage, "as_tuple")
+        _check_max_line_length(stage, max_line_length)
         _check_fmtparams(stage, fmtparams, csv.reader)
         self.source_datapipe = source_datapipe
         self.skip_lines = skip_lines
         self.decode = decode
         self.encoding = encoding
-        self.errors = errors
+        self.errors = str(errors)
         self.return_path = return_path
         self.as_tuple = as_tuple
+        self.max_line_length = max_line_length
         self.fmtparams = fmtparams
-        self._text = _TextOptions(skip_lines, decode, encoding, errors, newline="")
+        self._text = _Text(skip_lines, decode, encoding, errors, "", max_line_length)
         self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures)
 
     def __iter__(self) -> Iterator[Any]:
@@ -279,8 +299,8 @@ class CSVFilesParser(CSVParser):
 
     Args:
         source_datapipe: a pipe of ``(path, stream)`` pairs (binary or text streams).
-        skip_lines, decode, encoding, errors, as_tuple, on_error, max_failures, warn_failures: as
-            :class:`CSVParser`.
+        skip_lines, decode, encoding, errors, as_tuple, on_error, max_failures, warn_failures, max_line_length: as
+            in :class:`CSVParser`.
         return_path: yield ``(path, row)`` (the default); ``False``: ``row`` alone.
         fmtparams: passed to ``csv.reader``, as :class:`CSVParser`.
 
@@ -309,6 +329,7 @@ class CSVFilesParser(CSVParser):
         on_error: _OnError = ...,
         max_failures: int | float | None = ...,
         warn_failures: int | float | None = ...,
+        max_line_length: int | None = ...,
         **fmtparams: Any,
     ) -> None: ...
     @overload
@@ -325,6 +346,7 @@ class CSVFilesParser(CSVParser):
         on_error: _OnError = ...,
         max_failures: int | float | None = ...,
         warn_failures: int | float | None = ...,
+        max_line_length: int | None = ...,
         **fmtparams: Any,
     ) -> None: ...
     def __init__(
@@ -334,18 +356,19 @@ class CSVFilesParser(CSVParser):
         skip_lines: int = 0,
         decode: bool = True,
         encoding: str = "utf-8",
-        errors: str = "ignore",
+        errors: str = IGNORE_COUNTED,
         return_path: bool = True,
         as_tuple: bool = False,
         on_error: _OnError = "raise",
         max_failures: int | float | None = None,
         warn_failures: int | float | None = WARN_FAILURES,
+        max_line_length: int | None = MAX_LINE_LENGTH,
         **fmtparams: Any,
     ) -> None:
         super().__init__(
             source_datapipe, skip_lines=skip_lines, decode=decode, encoding=encoding, errors=errors,
             return_path=return_path, as_tuple=as_tuple, on_error=on_error, max_failures=max_failures,
-            warn_failures=warn_failures, **fmtparams,
+            warn_failures=warn_failures, max_line_length=max_line_length, **fmtparams,
         )
 
 
@@ -410,8 +433,8 @@ class CSVDictParser(CSVParser):
 
     Args:
         source_datapipe: a pipe of ``(path, stream)`` pairs.
-        skip_lines, decode, encoding, errors, return_path, on_error, max_failures, warn_failures: as
-            :class:`CSVParser`; with ``on_error="skip"`` a bad row is skipped and counted.
+        skip_lines, decode, encoding, errors, return_path, on_error, max_failures, warn_failures, max_line_length:
+            as in :class:`CSVParser`; with ``on_error="skip"`` a bad row is skipped and counted.
         fmtparams: ``csv.reader`` parameters, and ``fieldnames`` (the keys, for files without a
             header), ``restkey`` and ``restval``. A row whose field count differs from the header
             raises ``csv.Error``, unless ``restkey`` or ``restval`` is given: then, as
@@ -451,6 +474,7 @@ class CSVDictParser(CSVParser):
         on_error: _OnError = ...,
         max_failures: int | float | None = ...,
         warn_failures: int | float | None = ...,
+        max_line_length: int | None = ...,
         **fmtparams: Any,
     ) -> None: ...
     @overload
@@ -466,6 +490,7 @@ class CSVDictParser(CSVParser):
         on_error: _OnError = ...,
         max_failures: int | float | None = ...,
         warn_failures: int | float | None = ...,
+        max_line_length: int | None = ...,
         **fmtparams: Any,
     ) -> None: ...
     @overload
@@ -481,6 +506,7 @@ class CSVDictParser(CSVParser):
         on_error: _OnError = ...,
         max_failures: int | float | None = ...,
         warn_failures: int | float | None = ...,
+        max_line_length: int | None = ...,
         **fmtparams: Any,
     ) -> None: ...
     def __init__(
@@ -490,11 +516,12 @@ class CSVDictParser(CSVParser):
         skip_lines: int = 0,
         decode: bool = True,
         encoding: str = "utf-8",
-        errors: str = "ignore",
+        errors: str = IGNORE_COUNTED,
         return_path: bool = False,
         on_error: _OnError = "raise",
         max_failures: int | float | None = None,
         warn_failures: int | float | None = WARN_FAILURES,
+        max_line_length: int | None = MAX_LINE_LENGTH,
         **fmtparams: Any,
     ) -> None:
         stage = "CSVDictParser"
@@ -514,5 +541,5 @@ class CSVDictParser(CSVParser):
         super().__init__(
             source_datapipe, skip_lines=skip_lines, decode=decode, encoding=encoding, errors=errors,
             return_path=return_path, on_error=on_error, max_failures=max_failures, warn_failures=warn_failures,
-            **fmtparams,
+            max_line_length=max_line_length, **fmtparams,
         )

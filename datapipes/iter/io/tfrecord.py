@@ -2,10 +2,21 @@
 record framing, CRC-32C and the protobuf wire format decoded here (no TensorFlow, no protobuf).
 
 **Checkpoints.** ``load_from_tfrecord`` saves the file it is reading and the records read.
+
+**Record sizes** (docs/howto/security.rst). A record's header claims its length, and its CRC is no
+defence (anyone can compute it), so a claim is checked before anything is allocated for it: where the
+stream's size is known (a local file, an in-memory stream) a record claiming more bytes than follow
+its header raises at once, naming the file, the record's offset, the claim and what is left; a
+record longer than ``max_record_size`` (:data:`MAX_RECORD_SIZE` by default) raises
+:class:`~datapipes.errors.SizeLimitError`; and on a stream of unknown size (decompressed, remote)
+a record is read in blocks, so a lying length holds no more memory than the bytes that arrive.
 """
 
 from __future__ import annotations
 
+import io
+import os
+import stat
 from itertools import chain, islice
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
@@ -16,11 +27,18 @@ from ..._checks import require_bool
 from ..._engine import abandon
 from ..._engine import close_iterator as _close
 from ..._positions import Enumerated
+from ..._redact import redact
 from ...datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
-from ...errors import add_stage_note
-from .._readers import _item, _open_item, _read_run
+from ...errors import SizeLimitError, add_stage_note
+from .._readers import _inner, _item, _open_item, _read_run
 
 __all__ = ["TFRecordExample", "TFRecordExampleSpec", "TFRecordLoader"]
+
+#: The default ``max_record_size`` of ``load_from_tfrecord``: 1 GiB. Generous: protobuf itself
+#: refuses messages of 2 GiB, and a ``tf.train.Example`` of even a few hundred MiB is rare.
+MAX_RECORD_SIZE = 1 << 30
+
+_CHUNK = 4 << 20  # a record of a stream of unknown size is read in blocks of this many bytes
 
 #: The type of one parsed ``tf.train.Example``, as torchdata's (feature name -> tensor, or a list
 #: of tensors, or a list of bytes).
@@ -72,11 +90,38 @@ def _masked_crc(crc32c: Callable[[Any], int], data: Any) -> int:
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-def _records(stream: Any, check: Callable[[Any], int] | None) -> Iterator[memoryview]:
+def _position_and_size(stream: Any) -> tuple[int, int | None]:
+    """The position of ``stream`` and its size where known without reading it: a local file (a
+    regular file under ``FileIO``, buffered or not) or an in-memory stream; else ``(0, None)`` (a
+    decompressed stream's ``fileno()`` is its compressed file's: its size says nothing)."""
+    raw = _inner(stream)
+    try:
+        if isinstance(raw, io.BytesIO):
+            with raw.getbuffer() as view:
+                return int(raw.tell()), view.nbytes
+        local = isinstance(raw, io.FileIO) or (
+            isinstance(raw, (io.BufferedReader, io.BufferedRandom)) and isinstance(raw.raw, io.FileIO)
+        )
+        if local:
+            st = os.fstat(raw.fileno())
+            if stat.S_ISREG(st.st_mode):
+                return int(raw.tell()), st.st_size
+    except (OSError, ValueError):  # closed, detached or not seekable after all: size unknown
+        pass
+    return 0, None
+
+
+def _records(
+    stream: Any, check: Callable[[Any], int] | None, limit: int | None, stage: str, path: Any
+) -> Iterator[memoryview]:
     """The records of a TFRecord stream: ``uint64 length, uint32 masked crc32c(length), data,
-    uint32 masked crc32c(data)``, little-endian; the CRCs checked with ``check`` (a crc32c function)."""
+    uint32 masked crc32c(data)``, little-endian; the CRCs checked with ``check`` (a crc32c function).
+
+    A length is checked against the bytes left (where the size is known) and ``limit`` before
+    anything is allocated for it; on a stream of unknown size a long record is read in blocks."""
     head = bytearray(12)
     tail = bytearray(4)
+    at, size = _position_and_size(stream)  # ``at``: the offset of the next record
     while True:
         got = stream.readinto(head)
         if got == 0:
@@ -88,14 +133,42 @@ def _records(stream: Any, check: Callable[[Any], int] | None) -> Iterator[memory
         length = int.from_bytes(head[:8], "little")
         if check is not None and _masked_crc(check, head[:8]) != int.from_bytes(head[8:], "little"):
             raise RuntimeError("Invalid tfrecord file: the CRC of the record size does not match.")
-        data = bytearray(length)
-        if _fill(stream, memoryview(data)) != length:
+        if size is not None and length > size - at - 12:
+            raise RuntimeError(
+                f"Invalid tfrecord file: failed to read the record: the record at byte {at:,} of "
+                f"{redact(repr(path))} claims {length:,} bytes, but only {size - at - 12:,} bytes follow its header"
+            )
+        if limit is not None and length > limit:
+            raise SizeLimitError(
+                f"{stage}: the record at byte {at:,} of {redact(repr(path))} claims {length:,} bytes, more than "
+                f"max_record_size={limit:,}: pass a larger max_record_size (None: no limit) to read it"
+            )
+        if size is not None or length <= _CHUNK:  # the bytes are there (or the claim is small)
+            data = bytearray(length)
+            done = _fill(stream, memoryview(data))
+        else:
+            data, done = _read_blocks(stream, length)
+        if done != length:
             raise RuntimeError("Invalid tfrecord file: failed to read the record.")
         if _fill(stream, memoryview(tail)) != 4:
             raise RuntimeError("Invalid tfrecord file: failed to read the end token.")
         if check is not None and _masked_crc(check, data) != int.from_bytes(tail, "little"):
             raise RuntimeError("Invalid tfrecord file: the CRC of the record data does not match.")
+        at += 16 + length
         yield memoryview(data)
+
+
+def _read_blocks(stream: Any, length: int) -> tuple[bytearray, int]:
+    """Up to ``length`` bytes of ``stream`` read in blocks of :data:`_CHUNK`: what is held grows with
+    what arrives, not with what a header claims. Returns the bytes and their count."""
+    data = bytearray()
+    read = stream.read
+    while len(data) < length:
+        piece = read(min(_CHUNK, length - len(data)))
+        if not piece:
+            break
+        data += piece
+    return data, len(data)
 
 
 def _fill(stream: Any, view: memoryview) -> int:
@@ -297,6 +370,7 @@ def _example(record: memoryview, spec: dict[str, Any] | None) -> dict[str, Any]:
 def _tfrecords(pipe: TFRecordLoader, it: Iterator[Any], run: Any) -> Iterator[dict[str, Any]]:
     stage = stage_label(pipe)
     spec = pipe.spec
+    limit = pipe.max_record_size
     check = _crc32c_function() if pipe.length_check else None
     n, first = run.begin(_raise_with_note(stage))
     try:
@@ -307,7 +381,7 @@ def _tfrecords(pipe: TFRecordLoader, it: Iterator[Any], run: Any) -> Iterator[di
             reading = True  # reading the next record's frame (else parsing ``record``)
             try:
                 stream = _open_item(item, stream, run, n)
-                records = _records(stream, check)
+                records = _records(stream, check, limit, stage, path)
                 if skip:  # resumed: read past the records the saved pass had read
                     next(islice(records, skip - 1, None), None)
                 counted = Enumerated(records, skip)
@@ -350,6 +424,10 @@ class TFRecordLoader(IterDataPipe[dict[str, Any]]):
         length_check: check the CRC-32C of every record's length and data (torchdata checks
             none). In pure Python this runs at about 10 MB/s of records; the ``crc32c`` or
             ``google_crc32c`` package, where installed, does it in C. ``False`` skips the check.
+        max_record_size: the longest record read, in bytes: :data:`MAX_RECORD_SIZE` (1 GiB) by
+            default, ``None`` for no limit. A header's claimed length is checked against it (and,
+            where the stream's size is known, against the bytes left) before anything is
+            allocated: a file you did not write could claim any length (16 bytes claiming 16 GiB).
 
     Yields:
         One dict per record, ``{name: value}``: an ``int64_list`` as an ``int64`` tensor, a
@@ -358,9 +436,13 @@ class TFRecordLoader(IterDataPipe[dict[str, Any]]):
         ``spec`` gives a ``torch.dtype``).
 
     Raises:
-        RuntimeError: a truncated file, a CRC that does not match, a malformed record or a record
-        missing a feature of ``spec`` (torchdata's phrases), with a note naming the stage, the
-        file and the record. TypeError: an item is not a ``(path, stream)`` pair.
+        RuntimeError: a truncated file (or a record claiming more bytes than the file has left:
+        the message names its offset, the claim and what is left), a CRC that does not match, a
+        malformed record or a record missing a feature of ``spec`` (torchdata's phrases), with a
+        note naming the stage, the file and the record.
+        datapipes.errors.SizeLimitError: (a ``ValueError``) a record longer than
+            ``max_record_size``, named the same way.
+        TypeError: an item is not a ``(path, stream)`` pair.
 
     Checkpoint: a pass stopped inside a file saves its path and the records read; the resumed
     pass opens it again through the opener upstream (or copies an in-memory stream into the
@@ -394,6 +476,7 @@ class TFRecordLoader(IterDataPipe[dict[str, Any]]):
         length: int = -1,
         *,
         length_check: bool = True,
+        max_record_size: int | None = MAX_RECORD_SIZE,
     ) -> None:
         stage = "TFRecordLoader"
         require_pipe(datapipe, stage)
@@ -405,10 +488,12 @@ class TFRecordLoader(IterDataPipe[dict[str, Any]]):
                     raise TypeError(f"{stage}: spec must map names to (shape, dtype) pairs, got {key!r}: {value!r:.100}")
         require_int(length, stage, "length", minimum=-1)
         require_bool(length_check, stage, "length_check")
+        require_int(max_record_size, stage, "max_record_size", minimum=1, optional=True)
         self.datapipe = datapipe
         self.spec = spec
         self.length = length
         self.length_check = length_check
+        self.max_record_size = max_record_size
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         # The file being read and the records of it read (see _readers._ReadRun).

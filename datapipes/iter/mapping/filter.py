@@ -1,4 +1,4 @@
-"""Filter [filter]: keep the items for which a predicate holds, on the consumer's thread.
+"""Filter [filter]: keep the items for which a predicate returns True, on the consumer's thread.
 
 Checkpoint and resume (docs/howto/checkpoint.rst): a pass keeps nothing of its own (its position is
 its source's), except under a failure budget the failures counted.
@@ -8,9 +8,18 @@ from __future__ import annotations
 
 from typing import Any, Callable, Hashable, Iterator, Sequence, TypeVar, overload
 
+from ..._redact import redact
 from ..._runtime import passes as _pass
 from ..._engine import abandon
-from ...datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_pipe
+from ...datapipe import (
+    NO_LEN,
+    IterDataPipe,
+    functional_datapipe,
+    len_unknown,
+    require_callable,
+    require_pipe,
+    stage_label,
+)
 from ...errors import WARN_FAILURES, _OnError, call_lines, policy_and_log
 from ._shared import _Col, _budget_start, _budget_state, _check_cols, _selected_fn, check_arity, serial_failed, taken_reader
 
@@ -31,23 +40,54 @@ def _filter_call(pipe: Filter) -> tuple[Callable[[Any], Any], Hashable | None]:
     return pipe.filter_fn, col
 
 
+#: torch's words for a result that is not a bool, which end our message (code matches on them)
+_TORCH_NOT_BOOL = "Boolean output is required for `filter_fn` of FilterIterDataPipe, got"
+
+
+def _shown(value: Any) -> str:
+    """``value``'s repr, cut at 100 characters, for a message; never raises."""
+    try:
+        return f"{value!r:.100}"
+    except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the error being reported
+        return f"<{type(value).__name__}>"
+
+
+def _not_a_bool(pipe: Filter, result: Any, x: Any, position: int) -> ValueError:
+    """The error for ``filter_fn`` returning ``result``, not a bool, for item ``x`` at ``position``:
+    torch's type, our stage, item and result, then torch's phrase."""
+    kind = type(result)
+    name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    return ValueError(redact(
+        f"{stage_label(pipe)}: filter_fn returned {_shown(result)} ({name}) for item {position} ({_shown(x)}), "
+        f"not a bool: {_TORCH_NOT_BOOL} {kind}"
+    ))
+
+
+# The loops keep an item when filter_fn returns True, drop it on False and raise for anything else,
+# as torch does (``isinstance(result, bool)``; bool has no subclasses, so two identity tests say
+# it): a numpy bool, a tensor or a truthy object is refused, not taken for its truth value.
+
+
 def _filter_raise(pipe: Filter, it: Iterator[Any]) -> Iterator[Any]:
     fn, col = _filter_call(pipe)
     n = 0.0  # a float counter: see _map_raise (and _filter_told, where the source tells the position)
     try:
-        # The result's truth value decides, as for Python's filter(): checking that it is a bool,
-        # as torch does, would cost every item of every pipe (about 10 ns, 7% of map -> filter ->
-        # batch) to catch a mistake that keeps the same items anyway.
         if col is None:
             for x in it:
-                if fn(x):
+                keep = fn(x)
+                if keep is True:
                     yield x
+                elif keep is not False:
+                    raise _not_a_bool(pipe, keep, x, int(n))
                 x = None  # kept or not, let go of it while the next one is made (see iter/batching.py)
                 n += 1.0
         else:
             for x in it:
-                if fn(x[col]):
+                keep = fn(x[col])
+                if keep is True:
                     yield x
+                elif keep is not False:
+                    raise _not_a_bool(pipe, keep, x, int(n))
                 x = None
                 n += 1.0
     except BaseException as e:
@@ -63,13 +103,19 @@ def _filter_told(pipe: Filter, it: Iterator[Any], taken: Callable[[], int]) -> I
     try:
         if col is None:
             for x in it:
-                if fn(x):
+                keep = fn(x)
+                if keep is True:
                     yield x
+                elif keep is not False:
+                    raise _not_a_bool(pipe, keep, x, taken() - start - 1)
                 x = None
         else:
             for x in it:
-                if fn(x[col]):
+                keep = fn(x[col])
+                if keep is True:
                     yield x
+                elif keep is not False:
+                    raise _not_a_bool(pipe, keep, x, taken() - start - 1)
                 x = None
     except BaseException as e:
         serial_failed(e, pipe, _FILTER_TOLD_FN_LINES, lambda: taken() - start - 1)
@@ -88,8 +134,10 @@ def _filter_skip(pipe: Filter, it: Iterator[Any], run: _pass.FrameRun | None = N
             except Exception as e:
                 failures.skip(e, n)
                 continue
-            if keep:
+            if keep is True:
                 yield x
+            elif keep is not False:  # a failure of this item, as if filter_fn had raised
+                failures.skip(_not_a_bool(pipe, keep, x, n), n)
             x = None
     except BaseException:
         abandon(it)
@@ -108,14 +156,15 @@ class Filter(IterDataPipe[T]):
 
     Args:
         datapipe: the source pipe.
-        filter_fn: the predicate, called once per item. Its result is taken for its truth value, as
-            Python's ``filter`` takes it (torch DataPipes raise ``ValueError`` for a result that is
-            not a bool; checking would cost every item).
+        filter_fn: the predicate, called once per item. It must return a bool, ``True`` to keep the
+            item, ``False`` to drop it, as torch's ``filter`` requires: any other result (``1``,
+            ``None``, a numpy bool, a tensor) raises ``ValueError`` rather than being taken for its
+            truth value. Wrap it (``bool(...)``, ``.item()``) where that is what you mean.
         input_col: apply ``filter_fn`` to this column (index or key) of each tuple/list/dict item,
             or to several columns (a list or tuple of them) as positional arguments, instead of
             to the whole item. The item itself is yielded, unchanged.
-        on_error: ``"raise"`` (default) or ``"skip"`` (an item whose predicate raises is dropped
-            and counted).
+        on_error: ``"raise"`` (default) or ``"skip"`` (an item whose predicate raises, or returns
+            something else than a bool, is dropped and counted).
         max_failures: with ``on_error="skip"``, failures tolerated per pass: a number, or a float
             between 0 and 1 for a share of the items (``None``: any).
         warn_failures: with ``on_error="skip"``, past how many failures (a number, or a share:
@@ -125,6 +174,10 @@ class Filter(IterDataPipe[T]):
         The kept items, in source order.
 
     Raises:
+        ValueError: (while iterating) ``filter_fn`` returned something else than a bool; the
+            message names the stage, the item's position and value, and the result and its type,
+            and ends with torch's phrase "Boolean output is required for `filter_fn` of
+            FilterIterDataPipe, got <type>".
         Whatever ``filter_fn`` raises, as the same object, with a note naming the stage and the
             item's position.
 

@@ -13,6 +13,7 @@ from itertools import islice
 from typing import Any, AsyncIterable, Callable, Iterable, Iterator, Literal, TypeVar, cast, overload
 
 from ..._runtime import passes as _pass, shares
+from ..._runtime.validate import check_engine, check_int, check_list
 from ..._engine import EngineRun, LoopRef, abandon, close_iterator, concurrent_map, is_async_callable, is_async_gen_callable, iterate_async, new_stats
 from ...datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_pipe, stage_label
 from ...errors import WARN_FAILURES, _OnError, policy_and_log
@@ -67,6 +68,16 @@ def _flatmap_state(*, n: int, out: Any, done: int, x: Any, fail: Any = None) -> 
     else:
         state.update(input=x, done=done)
     return state
+
+
+def _check_flatmap_state(state: dict[str, Any], pipe: Any) -> None:
+    """The checks of a flatmap pass's state (beside :class:`~datapipes._runtime.passes.FrameRun`'s):
+    the next position, and inside an item the outputs left or the item and the count yielded."""
+    if "ended" in state:
+        return
+    check_int(state, "next")
+    if "input" in state and "rest" not in state:
+        check_int(state, "done")
 
 
 def _flatmap_resumed(resume: dict[str, Any], call: Callable[[Any], Iterable[Any]]) -> tuple[Any, Any, int]:
@@ -220,6 +231,8 @@ class _FlatRun:
         return {**self.engine.state(), "rest": rest}
 
     def restore(self, state: dict[str, Any]) -> None:
+        check_list(state, "rest")
+        check_engine(state)
         self.engine.restore(state)
         self.resume = list(state["rest"])
 
@@ -419,7 +432,7 @@ class FlatMapper(IterDataPipe[U]):
     def __iter__(self) -> Iterator[U]:
         if self._concurrent:
             return _flat_engine(self, iter(self.datapipe), _listing_fn(self.fn, self.input_col))
-        run = _pass.FrameRun(_flatmap_state)
+        run = _pass.FrameRun(_flatmap_state, _check_flatmap_state)
         return _pass.track_generator(self, self._run(self, iter(self.datapipe), run), run)
 
     def __len__(self) -> int:

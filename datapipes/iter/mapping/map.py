@@ -19,6 +19,7 @@ import inspect
 from typing import Any, Awaitable, Callable, Coroutine, Iterable, Iterator, Literal, TypeVar, cast, overload
 
 from ..._runtime import passes as _pass, shares
+from ..._runtime.validate import check_engine, check_int
 from ..._checks import phrased, require_bool
 from ..._engine import EngineRun, abandon, concurrent_map, is_async_callable, is_async_gen_callable, new_stats
 from ..._engine.rng import item_seed, make_rng, seeded_call, with_seeds
@@ -115,6 +116,13 @@ def _seeded_state(*, seed: int, n: int, fail: Any = None) -> dict[str, Any]:
     return {"seed": seed, "next": n + 1, **_budget_count(fail)}
 
 
+def _check_map_state(state: dict[str, Any], pipe: Any) -> None:
+    """The checks of a serial map's state (beside :class:`~datapipes._runtime.passes.FrameRun`'s): the
+    position of the next item, which every state of it holds until the pass ends."""
+    if "ended" not in state:
+        check_int(state, "next")
+
+
 def _seeded_start(run: _pass.FrameRun, seed: int) -> tuple[int, int]:
     """(seed, position of the first item) for a serial ``rng=`` map's pass, resumed or not."""
     run.started = True
@@ -183,6 +191,8 @@ class _MapRun:
         return {"seed": self.seed, **self.engine.state()}
 
     def restore(self, state: dict[str, Any]) -> None:
+        check_int(state, "seed", None, optional=True)
+        check_engine(state)
         self.engine.restore(state)
         self.seed = state["seed"]
 
@@ -517,11 +527,11 @@ class Mapper(IterDataPipe[U]):
             return _flat_engine(self, it, _listing_fn(self.fn, None))
         if self.rng is not None:
             if self._run is _map_seeded:  # serial: a FrameRun reads it
-                run = _pass.FrameRun(_seeded_state)
+                run = _pass.FrameRun(_seeded_state, _check_map_state)
                 return _pass.track_generator(self, self._run(self, it, self._pass_seed(), run), run)
             return self._run(self, it, self._pass_seed())
         if self._run is _map_skip and self._policy.max_failures is not None:  # a budget: its count is saved
-            run = _pass.FrameRun(_budget_state)
+            run = _pass.FrameRun(_budget_state, _check_map_state)
             return _pass.track_generator(self, _map_skip(self, it, run), run)
         if self._run is _map_raise:
             taken = taken_reader(it)
