@@ -172,15 +172,16 @@ class TestConcurrentMapper:
 
         def fn(x):
             if x == 2:
-                release.wait(2)
+                release.wait(60)
             return x
 
         t0 = time.monotonic()
         got = []
-        with pytest.raises(TimeoutError, match=r"stage Mapper\(fn\): item 2 did not finish within timeout=0.05 s"):
-            for y in IterableWrapper(range(10)).map(fn, concurrency=2, timeout=0.05):
+        # timeout=1 s, not less: a plain item must never reach it on a loaded CI machine
+        with pytest.raises(TimeoutError, match=r"stage Mapper\(fn\): item 2 did not finish within timeout=1.0 s"):
+            for y in IterableWrapper(range(10)).map(fn, concurrency=2, timeout=1.0):
                 got.append(y)
-        assert time.monotonic() - t0 < 1.0 and got == [0, 1]
+        assert time.monotonic() - t0 < 30 and got == [0, 1]
         release.set()  # the abandoned worker returns and exits on its own (no_thread_leak waits for it)
 
     def test_timeout_skip_replaces_the_stuck_worker(self):
@@ -188,13 +189,16 @@ class TestConcurrentMapper:
 
         def fn(x):
             if x in (1, 4):
-                release.wait(2)
+                release.wait(60)
             return x
 
-        pipe = IterableWrapper(range(10)).map(fn, concurrency=2, timeout=0.05, on_error="skip")
+        # A timeout of 1 s: a loaded free-threaded CI leg once took longer than 0.05 s for a plain
+        # item. Two stuck items at 1 s each finish far below the 60 s they would block without
+        # the replacement workers.
+        pipe = IterableWrapper(range(10)).map(fn, concurrency=2, timeout=1.0, on_error="skip")
         t0 = time.monotonic()
         assert list(pipe) == [0, 2, 3, 5, 6, 7, 8, 9]
-        assert time.monotonic() - t0 < 1.5
+        assert time.monotonic() - t0 < 30
         assert {f.position for f in pipe.failures.recent} == {1, 4}
         assert all(isinstance(f.exception, TimeoutError) for f in pipe.failures.recent)
         release.set()
