@@ -15,7 +15,12 @@ Workloads (``--only`` picks some):
 - ``resume``: a ``Mixer`` (``stop="first_exhausted"``) followed by one ``sharding_filter`` in a
   ``datapipes.DataLoader``; states taken at ``--points`` random batches with 0 or 2 workers and
   resumed with the other layout: every item delivered exactly once, and the shares of the whole
-  stream still exact. (Ranks are not run here: a rank is another process group.)
+  stream still exact.
+- ``layouts``: each worker mixing its own shard of each source (every source below its own
+  ``sharding_filter``): states taken at ``--points`` random positions with (workers, ranks) in
+  (0, 1), (2, 1), (2, 2) and resumed with each other layout, the shards driven in this process as
+  the loader's workers and ranks drive them: no item twice, none of what the new shards passed
+  lost, and each new shard's mixture exact.
 
     .venv-bench/bin/python benchmarks/mixing.py
     .venv-bench/bin/python benchmarks/mixing.py --only deviation --draws 200000
@@ -210,8 +215,118 @@ def bench_resume(args: argparse.Namespace) -> None:
     WORKLOADS.append(w)
 
 
+LAYOUTS = ((0, 1), (2, 1), (2, 2))  # (num_workers, ranks)
+
+
+def _layout(layout: tuple[int, int]) -> str:
+    workers, ranks = layout
+    return f"{workers}w x {ranks}r"
+
+
+def bench_layouts(args: argparse.Namespace) -> None:
+    """Each worker mixing its own shard of each source (every source below its own
+    ``sharding_filter``, a 2-thread map reading ahead after it), states taken at ``--points`` random
+    positions of a layout of (workers, ranks) and resumed with another. The shards are driven in
+    this process as the loader's workers drive them (``ShardStream`` passes, ``plan`` resuming them,
+    the state through ``torch.save``/``torch.load(weights_only=True)``), each shard of the old
+    layout stopped at its own random item."""
+    import io
+
+    import torch
+
+    from datapipes._runtime.passes import PassConfig
+    from datapipes.iter import IterableWrapper, Mixer
+    from datapipes.loader.shards import ShardStream, plan
+
+    sizes = {"a": 240, "b": 720, "c": 480}
+    weights = {"a": 1, "b": 3, "c": 2}
+    order = {n: [f"{n}{i}" for i in np.random.default_rng(i).permutation(m)] for i, (n, m) in enumerate(sizes.items())}
+    seed, epoch = 11, 0
+
+    def pipe() -> Any:
+        sources = {n: IterableWrapper(order[n]).sharding_filter().map(str, concurrency=2) for n in sizes}
+        return Mixer(sources, weights, stop="first_exhausted")
+
+    def shard_items(p: Any, count: int, index: int, state: Any, stop: int | None) -> tuple[list[Any], Any]:
+        stream = ShardStream(p, PassConfig(seed, epoch, index, (count, index)), state)
+        if stop == 0:
+            return [], stream.state()
+        items = stream.items()
+        got = []
+        try:
+            for x in items:
+                got.append((x, stream.in_tail))
+                if stop is not None and len(got) == stop:
+                    return got, stream.state()
+            return got, stream.state()
+        finally:
+            items.close()
+
+    p = pipe()
+    lengths = {}
+    for layout in LAYOUTS:
+        count = max(layout[0], 1) * layout[1]
+        lengths[layout] = [len(shard_items(p, count, i, None, None)[0]) for i in range(count)]
+    pairs = [(a, b) for a in LAYOUTS for b in LAYOUTS if a != b]
+    rng = random.Random(0)
+    w = {"name": "layouts", "title": f"per-source sharding resumed with another layout, {args.points} states",
+         "unit": "states", "baseline": None, "systems": [], "targets": []}
+    results = {pair: [0, 0, 0.0, 0] for pair in pairs}  # points, good, worst deviation, tail items
+    for point in range(args.points):
+        before, after = pairs[point % len(pairs)]
+        count = max(before[0], 1) * before[1]
+        delivered: list[str] = []
+        shards = []
+        for i in range(count):
+            got, state = shard_items(p, count, i, None, rng.randrange(0, lengths[before][i]))
+            delivered += [x for x, _ in got]
+            shards.append(state)
+        per_rank = max(before[0], 1)
+        saved = [{"layout": [before[1], r, per_rank], "shards": shards[r * per_rank:(r + 1) * per_rank], "next": 0,
+                  "ended": False} for r in range(before[1])]
+        buf = io.BytesIO()
+        torch.save(saved, buf)
+        saved = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)
+        new_count, new_per_rank = max(after[0], 1) * after[1], max(after[0], 1)
+        reached: dict[str, list[int]] = {n: [] for n in sizes}
+        deviation, tail = 0.0, 0
+        for r in range(after[1]):
+            states, _ = plan(pipe(), saved, (after[1], r, new_per_rank), seed, epoch)
+            for j, state in enumerate(states):
+                index = r * new_per_rank + j
+                got, _ = shard_items(pipe(), new_count, index, state, None)
+                delivered += [x for x, _ in got]
+                tail += sum(in_tail for _, in_tail in got)
+                main = [x for x, in_tail in got if not in_tail]
+                if main:
+                    deviation = max(deviation, max_deviation(
+                        np.array([list(sizes).index(x[0]) for x in main], dtype=np.int64), tuple(weights.values())))
+                for n in sizes:
+                    pos = [order[n].index(x) for x in main if x[0] == n]
+                    reached[n].append(max(pos, default=-1))
+        seen = set(delivered)
+        lost = sum(1 for n in sizes for x in order[n][:min(reached[n])] if x not in seen)
+        res = results[(before, after)]
+        res[0] += 1
+        res[1] += int(len(seen) == len(delivered) and lost == 0)
+        res[2] = max(res[2], deviation)
+        res[3] += tail
+    for (before, after), (points, good, deviation, tail) in results.items():
+        if not points:
+            continue
+        label = f"{_layout(before)} -> {_layout(after)}"
+        say(f"per-source sharding, {label}: {good} of {points} resumed epochs deliver every item once "
+            f"(none twice, none of what the new shards passed lost), {tail} items finished by tails, each new "
+            f"shard's mixture within {deviation:.3f} items of its shares")
+        w["systems"].append(_results.system(label, "datapipes", None, status="ok", exact=good, points=points,
+                                            tail_items=tail, max_deviation=round(deviation, 4)))
+        _results.target(w, FAILED, f"{label}: every item once", good, good == points)
+        _results.target(w, FAILED, f"{label}: new shards exact (under 1 item)", deviation, deviation < 1)
+    WORKLOADS.append(w)
+
+
 SECTIONS: dict[str, Callable[[argparse.Namespace], None]] = {
-    "deviation": bench_deviation, "overhead": bench_overhead, "resume": bench_resume}
+    "deviation": bench_deviation, "overhead": bench_overhead, "resume": bench_resume, "layouts": bench_layouts}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -105,7 +105,8 @@ def with_worker_stats(stats: list[tuple[Any, StageStats]]) -> list[tuple[Any, St
 
 
 def format_stats(stats: list[tuple[Any, StageStats]]) -> str:
-    """A table of stage figures, one line per stage (data flow order: sources first).
+    """A table of stage figures, one line per stage (data flow order: sources first), then a line
+    per stage that mixes sources (``Mixer``) with their realised shares beside their targets.
 
     >>> from datapipes._engine import StageStats
     >>> s = StageStats("Mapper(f)", "thread", 4, 8)
@@ -122,7 +123,13 @@ def format_stats(stats: list[tuple[Any, StageStats]]) -> str:
         rows.append((d["stage"], d["kind"], workers, str(d["items_in"]), str(d["items_out"]), str(d["failures"]),
                      f"{d['items_per_s']:.1f}", busy, f"{d['self_s']:.3f}", fill))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows)
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    for _, s in reversed(stats):
+        shares = s.shares  # a stage mixing sources: each one's realised share beside its target
+        if shares:
+            parts = [f"{name} {v['share']:.1%} (target {v['target']:.1%})" for name, v in shares.items()]
+            lines.append(f"{s.label}: shares {', '.join(parts)}")
+    return "\n".join(lines)
 
 
 class StatsReporter(Hook):

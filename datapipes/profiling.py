@@ -169,7 +169,8 @@ class ProfileReport:
         ``busy``, its workers' busy time over (elapsed x workers), and ``queue fill``, the mean share
         of its output buffer holding results ready for the consumer (near 100%: downstream is
         slower). ``-`` where a serial stage has no such figure. A stage that counts tokens
-        (``tokenize``) gets a line after the table: its tokens and tokens/s.
+        (``tokenize``) gets a line after the table: its tokens and tokens/s; a stage that mixes
+        sources (``Mixer``), its sources' realised shares beside their targets.
         """
         head = (f"  {'stage':<30} {'kind':<8} {'workers':>7} {'items in':>9} {'items out':>9} {'items/s':>10} "
                 f"{'self':>5} {'waited':>6} {'busy':>5} {'queue fill':>10}")
@@ -188,6 +189,11 @@ class ProfileReport:
         for r in self.stages:
             if r.get("tokens"):
                 lines.append(f"{r['stage']}: {r['tokens']} tokens, {r['tokens_per_s']:.1f} tokens/s")
+        for r in self.stages:
+            if r.get("shares"):
+                counted = "tokens" if any("tokens" in v for v in r["shares"].values()) else "items"
+                parts = [f"{name} {v['share']:.1%} (target {v['target']:.1%})" for name, v in r["shares"].items()]
+                lines.append(f"{r['stage']}: shares of the {counted} drawn: {', '.join(parts)}")
         for r in self.stages:
             if r["auto"]:
                 tuning = f": {r['tuning']}" if r["tuning"] else ""
@@ -476,6 +482,7 @@ def _inside_workers(inside: list[tuple[int, str, Any]], seconds: float,
         mean = dict(ds[0], worker=None)
         for key in summed + averaged:
             mean[key] = sum(d[key] for d in ds) / n
+        mean["shares"] = _summed_shares([d.get("shares") for d in ds])
         mean["items_per_s"] = mean["items_out"] / mean["seconds"] if mean["seconds"] else 0.0
         mean["tokens_per_s"] = mean["tokens"] / mean["seconds"] if mean["seconds"] else 0.0
         analysed.append(mean)
@@ -489,6 +496,20 @@ def _inside_workers(inside: list[tuple[int, str, Any]], seconds: float,
         for worker, rows in sorted(by_worker.items()):
             shown.extend(dict(d, stage=f"[worker {worker}] {label}", worker=worker) for label, d in rows[:depth])
     return shown, analysed
+
+
+def _summed_shares(each: list[dict[str, dict[str, float]] | None]) -> dict[str, dict[str, float]] | None:
+    """The shares of a mixing stage over the workers that each ran one: items (and tokens) drawn
+    summed, shares and targets their mean."""
+    found = [s for s in each if s]
+    if not found:
+        return None
+    out: dict[str, dict[str, float]] = {}
+    for name, first in found[0].items():
+        mine = [s[name] for s in found if name in s]
+        out[name] = {key: sum(v[key] for v in mine) / (1 if key in ("drawn", "tokens") else len(mine))
+                     for key in first}
+    return out
 
 
 def profile(pipe: Any, num_items: int | None = 1000, *, show: bool = True, file: IO[str] | None = None,

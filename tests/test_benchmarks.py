@@ -208,7 +208,9 @@ def test_mixing_smoke_run(tmp_path):
         capture_output=True, text=True, timeout=280, cwd=ROOT)
     assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: a target missed (a smoke run's figures mean nothing)
     doc = json.loads(out.read_text())
-    assert doc["benchmark"] == "mixing" and [w["name"] for w in doc["workloads"]] == ["deviation", "overhead", "resume"]
+    assert doc["benchmark"] == "mixing" and [w["name"] for w in doc["workloads"]] == ["deviation", "overhead", "resume",
+                                                                                   "layouts"]
     deviation = doc["workloads"][0]
     assert all(s["exact_max_deviation"] < 1 for s in deviation["systems"] if "exact_max_deviation" in s)
     assert "1 of 1 resumed epochs deliver every item of the mixture exactly once" in proc.stdout
+    assert "per-source sharding, 0w x 1r -> 2w x 1r: 1 of 1 resumed epochs deliver every item once" in proc.stdout

@@ -284,6 +284,49 @@ class TestShares:
         assert tokens.shares["a"]["tokens"] == 2 * tokens.shares["a"]["drawn"]
         assert tokens.shares["a"]["target"] == 0.5
 
+    def test_live_statistics_and_profile_show_the_shares(self):
+        import io
+
+        from datapipes import profile
+
+        def mixture():
+            return Mixer({"web": W(range(1000)), "code": W(range(1000))}, {"web": 7, "code": 3},
+                         stop="first_exhausted").map(lambda x: x)
+
+        out = io.StringIO()
+        report = profile(mixture(), 100, file=out)
+        (row,) = [r for r in report.stages if r["shares"]]
+        assert row["shares"] == {"web": {"drawn": 70, "share": 0.7, "target": 0.7},
+                                 "code": {"drawn": 30, "share": 0.3, "target": 0.3}}
+        assert "Mixer({'web': 7, 'code': 3}): shares of the items drawn: web 70.0% (target 70.0%), " \
+               "code 30.0% (target 30.0%)" in out.getvalue()
+        # the statistics of an observed pass read them live, and pickle them as plain data
+        from datapipes.hooks import Hook
+
+        it = iter(mixture().add_hook(Hook()))
+        for _ in range(10):
+            next(it)
+        found = [st for _, st in it.stats() if st.shares]
+        assert found and found[0].shares["web"]["drawn"] == 7
+        from datapipes.hooks import format_stats
+
+        assert format_stats(it.stats()).splitlines()[-1] == (
+            "Mixer({'web': 7, 'code': 3}): shares web 70.0% (target 70.0%), code 30.0% (target 30.0%)")
+        again = pickle.loads(pickle.dumps(found[0]))
+        assert again.shares == found[0].shares and again.shares_of is None
+
+    def test_a_mixer_is_freed_with_its_pass(self):
+        import gc
+        import weakref
+
+        pipe = Mixer({"a": W(range(10)), "b": W(range(10))}, {"a": 1, "b": 1})
+        list(pipe)
+        assert pipe.shares is not None
+        ref = weakref.ref(pipe)
+        del pipe
+        gc.collect()
+        assert ref() is None
+
 
 # -- resume ----------------------------------------------------------------------------------------
 
@@ -381,7 +424,7 @@ def loader(build_, workers):
 
 def stop_after(dl, k):
     it = iter(dl)
-    head = [next(it).tolist() for _ in range(k)]
+    head = [b.tolist() if hasattr(b, "tolist") else b for b in (next(it) for _ in range(k))]
     state = pickle.loads(pickle.dumps(dl.state_dict()))
     it.close()
     return head, state
@@ -401,13 +444,7 @@ class TestLoader:
             again.load_state_dict(state)
             assert head + [b.tolist() for b in again] == full, k
 
-    def test_another_number_of_workers_needs_one_sharding_filter(self):
-        _, state = stop_after(loader(sharded_sources, 2), 2)
-        again = loader(sharded_sources, 1)
-        again.load_state_dict(state)
-        with pytest.raises(ValueError, match="2 sharding stages"):
-            iter(again)
-        # one sharding_filter after the mix splits again: every item delivered exactly once
+    def test_one_sharding_filter_after_the_mix_splits_again(self):
         everything = flat(loader(sharded_after, 0))
         for k in (0, 2, 5):
             head, state = stop_after(loader(sharded_after, 2), k)
@@ -415,6 +452,123 @@ class TestLoader:
             again.load_state_dict(state)
             got = flat(head) + flat(again)
             assert sorted(got) == sorted(everything) and max(Counter(got).values()) == 1, k
+
+
+# -- each worker mixing its own shard of each source, resumed with another layout -------------------
+
+
+def _tag(x):
+    import torch.utils.data
+
+    info = torch.utils.data.get_worker_info()
+    return x, 0 if info is None else info.id
+
+
+A_ORDER = [int(x) for x in np.random.default_rng(3).permutation(60)]
+SOURCES = [A_ORDER, list(range(100, 130))]
+
+
+def per_source(concurrency=None):
+    """Two sources, each below its own sharding_filter; a map that reads ahead (``concurrency``)
+    between the filter and the mixture holds items a change of layout must not lose."""
+    def build():
+        a = W(A_ORDER).sharding_filter()
+        b = W(range(100, 130)).sharding_filter()
+        if concurrency:
+            a, b = a.map(lambda x: x, concurrency=concurrency), b.map(lambda x: x, concurrency=concurrency)
+        return Mixer({"a": a, "b": b}, {"a": 2, "b": 1}, stop="first_exhausted").map(_tag)
+    return build
+
+
+def tagged_loader(build_, workers):
+    kw = {"multiprocessing_context": "fork"} if workers else {}
+    return DataLoader(build_(), batch_size=2, seed=5, num_workers=workers, collate_fn=list, **kw)
+
+
+def assert_split_again(before, after, sources):
+    """No item twice, and none lost: an item of a source below what every new shard reached of it
+    (each shard reads its share of a source in order) was delivered."""
+    got = [x for x, _ in before + after]
+    assert max(Counter(got).values()) == 1
+    delivered = set(got)
+    for items in sources:
+        index = {x: i for i, x in enumerate(items)}
+        reached = {}
+        for x, shard in after:
+            if x in index:
+                reached[shard] = max(reached.get(shard, -1), index[x])
+        frontier = min(reached.values(), default=-1)
+        lost = [x for x in items[:frontier] if x not in delivered]
+        assert not lost, lost
+
+
+class TestPerSourceSharding:
+    def test_another_number_of_workers_splits_each_source_again(self):
+        for before, after_, k in ((2, 1, 2), (2, 3, 4), (0, 2, 5), (3, 2, 1)):
+            head, state = stop_after(tagged_loader(per_source(), before), k)
+            again = tagged_loader(per_source(), after_)
+            again.load_state_dict(state)
+            rest = [tuple(x) for b in again for x in b]
+            assert_split_again([tuple(x) for b in head for x in b], rest, SOURCES)
+            # the new shards mix exactly: each delivers a's and b's items 2:1 within one item
+            for shard in {s for _, s in rest}:
+                mine = [x for x, s in rest if s == shard]
+                assert abs(sum(x < 100 for x in mine) - 2 * len(mine) / 3) <= 2, (before, after_, k, shard)
+
+    def test_the_work_in_flight_is_finished_by_a_tail(self):
+        # a map with 4 threads after each filter: a shard saved mid-pass holds up to 4 items of
+        # each source taken and not yet mixed; the tail (its filters closed) delivers them
+        for before, after_, k in ((2, 1, 3), (1, 2, 4)):
+            head, state = stop_after(tagged_loader(per_source(concurrency=4), before), k)
+            again = tagged_loader(per_source(concurrency=4), after_)
+            again.load_state_dict(state)
+            rest = [tuple(x) for b in again for x in b]
+            assert_split_again([tuple(x) for b in head for x in b], rest, SOURCES)
+
+    def test_a_restarted_sharded_source_is_refused_naming_it(self):
+        def build():
+            return Mixer({"a": W(range(4)).sharding_filter(), "b": W(range(100, 140)).sharding_filter()},
+                         {"a": 1, "b": 1})
+        _, state = stop_after(tagged_loader(build, 2), 6)  # a (2 items a shard) has restarted
+        again = tagged_loader(build, 1)
+        again.load_state_dict(state)
+        with pytest.raises(ValueError, match=r"restarted its sharded source\(s\) 'a' \(\d+ times?\).*Mixer\(\.\.\.\)"
+                                             r"\.sharding_filter\(\)"):
+            iter(again)
+
+    def test_a_zip_of_sharded_branches_is_refused_naming_it(self):
+        def build():
+            return W(range(20)).sharding_filter().zip(W(range(20)).sharding_filter())
+        _, state = stop_after(tagged_loader(build, 2), 2)
+        again = tagged_loader(build, 1)
+        again.load_state_dict(state)
+        with pytest.raises(ValueError, match=r"Zipper.*joins 2 branches each below its own sharding_filter"):
+            iter(again)
+
+    def test_a_sharding_filter_above_another_is_refused(self):
+        def build():
+            return W(range(40)).sharding_filter().map(lambda x: x).sharding_filter()
+        _, state = stop_after(tagged_loader(build, 2), 2)
+        again = tagged_loader(build, 1)
+        again.load_state_dict(state)
+        with pytest.raises(ValueError, match="is above another sharding stage"):
+            iter(again)
+
+    def test_a_tail_state_saved_mid_tail_resumes(self):
+        # a state taken while a tail drains (the second relayout) is itself resumed: nothing twice
+        head, state = stop_after(tagged_loader(per_source(concurrency=4), 2), 3)
+        middle = tagged_loader(per_source(concurrency=4), 1)
+        middle.load_state_dict(state)
+        it = iter(middle)
+        first = [tuple(x) for _ in range(2) for x in next(it)]
+        state2 = pickle.loads(pickle.dumps(middle.state_dict()))
+        it.close()
+        last = tagged_loader(per_source(concurrency=4), 3)
+        last.load_state_dict(state2)
+        rest = [tuple(x) for b in last for x in b]
+        got = [x for b in head for x in b] + [x for x, _ in first] + [x for x, _ in rest]
+        assert max(Counter(got).values()) == 1
+        assert_split_again([tuple(x) for b in head for x in b] + first, rest, SOURCES)
 
 
 @pytest.mark.slow

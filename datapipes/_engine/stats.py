@@ -12,7 +12,7 @@ gets one too, kind ``"serial"``, kept by the observer that wraps its iterator.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["StageStats"]
 
@@ -48,7 +48,7 @@ class StageStats:
     __slots__ = (
         "label", "kind", "workers", "capacity", "_in", "_out", "_fail", "busy_s",
         "fill_sum", "fill_samples", "started", "stopped", "source_s", "wait_s", "_busy", "_live",
-        "self_s", "auto", "tuning", "tokens", "__weakref__",
+        "self_s", "auto", "tuning", "tokens", "shares_of", "_shares", "__weakref__",
     )
 
     def __init__(self, label: str, kind: str, workers: int, capacity: int, auto: bool = False) -> None:
@@ -59,6 +59,9 @@ class StageStats:
         self.auto = auto
         self.tuning = ""
         self.tokens = 0
+        #: a stage that mixes sources: a callable reading its shares (``shares``), set by the pass
+        self.shares_of: Callable[[], dict[str, dict[str, float]] | None] | None = None
+        self._shares: dict[str, dict[str, float]] | None = None  # as read when pickled
         self._in = 0
         self._out = 0
         self._fail = 0
@@ -182,6 +185,13 @@ class StageStats:
         """``tokens`` per second of the pass (0 for a stage that counts none)."""
         return self.tokens / self.elapsed if self.started is not None else 0.0
 
+    @property
+    def shares(self) -> dict[str, dict[str, float]] | None:
+        """For a stage that mixes sources (``Mixer``), each source's realised share beside its
+        target, read live (:attr:`Mixer.shares <datapipes.iter.Mixer.shares>`'s dict); else None."""
+        fn = self.shares_of
+        return fn() if fn is not None else self._shares
+
     def as_dict(self) -> dict[str, Any]:
         """The figures as a plain dict (a consistent reading: the counts are read once)."""
         items_in, items_out, failures = self._counts()
@@ -206,6 +216,7 @@ class StageStats:
             "tuning": self.tuning,
             "tokens": self.tokens,
             "tokens_per_s": self.tokens / elapsed if self.started is not None else 0.0,
+            "shares": self.shares,
         }
 
     def __repr__(self) -> str:
@@ -217,7 +228,9 @@ class StageStats:
 
     # Plain data: pickles as it is, with the live figures folded in.
     def __getstate__(self) -> dict[str, Any]:
-        state = {k: getattr(self, k) for k in self.__slots__ if k not in ("_busy", "_live", "__weakref__")}
+        state = {k: getattr(self, k) for k in self.__slots__
+                 if k not in ("_busy", "_live", "shares_of", "_shares", "__weakref__")}
+        state["_shares"] = self.shares
         state["_in"], state["_out"], state["_fail"] = self._counts()
         state["busy_s"] = self.busy()
         return state
@@ -227,6 +240,8 @@ class StageStats:
         self.auto = False
         self.tuning = ""
         self.tokens = 0
+        self.shares_of = None
+        self._shares = None
         for k, v in state.items():
             setattr(self, k, v)
         self._busy = []

@@ -209,6 +209,10 @@ class Observer:
         counts = stats is None
         if stats is None:
             stats = pass_.stats_for(stage, lambda: StageStats(stage_label(stage), "serial", 1, 0))
+        live_shares = getattr(stage, "_live_shares", None)  # a stage mixing sources (Mixer)
+        if live_shares is not None:  # held weakly: the statistics outlive their stage in _latest
+            method = weakref.WeakMethod(live_shares)
+            stats.shares_of = lambda: None if (read := method()) is None else read()
         wrapped = Observed(it, stats, self.watchers.get(id(stage), []), counts, self)
         wrapped.order = self.order.get(id(stage), 0)
         if root:

@@ -35,8 +35,10 @@ from .._engine import abandon
 from .._engine.lifecycle import Resumable
 from .._positions import handed_out
 from .._runtime import passes as _pass
+from .._runtime.worker import is_sharding_stage
 from .._runtime.validate import check_bool, check_dict, check_int, check_list, invalid
 from ..datapipe import IterDataPipe, len_unknown, require_pipe, source_len
+from ..graph import walk
 from ._shared import _weak
 
 __all__ = ["Mixer"]
@@ -194,6 +196,25 @@ def _token_len(item: Any) -> int:
 # -- the run of a pass -----------------------------------------------------------------------------
 
 
+class _Settings:
+    """What a pass reads of its ``Mixer``, copied: the run (kept in ``_latest`` under the stage's
+    weak key) must not refer to the stage, or the stage would never be freed."""
+
+    __slots__ = ("names", "datapipes", "weights", "_a", "by", "len_fn", "stop", "with_source")
+    names: tuple[str, ...]
+    datapipes: tuple[IterDataPipe[Any], ...]
+    weights: Weights
+    _a: tuple[int, ...] | None
+    by: str
+    len_fn: Callable[[Any], int]
+    stop: str
+    with_source: bool
+
+    def __init__(self, pipe: Mixer[Any]) -> None:
+        for name in self.__slots__:
+            setattr(self, name, getattr(pipe, name))
+
+
 class _MixRun(Resumable):
     """The position of a ``Mixer`` pass besides its sources': how many items (and tokens) it drew
     from each source, how often each was restarted, the weights in force since which draw (a
@@ -207,10 +228,10 @@ class _MixRun(Resumable):
 
     __slots__ = ("pipe", "pass_", "its", "nexts", "k", "a", "schedule", "since", "gen", "origin", "origin_rng",
                  "skip", "n", "counts", "tokens", "total", "restarts", "done", "block", "block_counts", "it",
-                 "taken", "uniforms", "first", "next_call", "cumulative")
+                 "taken", "uniforms", "first", "next_call", "cumulative", "drain")
 
     def __init__(self, pipe: Mixer[Any], pass_: _pass.Pass | None, its: list[Iterator[Any]], seed: int | None) -> None:
-        self.pipe = pipe
+        self.pipe = _Settings(pipe)
         self.pass_ = _weak(pass_)  # the pass holds this run: no cycle back to it
         self.its = its
         self.nexts = [it.__next__ for it in its]
@@ -236,6 +257,9 @@ class _MixRun(Resumable):
         self.first = 0
         self.next_call = 0  # the draw at which a weights schedule is next called
         self.cumulative: list[Any] = []  # shares in tokens, exact: the segment's rule (see choose)
+        #: in a tail (a pass finishing what a shard of another layout held, its sharding filters
+        #: closed): which sources have ended; every source is read to its end, none restarted
+        self.drain: list[bool] | None = None
         self.started = False
 
     # -- weights ---------------------------------------------------------------------------------
@@ -310,7 +334,7 @@ class _MixRun(Resumable):
 
     def position(self) -> tuple[int, list[int]]:
         """Items drawn, and drawn from each source, so far."""
-        if self.pipe.by == "tokens" or self.block is None or self.taken is None:
+        if self.pipe.by == "tokens" or self.block is None or self.taken is None or self.drain is not None:
             return self.n, list(self.counts)
         taken = self.taken()
         head = np.bincount(np.asarray(self.block[:taken], dtype=np.intp), minlength=self.k)
@@ -410,6 +434,9 @@ class _MixRun(Resumable):
         state: dict[str, Any] = {"drawn": n, "counts": counts, "restarts": list(self.restarts), "done": self.done}
         if self.pipe.by == "tokens":
             state["tokens"] = list(self.tokens)
+        if self.drain is not None:
+            state["drain"] = list(self.drain)
+            return state
         if self.pipe._a is None:
             since, arg, base, tokens = self.since
             state["since"] = {"drawn": since, "at": arg, "counts": list(base), "tokens": list(tokens)}
@@ -441,6 +468,13 @@ class _MixRun(Resumable):
         restarts = self._ints(state, "restarts", None)
         done = check_bool(state, "done")
         tokens = self._ints(state, "tokens", None) if pipe.by == "tokens" else [0] * self.k
+        if "drain" in state:
+            ended = check_list(state, "drain", self.k, limit=f"the {self.k} sources")
+            if len(ended) != self.k or any(type(v) is not bool for v in ended):
+                invalid(f"state['drain'] must hold a bool per source ({self.k}), got {ended!r:.100}")
+            self.n, self.counts, self.tokens, self.restarts, self.done = n, counts, tokens, restarts, done
+            self.total, self.drain = sum(tokens), list(ended)
+            return
         since: tuple[int, int, list[int], list[int]] = (0, 0, [0] * self.k, [0] * self.k)
         a = pipe._a
         if a is None:
@@ -485,11 +519,40 @@ class _MixRun(Resumable):
 # -- the loops -------------------------------------------------------------------------------------
 
 
+def _drain(run: _MixRun) -> Iterator[Any]:
+    """A tail's mixture (``run.drain`` set): what each source still yields, its sharding filters
+    closed, one source after another in turn, to the last; no source is restarted. The shares of a
+    tail are not kept: it holds what the old shard had in flight, a few items per source."""
+    ended = run.drain
+    assert ended is not None
+    nexts, names, named = run.nexts, run.pipe.names, run.pipe.with_source
+    tokens = run.pipe.by == "tokens"
+    while not run.done:
+        for j in range(run.k):
+            if ended[j]:
+                continue
+            try:
+                x = nexts[j]()
+            except StopIteration:
+                ended[j] = True
+                continue
+            if tokens:
+                run.measure(j, x)
+            else:
+                run.counts[j] += 1
+                run.n += 1
+            yield (names[j], x) if named else x
+        run.done = all(ended)
+
+
 def _mix_items(run: _MixRun) -> Iterator[Any]:
     """Shares in items: each block's list of sources, one draw per entry."""
     run.started = True
     nexts = run.nexts
     try:
+        if run.drain is not None:  # known once the pass has loaded the run's state
+            yield from _drain(run)
+            return
         while run.next_block():
             it = run.it
             while True:
@@ -514,6 +577,9 @@ def _mix_items_named(run: _MixRun) -> Iterator[tuple[str, Any]]:
     nexts = run.nexts
     names = run.pipe.names
     try:
+        if run.drain is not None:
+            yield from _drain(run)
+            return
         while run.next_block():
             it = run.it
             while True:
@@ -540,6 +606,9 @@ def _mix_tokens(run: _MixRun) -> Iterator[Any]:
     named = run.pipe.with_source
     choose, measure = run.choose, run.measure
     try:
+        if run.drain is not None:
+            yield from _drain(run)
+            return
         if run.done:
             return
         while True:
@@ -676,6 +745,40 @@ class Mixer(IterDataPipe[T]):
         if seed is not None:
             self._seed = seed
 
+    # -- a change of loader layout (datapipes.loader.shards.redistribute) --------------------------
+    #: each worker may mix its own shard of each source: the sources' sharding filters split again
+    #: independently when a state resumes with another number of workers or ranks
+    _splits_per_source = True
+
+    def _sharded(self) -> list[bool]:
+        """Whether each source's graph holds a sharding stage."""
+        return [any(is_sharding_stage(s) for s in walk(dp)) for dp in self.datapipes]
+
+    def _relayout_problem(self, state: Any) -> str | None:
+        """Why this stage's ``state``, saved below sharding filters, cannot be split among another
+        layout's shards: a restarted sharded source is in a later round than the epoch that the new
+        shards' filters read again."""
+        restarts = state.get("restarts") if type(state) is dict else None
+        if self.stop == "first_exhausted":
+            return None  # a source that ended ends the pass (counted as a restart): no new round
+        if type(restarts) is not list or len(restarts) != len(self.names):
+            return None  # the state's own checks name what is wrong when it loads
+        again = [f"{name!r} ({r} time{'s' if r > 1 else ''})" for name, r, sharded in zip(self.names, restarts, self._sharded())
+                 if sharded and r]
+        if not again:
+            return None
+        return (f"restarted its sharded source(s) {', '.join(again)}: the new shards would read them again from "
+                f"the epoch's first round. Resume with the same num_workers and world size, or mix before one "
+                f"sharding_filter (Mixer(...).sharding_filter()), which splits again whatever the rounds")
+
+    def _tail_state(self, state: Any) -> Any:
+        """``state`` for a *tail*: a pass finishing what a shard of another layout held, its sharding
+        filters closed. A tail reads every sharded source to its end (a mixture that stopped at the
+        first would lose what the others hold) and no unsharded one (its items are the new shards')."""
+        if type(state) is not dict:
+            return state
+        return {**state, "drain": [not sharded for sharded in self._sharded()]}
+
     def __iter__(self) -> Iterator[T]:
         seed = None if self.exact else self._pass_seed()
         pass_ = _pass.current()
@@ -714,25 +817,32 @@ class Mixer(IterDataPipe[T]):
                 drawn[j] += 1
                 n += 1
 
+    def _live_shares(self) -> dict[str, dict[str, float]] | None:
+        """:attr:`shares`, for the statistics of an observed pass (``StageStats.shares``)."""
+        return self.shares
+
     @property
     def shares(self) -> dict[str, dict[str, float]] | None:
         """The latest pass's shares in this process, live while it runs: for each source, ``drawn``
-        (items), ``tokens`` (with ``by="tokens"``), ``share`` (of the items or tokens drawn) and
-        ``target`` (its weight, normalised); ``None`` before any pass."""
+        (items) and ``tokens`` (with ``by="tokens"``) in the pass, ``share`` (of the items or tokens
+        drawn since the weights in force took effect: the whole pass, unless a weights schedule
+        changed them) and ``target`` (its weight in force, normalised); ``None`` before any pass."""
         run = _latest.get(self)
         if run is None:
             return None
         n, counts = run.position()
         a = run.a
         m = sum(a)
+        at, _, base, base_tokens = run.since  # where the weights in force took effect
+        since_n, since_tokens = n - at, run.total - sum(base_tokens)
         out: dict[str, dict[str, float]] = {}
         for j, name in enumerate(self.names):
             entry: dict[str, float] = {"drawn": counts[j]}
             if self.by == "tokens":
                 entry["tokens"] = run.tokens[j]
-                entry["share"] = run.tokens[j] / run.total if run.total else 0.0
+                entry["share"] = (run.tokens[j] - base_tokens[j]) / since_tokens if since_tokens else 0.0
             else:
-                entry["share"] = counts[j] / n if n else 0.0
+                entry["share"] = (counts[j] - base[j]) / since_n if since_n else 0.0
             entry["target"] = a[j] / m if m else 0.0
             out[name] = entry
         return out

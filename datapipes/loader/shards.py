@@ -45,7 +45,7 @@ from typing import Any, Callable, Generator, Iterator, NoReturn, cast
 from .._runtime import passes as _pass, shares
 from .._runtime.passes import PassConfig, check_state, configured, stage_keys
 from ..datapipe import IterDataPipe, source_len
-from ..graph import stage_label, walk
+from ..graph import sources_of, stage_label, walk
 from ..iter.sharding import is_sharding_stage
 from .._runtime.worker import placement
 
@@ -510,10 +510,16 @@ def redistribute(pipe: IterDataPipe[Any], old: list[dict[str, Any]], count: int)
     """The states of ``count`` new shards that together deliver exactly what the ``old`` shards
     (states, in shard order) had not delivered yet (see the module's docstring).
 
+    Several sharding stages (a worker mixing its own shard of each source: ``Mixer`` over sources
+    each below its own ``sharding_filter``) split again each on its own, their tails closing them
+    all; every stage that joins sharded branches must say it can (``_splits_per_source``).
+
     Raises:
-        ValueError: the pipe has no ``sharding_filter``, or several; the stages above it may give
-            other items in another pass (the message names the stage); or a saved shard was not read
-            by the layout's placement (``apply_sharding`` or a sharding group filter).
+        ValueError: the pipe has no ``sharding_filter``; sharding stages one above another, or joined
+            by a stage that cannot split per source (named); the stages above a sharding stage may
+            give other items in another pass (the message names the stage); a stage below refuses
+            its saved state (a ``Mixer`` that restarted a sharded source); or a saved shard was not
+            read by the layout's placement (``apply_sharding`` or a sharding group filter).
     """
     keys = stage_keys(pipe)
     graph = [type(stage).__qualname__ for _, stage in keys]
@@ -526,31 +532,81 @@ def redistribute(pipe: IterDataPipe[Any], old: list[dict[str, Any]], count: int)
                 f"none: put .sharding_filter() in the pipe itself to resume with another num_workers"
             )
     sharding = [(key, stage) for key, stage in keys if is_sharding_stage(stage)]
-    if len(sharding) != 1:
-        found = "no sharding_filter()" if not sharding else f"{len(sharding)} sharding stages"
+    if not sharding:
         raise ValueError(
-            f"{_WHERE}: the state was saved with another number of workers or ranks, and the pipe has {found}: "
-            f"its items cannot be split again among the new ones. Resume with the same num_workers and world "
-            f"size, or put one .sharding_filter() right after the source"
+            f"{_WHERE}: the state was saved with another number of workers or ranks, and the pipe has no "
+            f"sharding_filter(): its items cannot be split again among the new ones. Resume with the same "
+            f"num_workers and world size, or put one .sharding_filter() right after the source"
         )
-    key, shard_stage = sharding[0]
-    above = {id(s) for source in (getattr(shard_stage, "source_datapipe", None),) if source is not None
-             for s in walk(source)}
-    for name, stage in keys:
-        problem = _replay_problem(stage) if id(stage) in above else None
-        if problem is not None:
-            raise ValueError(
-                f"{_WHERE}: the state was saved with another number of workers or ranks; splitting what is left "
-                f"among the new ones reads the stages above {stage_label(shard_stage)} again, and {stage_label(stage)} "
-                f"{problem}, so the items left could differ from those saved. Resume with the same num_workers and "
-                f"world size, or make the stages above sharding_filter() deterministic"
-            )
-    upstream = {name for name, stage in keys if id(stage) in above}
-    kept: list[int] = []
-    layers: list[Any] | None = None
+    above = {key: {id(s) for source in (getattr(stage, "source_datapipe", None),) if source is not None
+                   for s in walk(source)} for key, stage in sharding}
+    upstream_ids = set().union(*above.values())
+    _check_sharding_layout(keys, sharding, above, upstream_ids)
+    for key, shard_stage in sharding:
+        for name, stage in keys:
+            problem = _replay_problem(stage) if id(stage) in above[key] else None
+            if problem is not None:
+                raise ValueError(
+                    f"{_WHERE}: the state was saved with another number of workers or ranks; splitting what is "
+                    f"left among the new ones reads the stages above {stage_label(shard_stage)} again, and "
+                    f"{stage_label(stage)} {problem}, so the items left could differ from those saved. Resume "
+                    f"with the same num_workers and world size, or make the stages above sharding_filter() "
+                    f"deterministic"
+                )
+    below = [(name, stage) for name, stage in keys if id(stage) not in upstream_ids and not is_sharding_stage(stage)]
     for index, shard in enumerate(old):
         if "error" in shard:
             raise ValueError(f"{_WHERE}: shard {index} of the state saved no position: {shard['error']}")
+        states = {} if shard["main"] is None else shard["main"]["stages"]
+        for name, stage in below:
+            check = getattr(stage, "_relayout_problem", None)
+            problem = None if check is None or name not in states else check(states[name])
+            if problem is not None:
+                raise ValueError(f"{_WHERE}: the state was saved with another number of workers or ranks, and "
+                                 f"{stage_label(stage)} in saved shard {index} {problem}")
+    fresh = {key: _new_layers(key, stage_label(stage), old) for key, stage in sharding}
+    upstream = {name for name, stage in keys if id(stage) in upstream_ids}
+    sharding_keys = {key for key, _ in sharding}
+    tails = [tail for shard in old for tail in shard["tails"]]
+    tails += [_closed(shard["main"], sharding_keys, upstream, below) for shard in old
+              if shard["main"] is not None and not shard["done"] and set(shard["main"]["stages"]) - sharding_keys]
+    return [{"tails": tails[j::count], "done": False,
+             "main": _pass.state_of(graph, {key: {**state, "shard": [count, j]} for key, state in fresh.items()})}
+            for j in range(count)]
+
+
+def _check_sharding_layout(keys: list[tuple[str, Any]], sharding: list[tuple[str, Any]],
+                           above: dict[str, set[int]], upstream: set[int]) -> None:
+    """Several sharding stages split again each on its own only side by side (none above another)
+    and joined by stages made for it; ``ValueError`` naming the stage otherwise."""
+    if len(sharding) < 2:
+        return
+    for key, stage in sharding:
+        if id(stage) in upstream:
+            raise ValueError(
+                f"{_WHERE}: the state was saved with another number of workers or ranks, and {stage_label(stage)} "
+                f"is above another sharding stage: items sharded twice cannot be split again. Resume with the "
+                f"same num_workers and world size, or keep one sharding_filter per branch")
+    sharded = {id(stage) for _, stage in sharding}
+    for _, stage in keys:
+        if id(stage) in upstream:
+            continue
+        branches = [src for src in sources_of(stage) if any(id(s) in sharded for s in walk(src))]
+        if len(branches) > 1 and not getattr(stage, "_splits_per_source", False):
+            raise ValueError(
+                f"{_WHERE}: the state was saved with another number of workers or ranks, and {stage_label(stage)} "
+                f"joins {len(branches)} branches each below its own sharding_filter: their items would be split "
+                f"again each on its own, and what {stage_label(stage)} pairs or orders would change. Resume with "
+                f"the same num_workers and world size, or put one .sharding_filter() after the join (a Mixer "
+                f"splits per source)")
+
+
+def _new_layers(key: str, label: str, old: list[dict[str, Any]]) -> dict[str, Any]:
+    """The state of the sharding stage ``key`` in a new shard (less its ``shard``): the layers the
+    old shards' states recorded, and one more for what the old layout took."""
+    kept: list[int] = []
+    layers: list[Any] | None = None
+    for index, shard in enumerate(old):
         run = None if shard["main"] is None else shard["main"]["stages"].get(key)
         if run is None:
             kept.append(0)
@@ -558,7 +614,7 @@ def redistribute(pipe: IterDataPipe[Any], old: list[dict[str, Any]], count: int)
         saved_shard, saved_kept, mine = _sharding_run(run, index)
         if saved_shard != [len(old), index]:
             raise ValueError(
-                f"{_WHERE}: {stage_label(shard_stage)} of saved shard {index} read shard {saved_shard[1]} of "
+                f"{_WHERE}: {label} of saved shard {index} read shard {saved_shard[1]} of "
                 f"{saved_shard[0]}, not the shard of its worker and rank ({index} of {len(old)}: apply_sharding or "
                 f"a sharding group filter was used), so its items cannot be split again; resume with the same "
                 f"num_workers and world size"
@@ -568,18 +624,20 @@ def redistribute(pipe: IterDataPipe[Any], old: list[dict[str, Any]], count: int)
             raise ValueError(f"{_WHERE}: the shards of the state disagree on the layouts before it (not saved together)")
         layers = mine
     new_layers = [*(layers or []), [len(old), kept]]
-    tails = [tail for shard in old for tail in shard["tails"]]
-    tails += [_closed(shard["main"], key, upstream) for shard in old
-              if shard["main"] is not None and not shard["done"] and set(shard["main"]["stages"]) != {key}]
-    fresh = {"shard": None, "kept": 0, "layers": new_layers, "counters": [0] * (len(new_layers) + 1)}
-    return [{"tails": tails[j::count], "done": False,
-             "main": _pass.state_of(graph, {key: {**fresh, "shard": [count, j]}})} for j in range(count)]
+    return {"shard": None, "kept": 0, "layers": new_layers, "counters": [0] * (len(new_layers) + 1)}
 
 
-def _closed(main: dict[str, Any], key: str, upstream: set[str]) -> dict[str, Any]:
-    """``main``, a shard's pass state, with its sharding filter closed and nothing above it kept."""
+def _closed(main: dict[str, Any], sharding: set[str], upstream: set[str],
+            below: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``main``, a shard's pass state, as a tail: its sharding filters closed, nothing above them
+    kept, and the stages below that finish differently in a tail (``_tail_state``) told so."""
     stages = {name: state for name, state in main["stages"].items() if name not in upstream}
-    stages[key] = {"closed": True}
+    for name, stage in below:
+        tail_state = getattr(stage, "_tail_state", None)
+        if tail_state is not None and name in stages:
+            stages[name] = tail_state(stages[name])
+    for key in sharding:
+        stages[key] = {"closed": True}
     return _pass.state_of(main["graph"], stages)
 
 
