@@ -19,6 +19,10 @@
 # ~/.cache/datapipes-envs): when its requirements are in but it was made for another checkout, only
 # the project's editable install is redone, pointing it at this one.
 #
+# Packages are installed without compiling their bytecode (--no-compile): pip would compile every
+# module of torch and the rest (35 of the 50 s a new .venv took), where a run imports a fraction of
+# them and writes their .pyc as it goes (scripts/test.sh lets it).
+#
 # DATAPIPES_KEEP_WHEELS=0 keeps nothing: packages come straight from the registry with --no-cache-dir
 # (.ci/run sets it when the disk is short; a CUDA build of torch with what it pulls is 3-5 GB).
 set -euo pipefail
@@ -51,7 +55,7 @@ offline() {
   [ -d "$WHEELHOUSE" ] || return 1
   # pip itself first (the interpreter's bundled one may predate a wheel's metadata), when it is there.
   "${pip[@]}" install --quiet --no-index --find-links "$WHEELHOUSE" --upgrade pip 2>/dev/null || true
-  "${pip[@]}" install --quiet --no-index --find-links "$WHEELHOUSE" -r "$REQUIREMENTS"
+  "${pip[@]}" install --quiet --no-compile --no-index --find-links "$WHEELHOUSE" -r "$REQUIREMENTS"
 }
 
 # fetch: resolve the requirements against the registry and put the wheels of that resolution (and
@@ -77,7 +81,7 @@ EOF
 
 if [ "${DATAPIPES_KEEP_WHEELS:-1}" = 0 ]; then
   say "installing $REQUIREMENTS for $("$VENV/bin/python" -V) from the registry (nothing kept)"
-  "${pip[@]}" install --quiet --no-cache-dir -r "$REQUIREMENTS"
+  "${pip[@]}" install --quiet --no-compile --no-cache-dir -r "$REQUIREMENTS"
 elif ! offline 2>/dev/null; then
   fetch
   offline
