@@ -214,3 +214,19 @@ def test_mixing_smoke_run(tmp_path):
     assert all(s["exact_max_deviation"] < 1 for s in deviation["systems"] if "exact_max_deviation" in s)
     assert "1 of 1 resumed epochs deliver every item of the mixture exactly once" in proc.stdout
     assert "per-source sharding, 0w x 1r -> 2w x 1r: 1 of 1 resumed epochs deliver every item once" in proc.stdout
+
+
+def test_global_shuffle_smoke_run(tmp_path):
+    out = tmp_path / "global_shuffle.json"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "benchmarks", "global_shuffle.py"), "--sizes", "20000", "--big", "1000000",
+         "--prefix", "50000", "--traced", "20000", "--repeats", "1", "--json", str(out)],
+        capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]  # 1: a target missed (a smoke run's figures mean nothing)
+    doc = json.loads(out.read_text())
+    assert doc["benchmark"] == "global_shuffle" and [w["name"] for w in doc["workloads"]] == ["compare_20000", "billion"]
+    compare = {s["name"]: s for s in doc["workloads"][0]["systems"]}
+    assert set(compare) == {"permutation list", "bijection"}
+    assert all(s["throughput"] > 0 and s["peak_bytes"] > 0 and s["first_item_s"] > 0 for s in compare.values())
+    assert "ratio" in compare["bijection"] and "memory_ratio" in compare["bijection"]
+    assert "target: peak memory under 1 MB" in proc.stdout and "bijection / list:" in proc.stdout

@@ -415,6 +415,7 @@ TABLE: dict[str, Case] = {
     "InBatchShuffler": Case(lambda e: W(range(20)).batch(4).in_batch_shuffle().set_seed(3)),
     "Shuffler": Case(lambda e: W(range(25)).shuffle(buffer_size=6).set_seed(4)),
     "Shuffler[buffered]": Case(lambda e: W(range(25)).map(double).shuffle(buffer_size=6).set_seed(4)),
+    "Shuffler[map]": Case(lambda e: SequenceWrapper(range(25)).shuffle().set_seed(4)),
     "Sampler": Case(lambda e: di.Sampler(W(range(12)), RandomSampler).set_seed(5)),
     "InMemoryCacheHolder": Case(lambda e: W(range(12)).map(double).in_memory_cache()),
     "Cycler": Case(lambda e: W(range(5)).cycle(3)),
