@@ -27,8 +27,10 @@ from typing import Any, Callable, Iterable, Iterator
 
 from .._checks import require_bool
 from .._runtime import passes as _pass
+from .._runtime.validate import check_dict, check_int, invalid
 from .._engine import abandon
 from .._engine import close_iterator as _close
+from .._engine.lifecycle import Resumable
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note
 from ..utils.decoder import Decoder, basichandlers, extension_extract_fn, imagehandler
@@ -161,14 +163,50 @@ class RoutedDecoder(IterDataPipe[tuple[str, Any]]):
 _SKIP_PIECE = 1 << 20
 
 
-def _stream_state(*, n: int, path: str, done: int, reopen: Any, stream: Any, stage: Any) -> dict[str, Any]:
-    """What a read_from_stream pass's generator holds when a state is taken (it is then at its
-    ``yield``, inside a stream): the item being read (``n``), its path and the bytes or characters
-    read (``done``); with no opener upstream to open it again, a copy of the in-memory stream."""
-    file: dict[str, Any] = {"path": path, "at": done, "memory": None}
-    if reopen is None:
-        file["memory"] = _memory_copy(stream, stage, path)
-    return {"n": n, "file": file}
+class _StreamRun(Resumable):
+    """The position of a ``read_from_stream`` pass: the item being read (``n``), its path and
+    stream, and the bytes or characters of it read (``at``). The loop writes the item's fields once
+    per stream and ``at`` once per chunk; a state taken then (the loop is at its ``yield``, inside a
+    stream) holds the item, the path and ``at``, and with no opener upstream to open the file again,
+    a copy of the in-memory stream. A pass that has ended saves ``{"ended": True}``."""
+
+    __slots__ = ("stage", "reopen", "loaded", "ended", "n", "path", "stream", "at", "file")
+
+    def __init__(self, stage: str) -> None:
+        super().__init__()
+        self.stage = stage
+        self.reopen: Callable[[Any, int], Any] | None = None  # set as the pass starts
+        self.loaded: dict[str, Any] | None = None  # the state loaded, saved as it is until the pass starts
+        self.ended = False
+        self.n = -1
+        self.path: Any = None
+        self.stream: Any = None
+        self.at = 0
+        self.file: dict[str, Any] | None = None  # the file a resumed pass reads first
+
+    def state(self) -> dict[str, Any]:
+        if not self.started:
+            return {"next": 0} if self.loaded is None else dict(self.loaded)
+        if self.ended:
+            return {"ended": True}
+        file: dict[str, Any] = {"path": self.path, "at": self.at, "memory": None}
+        if self.reopen is None:
+            file["memory"] = _memory_copy(self.stream, self.stage, self.path)
+        return {"n": self.n, "file": file}
+
+    def load(self, state: dict[str, Any]) -> None:
+        check_dict(state)
+        if "ended" in state and state["ended"] is not True:
+            invalid(f"state['ended'] must be True, got {state['ended']!r:.100}")
+        if "next" in state:  # a state taken before the first item: {"next": 0}
+            check_int(state, "next")
+        n = check_int(state, "n", -1, default=-1)
+        file = state.get("file")
+        if file is not None:
+            check_dict(file, "state['file']", keys=("path", "at", "memory"))
+            check_int(file, "at")
+        self.loaded, self.ended = state, "ended" in state
+        self.n, self.file = n, file
 
 
 def _skip_to(stream: Any, at: int) -> None:
@@ -195,25 +233,22 @@ class _Resumed:
         self.memory = file["memory"]
 
 
-def _read_streams(pipe: StreamReader, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[tuple[Any, Any]]:
+def _read_streams(pipe: StreamReader, it: Iterator[Any], run: _StreamRun) -> Iterator[tuple[Any, Any]]:
     stage = stage_label(pipe)
     chunk = pipe.chunk
-    reopen = pipe._reopen
+    reopen = run.reopen = pipe._reopen
     run.started = True
-    n = -1
+    n = run.n
     path: Any = None
     stream: Any = None
     done = 0
     first: list[Any] = []
     try:
-        resume = run.resume
-        if resume is not None:
-            if "ended" in resume:
-                return
-            n = int(resume.get("n", -1))  # a state taken before the first item: {"next": 0}
-            if resume.get("file") is not None:
-                n -= 1
-                first = [_Resumed(resume["file"])]
+        if run.ended:
+            return
+        if run.file is not None:
+            n -= 1
+            first = [_Resumed(run.file)]
         for item in chain(first, it) if first else it:
             n += 1
             done = 0
@@ -229,6 +264,7 @@ def _read_streams(pipe: StreamReader, it: Iterator[Any], run: _pass.FrameRun) ->
             else:
                 path, stream = _pair(item, stage, n)
             read = stream.read
+            run.n, run.path, run.stream = n, path, stream  # the position: ``done`` is written per chunk
             while True:
                 try:
                     d = read(chunk)
@@ -239,13 +275,17 @@ def _read_streams(pipe: StreamReader, it: Iterator[Any], run: _pass.FrameRun) ->
                     stream.close()
                     break
                 done += len(d)
+                run.at = done
                 yield path, d
-            stream = None
+            stream = run.stream = None
     except BaseException:
         if stream is not None:
             _close(stream)
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
+    finally:
+        run.ended = True
+        run.stream = None
 
 
 @functional_datapipe("read_from_stream")
@@ -299,9 +339,10 @@ class StreamReader(IterDataPipe[tuple[str, Any]]):
         return _reopener(self.datapipe)
 
     def __iter__(self) -> Iterator[tuple[str, Any]]:
-        # The stream being read and what of it was read: see _stream_state.
-        run = _pass.FrameRun(_stream_state)
-        return _pass.track_generator(self, _read_streams(self, iter(self.datapipe), run), run)
+        it = iter(self.datapipe)
+        run = _StreamRun(stage_label(self))
+        _pass.track(self, run)
+        return _read_streams(self, it, run)
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of chunks is known only after reading the streams", NO_LEN)

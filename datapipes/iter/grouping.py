@@ -6,11 +6,11 @@ iterator (and reads its pass seed) at once, as part of the pass being built (:mo
 hands it to the generator that does the work; a generator left by an exception (or closed early) closes
 that iterator, so the upstream is released at once.
 
-Checkpoint and resume (docs/howto/checkpoint.rst): ``Grouper`` writes nothing per item: its run reads
-the position from the suspended generator when a state is taken (its locals, with
-:func:`inspect.getgeneratorlocals`, and the list iterator it yields from, ``gi_yieldfrom``, whose
-items left a copy of it reads). ``BucketBatcher`` records its buffers once per pool, bucket or
-buffer (the lists are mutated in place), and its RNG state.
+Checkpoint and resume (docs/howto/checkpoint.rst): ``Grouper``'s run holds the dict of groups its
+loop fills, and the loop writes the items read before it yields a group (never per item); once
+the source is exhausted, the iterator over the groups left, whose groups not yet yielded a copy of
+it lists. ``BucketBatcher`` records its buffers once per pool, bucket or buffer (the lists are
+mutated in place), and its RNG state.
 """
 
 from __future__ import annotations
@@ -382,27 +382,67 @@ def _unhashable_note(e: TypeError, pipe: Grouper, n: int, key: Any) -> None:
         )
 
 
-def _check_group_state(state: dict[str, Any], pipe: Any) -> None:
-    """The checks of a ``groupby`` pass's state (beside :class:`~datapipes._runtime.passes.FrameRun`'s):
-    the items read, and the groups started, ``[key, items]`` pairs holding at most ``buffer_size``
-    items together."""
+def _check_group_state(state: dict[str, Any], size: int | None) -> None:
+    """The checks of a ``groupby`` pass's state: ``ended`` (True), or the items read and the groups
+    started, ``[key, items]`` pairs holding at most ``size`` (``buffer_size``) items together."""
+    check_dict(state)
+    if "ended" in state and state["ended"] is not True:
+        invalid(f"state['ended'] must be True, got {state['ended']!r:.100}")
+    if "next" in state or "ended" not in state:
+        check_int(state, "next")
     if "ended" in state:
         return
-    check_int(state, "next")
     groups = check_list(state, "groups", default=[])
     for group in groups:
         if type(group) not in (list, tuple) or len(group) != 2 or type(group[1]) not in (list, tuple):
             invalid(f"state['groups'] must hold [key, items] pairs, got {group!r:.100}")
         hash(group[0])  # a group's key: TypeError (naming no stage, which the pass adds) if it cannot be one
     held = sum(len(group[1]) for group in groups)
-    size = None if pipe is None else pipe.buffer_size
     if size is not None and "draining" not in state and held > size:
         invalid(f"state['groups'] holds {held} items, more than buffer_size={size} allows")
     if "draining" in state and state["draining"] is not True:
         invalid(f"state['draining'] must be True, got {state['draining']!r:.100}")
 
 
-def _group_run(pipe: Grouper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
+class _GroupRun(Resumable):
+    """The position of a ``groupby`` pass: the items read and the groups held, in the order they
+    were started (at most ``buffer_size`` items); once the source is exhausted, the groups not yet
+    yielded. A pass that has ended saves ``{"ended": True}``.
+
+    ``groups`` is the dict the loop fills (a resumed pass's, rebuilt from the state); the loop writes
+    ``n`` before it yields a group, and ``drain``, the iterator over the groups left, once."""
+
+    __slots__ = ("buffer_size", "loaded", "ended", "n", "groups", "draining", "drain")
+
+    def __init__(self, buffer_size: int | None) -> None:
+        super().__init__()
+        self.buffer_size = buffer_size
+        self.loaded: dict[str, Any] | None = None  # the state loaded, saved as it is until the pass starts
+        self.ended = False
+        self.n = 0
+        self.groups: dict[Any, list[Any]] = {}
+        self.draining = False  # a resumed pass whose source was exhausted: it yields the groups left
+        self.drain: Iterator[tuple[Any, list[Any]]] | None = None
+
+    def state(self) -> dict[str, Any]:
+        if not self.started:
+            return {"next": 0} if self.loaded is None else dict(self.loaded)
+        if self.ended:
+            return {"ended": True}
+        if self.drain is not None:
+            return {"next": self.n, "groups": [[k, list(g)] for k, g in _pass.remaining(self.drain)], "draining": True}
+        return {"next": self.n, "groups": [[k, list(g)] for k, g in self.groups.items()]}
+
+    def load(self, state: dict[str, Any]) -> None:
+        _check_group_state(state, self.buffer_size)
+        self.loaded, self.ended = state, "ended" in state
+        if not self.ended:
+            self.n = state["next"]
+            self.groups = {key: list(group) for key, group in state.get("groups", ())}
+            self.draining = "draining" in state
+
+
+def _group_run(pipe: Grouper, it: Iterator[Any], run: _GroupRun) -> Iterator[Any]:
     fn = pipe.group_key_fn
     keep_key = pipe.keep_key
     # 0 never equals a group's length after an append; -1 never equals the buffer's fill.
@@ -411,19 +451,15 @@ def _group_run(pipe: Grouper, it: Iterator[Any], run: _pass.FrameRun) -> Iterato
     guaranteed = pipe._guaranteed
     drop_remaining = pipe.drop_remaining
     run.started = True
-    # The position, read by _group_state: ``groups``, ``n`` (the items read) and, once the source is
-    # exhausted, ``drain`` (the groups left, yielded in the order they were started).
-    groups: dict[Any, list[Any]] = {}
-    n = 0
-    drain: Iterator[tuple[Any, list[Any]]] | None = None
-    resume = run.resume
-    if resume is not None:
-        if "ended" in resume:
-            return
-        n = resume["next"]
-        groups = {key: list(group) for key, group in resume.get("groups", ())}
+    if run.ended:
+        return
+    # The position (see _GroupRun): ``groups`` is the run's dict; ``n`` (the items read) is written
+    # to the run before a group is yielded; once the source is exhausted, ``drain`` (the groups
+    # left, yielded in the order they were started) too.
+    groups = run.groups
+    n = run.n
     held = sum(map(len, groups.values()))
-    source: Iterable[Any] = it if resume is None or "draining" not in resume else ()  # draining: it is exhausted
+    source: Iterable[Any] = () if run.draining else it  # draining: it is exhausted
     try:
         for x in source:
             try:
@@ -445,12 +481,14 @@ def _group_run(pipe: Grouper, it: Iterator[Any], run: _pass.FrameRun) -> Iterato
             if len(group) == group_size:
                 del groups[key]
                 held -= group_size
+                run.n = n
                 yield (key, group) if keep_key else group
             if held == buffer_size:
                 big = max(groups, key=lambda k: len(groups[k]))
                 group = groups.pop(big)
                 held -= len(group)
                 if guaranteed is None or len(group) >= guaranteed:
+                    run.n = n
                     yield (big, group) if keep_key else group
                 elif not drop_remaining:
                     raise RuntimeError(
@@ -459,20 +497,16 @@ def _group_run(pipe: Grouper, it: Iterator[Any], run: _pass.FrameRun) -> Iterato
                         f"guaranteed_group_size={guaranteed}; raise buffer_size, lower guaranteed_group_size, "
                         "or pass drop_remaining=True to drop such groups"
                     )
-        drain = iter(list(groups.items()))
+        run.n = n
+        run.drain = drain = iter(list(groups.items()))
         for key, group in drain:
             yield (key, group) if keep_key else group
     except BaseException:
         abandon(it)
         raise
-
-
-def _group_state(*, n: int, drain: Any, groups: dict[Any, Any]) -> dict[str, Any]:
-    """A grouping pass's state: the items read, and the groups held (each a copy), in the order they
-    were started; once the source is exhausted, the groups not yet yielded."""
-    if drain is not None:
-        return {"next": n, "groups": [[k, list(g)] for k, g in _pass.remaining(drain)], "draining": True}
-    return {"next": n, "groups": [[k, list(g)] for k, g in groups.items()]}
+    finally:
+        run.ended = True
+        run.groups, run.drain = {}, None  # let go of the groups with the pass's frame
 
 
 @functional_datapipe("groupby")
@@ -604,8 +638,10 @@ class Grouper(IterDataPipe[Any]):
         self._guaranteed = group_size if guaranteed_group_size is None else guaranteed_group_size
 
     def __iter__(self) -> Iterator[Any]:
-        run = _pass.FrameRun(_group_state, _check_group_state)
-        return _pass.track_generator(self, _group_run(self, iter(self.datapipe), run), run)
+        it = iter(self.datapipe)
+        run = _GroupRun(self.buffer_size)
+        _pass.track(self, run)
+        return _group_run(self, it, run)
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of groups is known only after iterating", NO_LEN)

@@ -19,11 +19,11 @@ import itertools
 import math
 import random
 from bisect import bisect
-from typing import Any, Iterator, Mapping, TypeVar, overload
+from typing import Any, Callable, Iterator, Mapping, TypeVar, overload
 
 from .._runtime import passes as _pass
-from .._runtime.validate import check_int, check_list, check_rng, invalid
-from .._positions import remaining
+from .._runtime.validate import check_dict, check_int, check_list, check_rng, invalid
+from .._positions import handed_out, remaining
 from .._engine import abandon
 from .._engine import close_iterator as _close_iterator
 from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe
@@ -249,51 +249,92 @@ class Multiplexer(IterDataPipe[T]):
 # -- MultiplexerLongest ----------------------------------------------------------------------------
 
 
-def _mux_longest_state(*, i: int, n: int, done: Any) -> dict[str, Any]:
-    """Read from a ``mux_longest`` pass's generator: the input to read next, and which have ended."""
-    return {"next": (i + 1) % n, "done": list(done)}
+#: the turns a ``mux_longest`` pass lays out at a time (whole rounds of the inputs not ended)
+_TURNS = 1024
 
 
-def _check_mux_longest_state(state: dict[str, Any], pipe: Any) -> None:
-    """The checks of a ``mux_longest`` pass's state (beside :class:`~datapipes._runtime.passes.FrameRun`'s):
-    the input read next, and which inputs are done, one bool per input."""
+def _check_mux_longest_state(state: dict[str, Any], k: int) -> None:
+    """The checks of a ``mux_longest`` pass's state over ``k`` inputs: ``ended`` (True), or the input
+    read next and which inputs are done, one bool per input."""
+    check_dict(state)
+    if "ended" in state and state["ended"] is not True:
+        invalid(f"state['ended'] must be True, got {state['ended']!r:.100}")
+    if "next" in state:
+        check_int(state, "next")  # an int >= 0, whatever else the state holds
     if "ended" in state:
         return
-    n = None if pipe is None else len(pipe.datapipes)
-    check_int(state, "next", 0, None if n is None else n - 1)
+    check_int(state, "next", 0, k - 1)
     done = check_list(state, "done", default=[])
-    if any(type(d) is not bool for d in done) or (n is not None and "done" in state and len(done) != n):
+    if any(type(d) is not bool for d in done) or ("done" in state and len(done) != k):
         invalid(f"state['done'] must be a bool per input, got {done!r:.100}")
 
 
-def _mux_longest(its: list[Iterator[Any]], run: _pass.FrameRun) -> Iterator[Any]:
+class _MuxLongestRun(Resumable):
+    """The position of a ``mux_longest`` pass besides its inputs': the input read next and which
+    inputs have ended (an int and a bool per input); a pass that has ended saves ``{"ended": True}``.
+
+    The loop takes turns a block at a time (``turns``: the inputs not ended from the one read next
+    to the end of the round, then whole rounds of them, about ``_TURNS`` turns) and marks an input
+    that ends in ``done``, the list this run holds. The input read last is the turn the block's
+    iterator handed out last (``_positions.handed_out``, read when asked): nothing per item."""
+
+    __slots__ = ("k", "loaded", "ended", "next", "done", "turns", "taken")
+
+    def __init__(self, k: int) -> None:
+        super().__init__()
+        self.k = k  # the inputs
+        self.loaded: dict[str, Any] | None = None  # the state loaded, saved as it is until the pass starts
+        self.ended = False
+        self.next = 0  # the input read next, as the pass starts
+        self.done = [False] * k
+        self.turns: list[int] = []
+        self.taken: Callable[[], int] | None = None  # how many of the block's turns were handed out
+
+    def state(self) -> dict[str, Any]:
+        if not self.started:
+            return {"next": 0} if self.loaded is None else dict(self.loaded)
+        if self.ended:
+            return {"ended": True}
+        taken = self.taken
+        at = self.next if taken is None else (self.turns[taken() - 1] + 1) % self.k  # after the input read last
+        return {"next": at, "done": list(self.done)}
+
+    def load(self, state: dict[str, Any]) -> None:
+        _check_mux_longest_state(state, self.k)
+        self.loaded, self.ended = state, "ended" in state
+        if not self.ended:
+            self.next = state["next"]
+            self.done = [bool(d) for d in state.get("done", [False] * self.k)]
+
+
+def _mux_longest(its: list[Iterator[Any]], run: _MuxLongestRun) -> Iterator[Any]:
     run.started = True
-    n = len(its)
-    done = [False] * n
-    i = -1  # the input read last
-    resume = run.resume
-    if resume is not None:
-        if "ended" in resume:
-            return
-        i = int(resume["next"]) - 1
-        done = [bool(d) for d in resume.get("done", done)]
-    live = n - sum(done)
+    if run.ended:
+        return
+    k = len(its)
+    done = run.done
+    start = run.next  # the input the next block starts at
+    live = k - sum(done)
     try:
         while live:
-            i += 1
-            if i == n:
-                i = 0
-            if done[i]:
-                continue
-            x = next(its[i], _MISS)
-            if x is _MISS:
-                done[i] = True
-                live -= 1
-                continue
-            yield x
+            turns = [j for j in range(start, k) if not done[j]]
+            turns += [j for j in range(k) if not done[j]] * (_TURNS // live)
+            walk = iter(turns)
+            run.turns, run.taken = turns, handed_out(walk)
+            start = 0
+            for j in walk:
+                x = next(its[j], _MISS)
+                if x is _MISS:
+                    done[j] = True
+                    live -= 1
+                    start = (j + 1) % k  # a new block, from the input after it
+                    break
+                yield x
     except BaseException:
         _abandon_all(its)
         raise
+    finally:
+        run.ended = True
 
 
 @functional_datapipe("mux_longest")
@@ -336,8 +377,9 @@ class MultiplexerLongest(IterDataPipe[T]):
 
     def __iter__(self) -> Iterator[T]:
         its = [iter(dp) for dp in self.datapipes]
-        run = _pass.FrameRun(_mux_longest_state, _check_mux_longest_state)
-        return _pass.track_generator(self, _mux_longest(its, run), run)
+        run = _MuxLongestRun(len(its))
+        _pass.track(self, run)
+        return _mux_longest(its, run)
 
     def __len__(self) -> int:
         return sum(_input_lengths(self))

@@ -5,9 +5,10 @@ Names, parameters, defaults and outputs follow torchdata 0.9; the differences ar
 docstring. Every ``__iter__`` creates its source's iterator at once, as part of the pass being built
 (:mod:`datapipes._runtime.passes`), and hands it to the generator that does the work.
 
-Checkpoint and resume (docs/howto/checkpoint.rst), read when a state is taken at no cost per item:
-``lines_to_paragraphs`` keeps the paragraph being gathered; ``shard_expand`` the names of the current
-spec not yet yielded.
+Checkpoint and resume (docs/howto/checkpoint.rst): each pass records a run that its loop writes
+to, never once per line read: ``lines_to_paragraphs`` writes the paragraph being gathered before it
+yields one; ``shard_expand`` the iterator over a spec's names as it takes the spec, and its state
+lists the names not yet yielded from a copy of that iterator.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Iterator, TypeVar, overload
 
-from .._runtime import passes as _pass
 from .._engine import abandon
+from .._engine.lifecycle import Resumable
+from .._positions import remaining
+from .._runtime import passes as _pass
+from .._runtime.validate import check_dict, check_int, check_list, invalid
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_pipe, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
 
@@ -24,6 +28,16 @@ U = TypeVar("U")
 V = TypeVar("V")
 
 __all__ = ["ParagraphAggregator", "ShardExpander"]
+
+
+def _check_common(state: dict[str, Any]) -> None:
+    """The checks every state of these stages shares: a dict, holding ``ended`` (True) or ``next``
+    (the source's next item, an int >= 0)."""
+    check_dict(state)
+    if "ended" in state and state["ended"] is not True:
+        invalid(f"state['ended'] must be True, got {state['ended']!r:.100}")
+    if "next" in state or "ended" not in state:
+        check_int(state, "next")
 
 
 # -- ParagraphAggregator ---------------------------------------------------------------------------
@@ -34,19 +48,44 @@ def _join_lines(lines: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _paragraphs(pipe: ParagraphAggregator, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[tuple[Any, Any]]:
+class _ParagraphRun(Resumable):
+    """The position of a ``lines_to_paragraphs`` pass: the items read, the file of the paragraph
+    being gathered and its lines (at most one paragraph's). The loop writes them before each
+    ``yield`` (once per paragraph); a pass that has ended saves ``{"ended": True}``."""
+
+    __slots__ = ("loaded", "ended", "n", "file", "lines")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loaded: dict[str, Any] | None = None  # the state loaded, saved as it is until the pass starts
+        self.ended = False
+        self.n = 0
+        self.file: Any = None
+        self.lines: list[Any] = []
+
+    def state(self) -> dict[str, Any]:
+        if not self.started:
+            return {"next": 0} if self.loaded is None else dict(self.loaded)
+        if self.ended:
+            return {"ended": True}
+        return {"next": self.n, "file": self.file, "lines": list(self.lines)}
+
+    def load(self, state: dict[str, Any]) -> None:
+        _check_common(state)
+        self.loaded, self.ended = state, "ended" in state
+        if not self.ended:
+            self.n, self.file = state["next"], state.get("file")
+            self.lines = list(check_list(state, "lines", default=[]))
+
+
+def _paragraphs(pipe: ParagraphAggregator, it: Iterator[Any], run: _ParagraphRun) -> Iterator[tuple[Any, Any]]:
     joiner = pipe.joiner
     run.started = True
-    resume = run.resume
-    # The position, read by _paragraph_state: ``n`` (the items read), ``prev`` (the file of the
-    # paragraph being gathered), ``lines`` (its lines). Both are updated before a paragraph is yielded.
-    n = 0
-    prev: Any = None
-    lines: list[Any] = []
-    if resume is not None:
-        if "ended" in resume:
-            return
-        n, prev, lines = int(resume["next"]), resume.get("file"), list(resume.get("lines", ()))
+    if run.ended:
+        return
+    # ``n`` (the items read), ``prev`` (the file of the paragraph being gathered) and ``lines`` (its
+    # lines) are written to ``run`` before each paragraph is yielded.
+    n, prev, lines = run.n, run.file, run.lines
     try:
         for item in it:
             filename, line = item
@@ -60,9 +99,11 @@ def _paragraphs(pipe: ParagraphAggregator, it: Iterator[Any], run: _pass.FrameRu
                 lines = [line] if line else []
                 prev = filename
                 if done:
+                    run.n, run.file, run.lines = n, prev, lines
                     yield name, joiner(done)
         if lines:
             done, lines = lines, []
+            run.n, run.file, run.lines = n, prev, lines
             yield prev, joiner(done)
     except Exception as e:
         if raised_at(e, _ITEM_LINES):
@@ -75,16 +116,12 @@ def _paragraphs(pipe: ParagraphAggregator, it: Iterator[Any], run: _pass.FrameRu
     except BaseException:
         abandon(it)
         raise
+    finally:
+        run.ended = True
 
 
 _ITEM_LINES = call_lines(_paragraphs, "item")
 _JOINER_LINES = call_lines(_paragraphs, "joiner")
-
-
-def _paragraph_state(*, n: int, prev: Any, lines: list[Any]) -> dict[str, Any]:
-    """A ``lines_to_paragraphs`` pass's state: the items read, the file and lines of the paragraph
-    being gathered (at most one paragraph's lines)."""
-    return {"next": n, "file": prev, "lines": list(lines)}
 
 
 @functional_datapipe("lines_to_paragraphs")
@@ -141,8 +178,10 @@ class ParagraphAggregator(IterDataPipe[tuple[Any, Any]]):
         self.joiner = joiner
 
     def __iter__(self) -> Iterator[tuple[Any, Any]]:
-        run = _pass.FrameRun(_paragraph_state)
-        return _pass.track_generator(self, _paragraphs(self, iter(self.source_datapipe), run), run)
+        it = iter(self.source_datapipe)
+        run = _ParagraphRun()
+        _pass.track(self, run)
+        return _paragraphs(self, it, run)
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of paragraphs is known only after iterating", NO_LEN)
@@ -183,22 +222,55 @@ def _where(item: tuple[str, int, str]) -> str:
     return f"{label}: item {n} {spec!r:.200}"
 
 
-def _shard_expand(pipe: ShardExpander, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[str]:
+class _ExpandRun(Resumable):
+    """The position of a ``shard_expand`` pass: the source's item being expanded and the iterator
+    over its names, written by the loop once per item read (one store); the state holds the
+    position of the source's next item and the names not yet yielded (a copy of the iterator lists
+    them). A pass that has ended saves ``{"ended": True}``."""
+
+    __slots__ = ("loaded", "ended", "n", "rest", "current")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loaded: dict[str, Any] | None = None  # the state loaded, saved as it is until the pass starts
+        self.ended = False
+        self.n = 0  # the source's next item, as the pass starts
+        self.rest: list[Any] = []  # the names a resumed pass yields first
+        self.current: tuple[int, Iterator[str]] = (-1, iter(()))  # (the item, the iterator over its names)
+
+    def state(self) -> dict[str, Any]:
+        if not self.started:
+            return {"next": 0} if self.loaded is None else dict(self.loaded)
+        if self.ended:
+            return {"ended": True}
+        n, names = self.current
+        return {"next": n + 1, "rest": remaining(names)}
+
+    def load(self, state: dict[str, Any]) -> None:
+        _check_common(state)
+        rest = check_list(state, "rest", default=[])
+        self.loaded, self.ended = state, "ended" in state
+        if not self.ended:
+            self.n, self.rest = state["next"], list(rest)
+
+
+def _shard_expand(pipe: ShardExpander, it: Iterator[Any], run: _ExpandRun) -> Iterator[str]:
     label = stage_label(pipe)
     run.started = True
-    n = 0
+    n = run.n
     try:
-        resume = run.resume
-        if resume is not None:
-            if "ended" in resume:
-                return
-            n = int(resume["next"])
-            if resume.get("rest"):
-                n -= 1
-                yield from list(resume["rest"])
-                n += 1
+        if run.ended:
+            return
+        if run.rest:
+            n -= 1
+            names = iter(run.rest)
+            run.current = n, names
+            yield from names
+            n += 1
         for spec in it:
-            yield from _shard_names(spec, (label, n, spec))
+            names = iter(_shard_names(spec, (label, n, spec)))
+            run.current = n, names
+            yield from names
             n += 1
     except Exception as e:
         if raised_at(e, _SPEC_LINES) and not isinstance(e, ValueError):
@@ -208,16 +280,11 @@ def _shard_expand(pipe: ShardExpander, it: Iterator[Any], run: _pass.FrameRun) -
     except BaseException:
         abandon(it)
         raise
+    finally:
+        run.ended = True
 
 
 _SPEC_LINES = call_lines(_shard_expand, "spec")
-
-
-def _rest_state(*, n: int, yielding_from: Any) -> dict[str, Any]:
-    """A pass's state between two outputs of one item: the position of the source's next item and
-    the outputs of the current one not yet yielded."""
-    rest = [] if yielding_from is None else _pass.remaining(yielding_from)
-    return {"next": n + 1, "rest": rest}
 
 
 @functional_datapipe("shard_expand")
@@ -260,8 +327,10 @@ class ShardExpander(IterDataPipe[str]):
         self.source_datapipe = source_datapipe
 
     def __iter__(self) -> Iterator[str]:
-        run = _pass.FrameRun(_rest_state)
-        return _pass.track_generator(self, _shard_expand(self, iter(self.source_datapipe), run), run)
+        it = iter(self.source_datapipe)
+        run = _ExpandRun()
+        _pass.track(self, run)
+        return _shard_expand(self, it, run)
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of names is known only after iterating", NO_LEN)
