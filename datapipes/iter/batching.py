@@ -11,10 +11,10 @@ being built (:mod:`datapipes._runtime.passes`), and hands it to the generator th
 left by an exception (or closed early) closes that iterator, so the upstream is released at once.
 
 Checkpoint and resume (docs/howto/checkpoint.rst): ``Batcher`` keeps nothing (at a batch boundary it has
-consumed exactly the batched items). ``Unbatcher`` writes nothing per item: its runs read the position
-from the suspended generator when a state is taken (its locals, with
-:func:`inspect.getgeneratorlocals`, and the list iterator it yields from, ``gi_yieldfrom``, whose
-items left a copy of it reads).
+consumed exactly the batched items). ``Unbatcher`` records a run that its loop writes to once per item
+read, never once per element: the item's position and the iterator over its elements, whose
+elements left a copy of it lists when a state is taken (an item that is not a batch, passed as it is
+by ``unbatch_level=-1``, costs that one write).
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, Literal, TypeVar, cast, overload
 
 from .._runtime import passes as _pass
+from .._runtime.validate import check_dict, check_int, check_list, invalid
 from .._chunk import DataChunk
 from .._engine import abandon
+from .._engine.lifecycle import Resumable
 from .._checks import require_bool
+from .._positions import remaining
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
 
@@ -233,34 +236,113 @@ def _unbatch_none(pipe: Unbatcher, it: Iterator[Any]) -> Iterator[Any]:
     return it  # items pass as they are: the source's own iterator, no generator in between
 
 
+#: the elements a pass has left before it reads its source's first item: none
+_NONE_LEFT: Iterator[Any] = iter(())
+
+
+def _check_position(state: dict[str, Any]) -> None:
+    """The checks the states of ``unbatch``, ``repeat``, ``shuffled_flatmap`` and SPDL's
+    ``aggregate`` share, of the keys wherever they appear: a dict, ``ended`` (True), ``next``,
+    ``failures`` and ``left`` (ints >= 0), ``rest`` (a list), ``seed`` (an int or None). A key a
+    stage does not read is checked too: these stages' states were checked so when they were read
+    from their generators' frames, and a state refused then is refused still."""
+    check_dict(state)
+    if "ended" in state and state["ended"] is not True:
+        invalid(f"state['ended'] must be True, got {state['ended']!r:.100}")
+    for key in ("next", "failures", "left"):
+        if key in state:
+            check_int(state, key)
+    if "rest" in state:
+        check_list(state, "rest")
+    if "seed" in state:
+        check_int(state, "seed", None, optional=True)
+
+
+def _check_unbatch_state(state: dict[str, Any], deep: bool) -> None:
+    """The checks of an ``unbatch`` pass's state: ``ended`` (True), or the position of the source's
+    next item (an int >= 0), the elements of the current one left (a list) and, where ``deep``
+    (``unbatch_level`` > 1), the item found in it that is not a batch, still to be raised (``bad``:
+    ``[path, item]``, with ``rest``)."""
+    _check_position(state)
+    if "ended" in state:
+        return
+    check_int(state, "next")
+    if deep and "bad" in state:
+        check_list(state, "rest")
+        bad = state["bad"]
+        if type(bad) not in (list, tuple) or len(bad) != 2 or type(bad[0]) not in (list, tuple) or not bad[0]:
+            invalid(f"state['bad'] must be a [path, item] pair, got {bad!r:.100}")
+
+
+class _UnbatchRun(Resumable):
+    """The position of an ``unbatch`` pass: the source's item whose elements are being yielded
+    (``n``) and the iterator over them (``rest``: the batch's own, or over the elements gathered
+    from deeper levels), which the loop writes once per item read; the state holds the position of
+    the source's next item and the elements not yet yielded (a copy of the iterator lists them).
+    Deeper than one level, an item found in the current one that is not a batch (``bad``: its path
+    and value) is raised once the elements before it are yielded, and the state holds it until then.
+    A pass that has ended saves ``{"ended": True}``."""
+
+    __slots__ = ("deep", "loaded", "ended", "n", "rest", "bad")
+
+    def __init__(self, deep: bool) -> None:
+        super().__init__()
+        self.deep = deep  # unbatch_level > 1: the state may hold ``bad``
+        self.loaded: dict[str, Any] | None = None  # the state loaded, saved as it is until the pass starts
+        self.ended = False
+        self.n = -1  # the source's item being unbatched (-1: none yet)
+        self.rest: Iterator[Any] = _NONE_LEFT  # a resumed pass's: the elements it yields first
+        self.bad: tuple[tuple[int, ...], Any] | None = None
+
+    def state(self) -> dict[str, Any]:
+        if not self.started:
+            return {"next": 0} if self.loaded is None else dict(self.loaded)
+        if self.ended:
+            return {"ended": True}
+        state: dict[str, Any] = {"next": self.n + 1, "rest": remaining(self.rest)}
+        if self.bad is not None:
+            state["bad"] = [list(self.bad[0]), self.bad[1]]
+        return state
+
+    def load(self, state: dict[str, Any]) -> None:
+        _check_unbatch_state(state, self.deep)
+        self.loaded, self.ended = state, "ended" in state
+        if not self.ended:
+            self.n = state["next"] - 1  # the item whose elements are left: the one before the next
+            self.rest = iter(list(state.get("rest", ())))
+            if self.deep and "bad" in state:
+                path, value = state["bad"]
+                self.bad = (tuple(path), value)
+
+
 # The unbatching loops keep ``n``, the position of the source item whose elements they yield, and
-# yield them from a list iterator (the batch itself, or its elements gathered into a list), whose
-# index tells the rest: see _unbatch_state. A resumed pass yields that rest first.
+# yield them from a list iterator (the batch's own, or over its elements gathered into a list);
+# both are written to the run once per item read (see _UnbatchRun). A pass starts by yielding the
+# elements its run has left (a resumed pass's; none otherwise).
 
 
-def _unbatch_one(pipe: Unbatcher, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
+def _unbatch_one(pipe: Unbatcher, it: Iterator[Any], run: _UnbatchRun) -> Iterator[Any]:
     run.started = True
-    n = 0
+    n = run.n
     try:
-        resume = run.resume
-        if resume is not None:
-            if "ended" in resume:
-                return
-            n = resume["next"]
-            if resume.get("rest"):
-                n -= 1
-                yield from list(resume["rest"])
-                n += 1
+        if run.ended:
+            return
+        yield from run.rest
         for batch in it:
+            n += 1
             if type(batch) is not list and type(batch) is not DataChunk and type(batch) is not tuple:
                 if not isinstance(batch, _BATCH):
                     raise _not_a_batch(pipe, batch, (n,))
                 batch = list(batch)  # a subclass's own __iter__ (torch's DataChunk), once: its rest stays readable
-            yield from batch
-            n += 1
+            run.n = n
+            run.rest = rest = iter(batch)
+            yield from rest
     except BaseException:
         abandon(it)
         raise
+    finally:
+        run.ended = True
+        run.rest = _NONE_LEFT  # let go of the batch with the pass's frame
 
 
 def _dive(batch: Any, level: int, path: tuple[int, ...], out: list[Any]) -> tuple[tuple[int, ...], Any] | None:
@@ -279,36 +361,32 @@ def _dive(batch: Any, level: int, path: tuple[int, ...], out: list[Any]) -> tupl
     return None
 
 
-def _unbatch_deep(pipe: Unbatcher, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
+def _unbatch_deep(pipe: Unbatcher, it: Iterator[Any], run: _UnbatchRun) -> Iterator[Any]:
     level = pipe.unbatch_level
     run.started = True
-    n = 0
-    bad: tuple[tuple[int, ...], Any] | None = None
+    n = run.n
     try:
-        resume = run.resume
-        if resume is not None:
-            if "ended" in resume:
-                return
-            n = resume["next"]
-            if resume.get("rest") or "bad" in resume:
-                n -= 1
-                if "bad" in resume:
-                    path, value = resume["bad"]
-                    bad = (tuple(path), value)
-                yield from list(resume["rest"])
-                if bad is not None:
-                    raise _not_a_batch(pipe, bad[1], bad[0])
-                n += 1
+        if run.ended:
+            return
+        yield from run.rest
+        bad = run.bad
+        if bad is not None:
+            raise _not_a_batch(pipe, bad[1], bad[0])
         for batch in it:
+            n += 1
             elements: list[Any] = []
             bad = _dive(batch, level, (n,), elements)
-            yield from elements
+            run.n, run.bad = n, bad
+            run.rest = rest = iter(elements)
+            yield from rest
             if bad is not None:
                 raise _not_a_batch(pipe, bad[1], bad[0])
-            n += 1
     except BaseException:
         abandon(it)
         raise
+    finally:
+        run.ended = True
+        run.rest = _NONE_LEFT
 
 
 def _flatten(batch: Any, out: list[Any]) -> None:
@@ -319,46 +397,30 @@ def _flatten(batch: Any, out: list[Any]) -> None:
             out.append(x)
 
 
-def _unbatch_all(pipe: Unbatcher, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
+def _unbatch_all(pipe: Unbatcher, it: Iterator[Any], run: _UnbatchRun) -> Iterator[Any]:
     run.started = True
-    n = 0
+    n = run.n
     try:
-        resume = run.resume
-        if resume is not None:
-            if "ended" in resume:
-                return
-            n = resume["next"]
-            if resume.get("rest"):
-                n -= 1
-                yield from list(resume["rest"])
-                n += 1
+        if run.ended:
+            return
+        yield from run.rest
         for x in it:
+            n += 1
             if isinstance(x, _BATCH):
                 elements: list[Any] = []
                 _flatten(x, elements)
-                yield from elements
+                run.n = n
+                run.rest = rest = iter(elements)
+                yield from rest
             else:
+                run.n = n  # the iterator of the batch before, if any, has nothing left
                 yield x
-            n += 1
     except BaseException:
         abandon(it)
         raise
-
-
-def _unbatch_state(*, n: int, yielding_from: Any) -> dict[str, Any]:
-    """An unbatching pass's state: the position of the source's next item and the elements of the
-    current one not yet yielded."""
-    rest = [] if yielding_from is None else _pass.remaining(yielding_from)
-    return {"next": n + 1, "rest": rest}
-
-
-def _unbatch_deep_state(*, n: int, bad: Any, yielding_from: Any) -> dict[str, Any]:
-    """A deep unbatching pass's state: :func:`_unbatch_state`, and the error found in the current
-    item that is still to be raised."""
-    state = _unbatch_state(n=n, yielding_from=yielding_from)
-    if bad is not None:
-        state["bad"] = [list(bad[0]), bad[1]]
-    return state
+    finally:
+        run.ended = True
+        run.rest = _NONE_LEFT
 
 
 @functional_datapipe("unbatch")
@@ -421,10 +483,9 @@ class Unbatcher(IterDataPipe[Any]):
         require_int(unbatch_level, "Unbatcher", "unbatch_level", minimum=-1)
         self.datapipe = datapipe
         self.unbatch_level = unbatch_level
-        runs = {-1: (_unbatch_all, _unbatch_state), 1: (_unbatch_one, _unbatch_state)}
-        self._run: Callable[[Unbatcher, Iterator[Any], _pass.FrameRun], Iterator[Any]]
-        self._reader: Callable[..., dict[str, Any]]
-        self._run, self._reader = runs.get(unbatch_level, (_unbatch_deep, _unbatch_deep_state))
+        runs = {-1: _unbatch_all, 1: _unbatch_one}
+        self._run: Callable[[Unbatcher, Iterator[Any], _UnbatchRun], Iterator[Any]]
+        self._run = runs.get(unbatch_level, _unbatch_deep)
         # unbatch_level=0 passes the source's iterator itself: its position is the source's.
         self._stateless = unbatch_level == 0
 
@@ -432,8 +493,9 @@ class Unbatcher(IterDataPipe[Any]):
         it = iter(self.datapipe)
         if self.unbatch_level == 0:
             return _unbatch_none(self, it)
-        run = _pass.FrameRun(self._reader)
-        return _pass.track_generator(self, self._run(self, it, run), run)
+        run = _UnbatchRun(self.unbatch_level > 1)
+        _pass.track(self, run)
+        return self._run(self, it, run)
 
     def __len__(self) -> int:
         if self.unbatch_level == 0:

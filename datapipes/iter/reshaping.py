@@ -9,7 +9,9 @@ Every ``__iter__`` creates its source's iterator at once, as part of the pass be
 
 Checkpoint and resume (``it.state_dict()``): ``slice``, ``flatten``, ``drop``, ``set_length`` and
 ``rows2columnar`` keep nothing of their own (their position is their source's); ``add_index`` saves
-the next index; ``repeat`` the item being repeated and the repetitions left.
+the next index; ``repeat`` the item being repeated and the repetitions left, which its loop writes
+once per item read (the item and the ``itertools.repeat`` it yields from, whose ``length_hint`` is
+read when a state is taken).
 """
 
 from __future__ import annotations
@@ -21,11 +23,14 @@ from operator import length_hint
 from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVar
 
 from .._runtime import passes as _pass
+from .._runtime.validate import invalid
 from .._positions import Enumerated
 from .._engine import abandon
+from .._engine.lifecycle import Resumable
 from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
 from ._shared import _warn
+from .batching import _check_position
 from .util import _EnumerateRun
 
 __all__ = ["Dropper", "Flattener", "IndexAdder", "LengthSetter", "Repeater", "Rows2Columnar", "Slicer"]
@@ -116,28 +121,67 @@ class IndexAdder(IterDataPipe[dict[Any, Any]]):
 # -- Repeater --------------------------------------------------------------------------------------
 
 
-def _repeat_state(*, x: Any = None, yielding_from: Any) -> dict[str, Any]:
-    """Read from a ``repeat`` pass's generator: the item being repeated and the repetitions left
-    (from the ``itertools.repeat`` it yields from)."""
-    left = 0 if yielding_from is None else length_hint(yielding_from)
-    return {"item": x, "left": left} if left else {"left": 0}
+#: the repetitions of a pass that has none left: none
+_NONE_LEFT: Iterator[Any] = itertools.repeat(None, 0)
 
 
-def _repeat(it: Iterator[Any], times: int, run: _pass.FrameRun) -> Iterator[Any]:
+def _check_repeat_state(state: dict[str, Any]) -> None:
+    """The checks of a ``repeat`` pass's state: ``ended`` (True), or the repetitions left (an int
+    >= 0; none when absent) and, where some are, the item (any value)."""
+    _check_position(state)
+    if "ended" not in state and state.get("left") and "item" not in state:
+        invalid("the state has no 'item'")
+
+
+class _RepeatRun(Resumable):
+    """The position of a ``repeat`` pass: the item being repeated (``item``) and the repetitions
+    left, read from the ``itertools.repeat`` the loop yields it from (``repeats``, by
+    ``length_hint``); the loop writes both once per item read. A pass that has ended saves
+    ``{"ended": True}``."""
+
+    __slots__ = ("loaded", "ended", "item", "repeats")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loaded: dict[str, Any] | None = None  # the state loaded, saved as it is until the pass starts
+        self.ended = False
+        self.item: Any = None
+        self.repeats: Iterator[Any] = _NONE_LEFT  # a resumed pass's: the repetitions it yields first
+
+    def state(self) -> dict[str, Any]:
+        if not self.started:
+            return {"next": 0} if self.loaded is None else dict(self.loaded)
+        if self.ended:
+            return {"ended": True}
+        left = length_hint(self.repeats)
+        return {"item": self.item, "left": left} if left else {"left": 0}
+
+    def load(self, state: dict[str, Any]) -> None:
+        _check_repeat_state(state)
+        self.loaded, self.ended = state, "ended" in state
+        left = state.get("left", 0)
+        if not self.ended and left:
+            self.item = state["item"]
+            self.repeats = itertools.repeat(self.item, left)
+
+
+def _repeat(it: Iterator[Any], times: int, run: _RepeatRun) -> Iterator[Any]:
+    repeat = itertools.repeat
     run.started = True
-    resume = run.resume
     try:
-        if resume is not None:
-            if "ended" in resume:
-                return
-            if resume.get("left"):
-                x = resume["item"]
-                yield from itertools.repeat(x, int(resume["left"]))
+        if run.ended:
+            return
+        yield from run.repeats
         for x in it:
-            yield from itertools.repeat(x, times)
+            run.item = x
+            run.repeats = repeats = repeat(x, times)
+            yield from repeats
     except BaseException:
         abandon(it)
         raise
+    finally:
+        run.ended = True
+        run.item, run.repeats = None, _NONE_LEFT  # let go of the item with the pass's frame
 
 
 @functional_datapipe("repeat")
@@ -178,8 +222,10 @@ class Repeater(IterDataPipe[T]):
         self.times = times
 
     def __iter__(self) -> Iterator[T]:
-        run = _pass.FrameRun(_repeat_state)
-        return _pass.track_generator(self, _repeat(iter(self.source_datapipe), self.times, run), run)
+        it = iter(self.source_datapipe)
+        run = _RepeatRun()
+        _pass.track(self, run)
+        return _repeat(it, self.times, run)
 
     def __len__(self) -> int:
         return self.times * source_len(self, self.source_datapipe, "source_datapipe")

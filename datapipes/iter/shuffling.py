@@ -7,8 +7,11 @@ Names, parameters, defaults and outputs follow torchdata 0.9; the differences ar
 docstring. Every ``__iter__`` reads its pass seed and creates its source's iterator at once, as part of
 the pass being built (:mod:`datapipes._runtime.passes`), and hands it to the generator that does the work.
 
-Checkpoint and resume (docs/howto/checkpoint.rst), at no cost per item: ``in_batch_shuffle`` keeps its
-generator's state; ``shuffled_flatmap`` its generator's state and its buffer.
+Checkpoint and resume (docs/howto/checkpoint.rst): ``in_batch_shuffle`` keeps its generator's state,
+at no cost per item; ``shuffled_flatmap`` its generator's state and its buffer: its run holds the
+list the loop fills (an iterator's outputs left are read back from it, or counted in C), and the
+loop writes the index it draws once per output, and the item it reads and its position once per
+item read.
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from .._runtime import passes as _pass
 from .._runtime.validate import check_bool, check_dict, check_int, check_list, check_rng, invalid
 from .._chunk import DataChunk
 from .._engine import abandon, close_iterator
+from .._engine.lifecycle import Resumable
 from .._positions import Counted, skip
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_root, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
 from ._shared import _RELIES, _check_started
+from .batching import _check_position
 from .combinatorics import _rng_state, _set_rng_state
 from .mapping._shared import _Col, _check_cols, _no_op, _selected_fn, check_arity
 
@@ -182,34 +187,10 @@ def _slot_state(slot: tuple[Any, Any, Any, int]) -> dict[str, Any]:
     return {"item": n, "input": x, "done": counter.count()}
 
 
-class _ShuffledFlatMapRun(_pass.FrameRun):
-    """A :class:`~datapipes._runtime.passes.FrameRun` that holds the pass's generator, so that a state taken
-    before the first ``next()`` holds it too (a resumed pass then draws what this one would have)."""
-
-    __slots__ = ("rng",)
-
-    def __init__(self, rng: random.Random) -> None:
-        super().__init__(_shuffled_flatmap_state)
-        self.rng = rng
-
-    def state(self) -> dict[str, Any]:
-        if not self.started and self.resume is None:
-            return {"rng": _rng_state(self.rng), "idx": None, "next": 0, "draining": False, "slots": []}
-        return super().state()
-
-    def restore(self, state: dict[str, Any]) -> None:
-        if not isinstance(state, dict) or not ("rng" in state or "ended" in state):
-            raise ValueError(f"load_state_dict: not the state of a shuffled_flatmap: {str(state)[:200]}")
-        if "ended" not in state:
-            _check_shuffled_flatmap(state, self.stage)
-        super().restore(state)
-
-
-def _check_shuffled_flatmap(state: dict[str, Any], pipe: Any) -> None:
+def _check_shuffled_flatmap(state: dict[str, Any], size: int) -> None:
     """The checks of a ``shuffled_flatmap`` state: its generator, the index drawn, the position, and
-    at most ``buffer_size`` slots, each the outputs left or the item and the count yielded."""
+    at most ``size`` (``buffer_size``) slots, each the outputs left or the item and the count yielded."""
     check_dict(state, keys=("rng", "idx", "next", "draining", "slots"))
-    size = 1 if pipe is None or not pipe._enabled else pipe.buffer_size
     check_rng(state)
     check_int(state, "idx", 0, size - 1, optional=True)
     check_int(state, "next")
@@ -229,50 +210,91 @@ def _reopened_all(call: Callable[[Any], Any] | None, slots: list[dict[str, Any]]
     return [_reopened(call, s) for s in slots]
 
 
-def _shuffled_flatmap_state(*, rng: Any, idx: int, n: int, draining: bool, buf: list[Any], held: Any) -> dict[str, Any]:
-    """A ``shuffled_flatmap`` pass's state, read from its generator's locals between two outputs:
-    its generator's state, the index drawn, the buffered iterators (each as the outputs it has left,
-    or as its item and the count of outputs yielded), the item read but not yet buffered."""
-    state: dict[str, Any] = {
-        "rng": _rng_state(rng),
-        "idx": idx,
-        "next": n,
-        "draining": draining,
-        "slots": [_slot_state(s) for s in buf],
-    }
-    if held is not _END:
-        state["held"] = held
-    return state
+class _ShuffledFlatMapRun(Resumable):
+    """The position of a ``shuffled_flatmap`` pass: its generator (``rng``, whose state is read when
+    a state is taken), the index drawn, the position of the source's next item, whether the source
+    is exhausted (``draining``), the buffered iterators (``buf``, the list the loop fills, each saved
+    as the outputs it has left, or as its item and the count of outputs yielded) and the item read
+    but not yet buffered (``held``). The loop writes ``idx`` before each output and ``held`` and
+    ``n`` as it reads an item (the item being held until it is buffered). A state taken before
+    the first ``next()`` holds the generator too (a resumed pass then draws what this one would
+    have); a pass that has ended saves ``{"ended": True}``."""
+
+    __slots__ = ("rng", "size", "loaded", "ended", "idx", "n", "draining", "buf", "held", "slots")
+
+    def __init__(self, rng: random.Random, size: int) -> None:
+        super().__init__()
+        self.rng = rng
+        self.size = size  # the buffer's: buffer_size, or 1 with the shuffle off
+        self.loaded: dict[str, Any] | None = None  # the state loaded, saved as it is until the pass starts
+        self.ended = False
+        self.idx: int | None = None  # None: drawn as the pass starts
+        self.n = 0
+        self.draining = False
+        self.buf: list[tuple[Any, Any, Any, int]] = []
+        self.held: Any = _END
+        self.slots: list[dict[str, Any]] = []  # a resumed pass's: the buffer it opens again as it starts
+
+    def state(self) -> dict[str, Any]:
+        if not self.started:
+            if self.loaded is not None:
+                return dict(self.loaded)
+            return {"rng": _rng_state(self.rng), "idx": None, "next": 0, "draining": False, "slots": []}
+        if self.ended:
+            return {"ended": True}
+        state: dict[str, Any] = {
+            "rng": _rng_state(self.rng),
+            "idx": self.idx,
+            "next": self.n,
+            "draining": self.draining,
+            "slots": [_slot_state(s) for s in self.buf],
+        }
+        if self.held is not _END:
+            state["held"] = self.held
+        return state
+
+    def restore(self, state: dict[str, Any]) -> None:
+        if not isinstance(state, dict) or not ("rng" in state or "ended" in state):
+            raise ValueError(f"load_state_dict: not the state of a shuffled_flatmap: {str(state)[:200]}")
+        if "ended" not in state:
+            _check_shuffled_flatmap(state, self.size)
+        super().restore(state)
+
+    def load(self, state: dict[str, Any]) -> None:
+        _check_position(state)
+        self.loaded, self.ended = state, "ended" in state
+        if not self.ended:
+            _set_rng_state(self.rng, state["rng"])
+            self.idx, self.n, self.draining = state["idx"], state["next"], state["draining"]
+            self.slots = list(state["slots"])
+            self.held = state.get("held", _END)
 
 
-def _shuffled_flatmap(pipe: ShuffledFlatMapper, it: Iterator[Any], run: _ShuffledFlatMapRun, size: int,
+def _shuffled_flatmap(pipe: ShuffledFlatMapper, it: Iterator[Any], run: _ShuffledFlatMapRun,
                       call: Callable[[Any], Any] | None) -> Iterator[Any]:
     # The draws are torchdata's: an index drawn first, then one after each output while the buffer
     # is full (none when an iterator runs out), and one before each output once the source is done.
-    rng = run.rng
-    randint = rng.randint
+    # ``buf`` is the run's list; the index drawn before an output, and the item being buffered and
+    # its position as it is read, are written to the run (see _ShuffledFlatMapRun).
+    size = run.size
+    randint = run.rng.randint
     run.started = True
-    resume = run.resume
-    buf: list[tuple[Any, Any, Any, int]] = []
-    held: Any = _END  # an item read from the source and not yet in the buffer
-    draining = False
-    n = 0  # the position of the next item read from the source
+    buf = run.buf
+    n = run.n  # the position of the next item read from the source
     slot: Any = None
     try:
-        if resume is not None:
-            if "ended" in resume:
-                return
-            _set_rng_state(rng, resume["rng"])
-            n, draining = int(resume["next"]), bool(resume["draining"])
-            buf = _reopened_all(call, resume["slots"])
-            held = resume.get("held", _END)
-        if resume is None or resume["idx"] is None:
-            idx = randint(0, size - 1)
-        else:
-            idx = int(resume["idx"])
-        if not draining:
+        if run.ended:
+            return
+        if run.slots:
+            buf += _reopened_all(call, run.slots)
+            run.slots = []
+        idx = run.idx
+        if idx is None:
+            run.idx = idx = randint(0, size - 1)
+        if not run.draining:
+            held = run.held
             for x in it if held is _END else chain((held,), it):
-                held = x
+                run.held, run.n = x, n  # held until it is buffered
                 while len(buf) == size:
                     slot = buf[idx]
                     try:
@@ -280,12 +302,11 @@ def _shuffled_flatmap(pipe: ShuffledFlatMapper, it: Iterator[Any], run: _Shuffle
                     except StopIteration:
                         del buf[idx]
                         continue
-                    idx = randint(0, size - 1)
+                    run.idx = idx = randint(0, size - 1)
                     yield y
                 buf.append(_opened(call, x, n))
-                held = _END
                 n += 1
-            draining = True
+            run.held, run.n, run.draining = _END, n, True
         while buf:
             idx = randint(0, len(buf) - 1)
             slot = buf[idx]
@@ -294,6 +315,7 @@ def _shuffled_flatmap(pipe: ShuffledFlatMapper, it: Iterator[Any], run: _Shuffle
             except StopIteration:
                 del buf[idx]
                 continue
+            run.idx = idx
             yield y
     except Exception as e:
         if raised_at(e, _SFM_CALL_LINES):
@@ -305,6 +327,9 @@ def _shuffled_flatmap(pipe: ShuffledFlatMapper, it: Iterator[Any], run: _Shuffle
     except BaseException:
         abandon(it)
         raise
+    finally:
+        run.ended = True
+        run.buf, run.held = [], _END  # let go of the buffer with the pass's frame
 
 
 _SFM_CALL_LINES = call_lines(_shuffled_flatmap, "call")
@@ -446,9 +471,10 @@ class ShuffledFlatMapper(IterDataPipe[Any]):
             rng, size = random.Random(self._pass_seed()), self.buffer_size
         else:  # one iterable at a time: flatmap's order (the draws are all 0)
             rng, size = random.Random(0), 1
-        run = _ShuffledFlatMapRun(rng)
-        it = _shuffled_flatmap(self, iter(self.datapipe), run, size, call)
-        return _pass.track_generator(self, it, run)
+        it = iter(self.datapipe)
+        run = _ShuffledFlatMapRun(rng, size)
+        _pass.track(self, run)
+        return _shuffled_flatmap(self, it, run, call)
 
     def __len__(self) -> int:
         if self.fn is None and self.input_col is None:

@@ -36,11 +36,13 @@ from typing import Any, AsyncIterable, Callable, Generic, Iterable, Iterator, Na
 
 from .._runtime import passes as _pass
 from .._engine import abandon, close_iterator, is_async_callable, is_async_gen_callable
+from .._engine.lifecycle import Resumable
 from ..datapipe import IterDataPipe
 from ..errors import Failure, FailureLog, add_stage_note
 from ..graph import stage_label
 from ..hooks import StatsReporter
 from ..iter import IterableWrapper
+from ..iter.batching import _check_position
 from ._pipeline import Pipeline
 
 __all__ = ["Aggregator", "PipelineBuilder"]
@@ -240,41 +242,65 @@ class Aggregator:
         raise NotImplementedError(f"{type(self).__name__} must define flush()")
 
 
-def _aggregated_state(*, flushed: bool, agg: Any) -> dict[str, Any]:
-    """A pass of :class:`Aggregated` between two aggregates: a copy of its aggregator (its buffer),
-    or, once flushed, the end."""
-    if flushed:
-        return {"ended": True}
-    return {"aggregator": copy.deepcopy(agg)}
+_NO_AGGREGATOR: Any = object()  # private marker: a state that holds no aggregator (a fresh pass's copy)
 
 
-def _aggregate(stage: Aggregated, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
+class _AggregatedRun(Resumable):
+    """The position of a pass of :class:`Aggregated` between two aggregates: its aggregator (a deep
+    copy of it, with its buffer, is the state), which the loop hands the run as it starts; once it
+    is flushed, or the pass has ended, ``{"ended": True}``."""
+
+    __slots__ = ("loaded", "ended", "agg")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loaded: dict[str, Any] | None = None  # the state loaded, saved as it is until the pass starts
+        self.ended = False  # flushed, or the pass has ended
+        self.agg: Any = _NO_AGGREGATOR  # loaded: the aggregator a resumed pass copies; then the pass's own
+
+    def state(self) -> dict[str, Any]:
+        if not self.started:
+            return {"next": 0} if self.loaded is None else dict(self.loaded)
+        if self.ended:
+            return {"ended": True}
+        return {"aggregator": copy.deepcopy(self.agg)}
+
+    def load(self, state: dict[str, Any]) -> None:
+        _check_position(state)
+        self.loaded, self.ended = state, "ended" in state
+        self.agg = state.get("aggregator", _NO_AGGREGATOR)
+
+
+def _aggregate(stage: Aggregated, it: Iterator[Any], run: _AggregatedRun) -> Iterator[Any]:
     run.started = True
-    resume = run.resume
-    if resume is not None and "ended" in resume:
-        return
-    agg = copy.deepcopy(stage.aggregator if resume is None else resume.get("aggregator", stage.aggregator))
-    accumulate = agg.accumulate
-    flushed = False
-    n = 0
     try:
-        for x in it:
-            out = accumulate(x)
-            if out is not None:
-                yield out
-            n += 1
-        if not stage.drop_last:
-            flushed = True
-            out = agg.flush()
-            if out is not None:
-                yield out
-    except Exception as e:
-        add_stage_note(e, stage_label(stage), n)
-        abandon(it)
-        raise
-    except BaseException:
-        abandon(it)
-        raise
+        if run.ended:
+            return
+        agg = copy.deepcopy(stage.aggregator if run.agg is _NO_AGGREGATOR else run.agg)
+        run.agg = agg  # the run reads it when a state is taken (a deep copy): nothing per item
+        accumulate = agg.accumulate
+        n = 0
+        try:
+            for x in it:
+                out = accumulate(x)
+                if out is not None:
+                    yield out
+                n += 1
+            if not stage.drop_last:
+                run.ended = True  # flushed: a state taken at the last aggregate is the end
+                out = agg.flush()
+                if out is not None:
+                    yield out
+        except Exception as e:
+            add_stage_note(e, stage_label(stage), n)
+            abandon(it)
+            raise
+        except BaseException:
+            abandon(it)
+            raise
+    finally:
+        run.ended = True
+        run.agg = None  # let go of the aggregator with the pass's frame
 
 
 class Aggregated(IterDataPipe[Any]):
@@ -297,8 +323,10 @@ class Aggregated(IterDataPipe[Any]):
         self.drop_last = drop_last
 
     def __iter__(self) -> Iterator[Any]:
-        run = _pass.FrameRun(_aggregated_state)
-        return _pass.track_generator(self, _aggregate(self, iter(self.datapipe), run), run)
+        it = iter(self.datapipe)
+        run = _AggregatedRun()
+        _pass.track(self, run)
+        return _aggregate(self, it, run)
 
     def __len__(self) -> int:
         raise TypeError(f"{stage_label(self)}: len() is unknown: how many aggregates come out is known only after "
