@@ -39,7 +39,6 @@ Seeds, for random stage ``i`` (in graph order, as :func:`datapipes.graph.travers
 from __future__ import annotations
 
 import contextlib
-import inspect
 import itertools
 import threading
 import weakref
@@ -47,9 +46,9 @@ from typing import Any, Callable, Iterator, NamedTuple
 
 from torch.utils.data import get_worker_info
 
-from .._engine.lifecycle import Resumable, STARTED
+from .._engine.lifecycle import STARTED
 from . import held as _held
-from .validate import check_dict, check_int, check_list, invalid, reason
+from .validate import check_dict, invalid, reason
 from .._engine.stats import StageStats
 from .._positions import remaining
 from .observe import Observer, observing, pending_observation
@@ -59,9 +58,9 @@ from .traits import declares_stateless, pass_hooked, traits_of
 from .worker import base_seed, is_sharding_stage, unseeded_across_ranks
 from ..graph import sources_of, stage_label, stages, walk
 
-__all__ = ["observing", "budgeted", "FrameRun", "Pass", "PassConfig", "PassIterator", "STARTED", "check_state",
+__all__ = ["observing", "budgeted", "Pass", "PassConfig", "PassIterator", "STARTED", "check_state",
            "check_yields", "configured", "current", "remaining", "replayed", "stage_keys", "state_of", "track",
-           "track_generator", "no_position", "latest_stats", "owner", "start", "stats_for"]
+           "no_position", "latest_stats", "owner", "start", "stats_for"]
 
 _local = threading.local()
 
@@ -162,119 +161,6 @@ def no_position(stage: Any) -> None:
     """Record that this pass of ``stage`` keeps no position of its own (a stage that only sometimes
     does, such as a mover on the CPU, where it would on a GPU): its state is its sources'."""
     track(stage, _NO_POSITION)
-
-
-class FrameRun(Resumable):
-    """The run of a pass whose position lives in its generator, read when a state is taken: the
-    generator is then suspended at a ``yield`` (between two items), and ``read`` turns the locals it
-    declares into the state. The loop writes nothing per item.
-
-    ``read`` declares the generator's locals it reads as its keyword parameters (one with a default
-    may be unassigned at the ``yield``; ``yielding_from`` is the iterator the generator yields
-    from). :func:`track_generator` checks them against the generator's code, so a local renamed in
-    the loop and not in its reader fails the first pass that tracks it, instead of checkpoints.
-
-    A loaded state waits in ``resume`` until the generator starts and reads it; a generator that
-    has ended (exhausted, failed or closed) yields nothing more, and its state says so. It is
-    checked as it is loaded: the keys every reader shares (``next``, ``failures``, ``left``: ints
-    >= 0; ``rest``: a list; ``ended``: True), then by ``check(state, stage)``, the stage's own
-    schema, where it has one; a key the generator then finds missing raises ``ValueError`` naming
-    the stage.
-    """
-
-    __slots__ = ("gen", "read", "resume", "check", "stage")
-
-    def __init__(self, read: Callable[..., dict[str, Any]],
-                 check: Callable[[dict[str, Any], Any], None] | None = None) -> None:
-        self.gen: Callable[[], Any] = lambda: None  # a weak reference to the generator, which refers to this run
-        self.read = read
-        self.check = check
-        self.stage: Any = None  # set by track_generator
-        self.resume: dict[str, Any] | None = None
-        self.started = False
-
-    def state(self) -> dict[str, Any]:
-        if not self.started:
-            return {"next": 0} if self.resume is None else dict(self.resume)
-        gen = self.gen()
-        frame = None if gen is None else gen.gi_frame
-        if frame is None:
-            return {"ended": True}
-        local = inspect.getgeneratorlocals(gen)
-        required, optional, from_ = _declared_locals(self.read)
-        args = {name: local[name] for name in required}
-        args.update((name, local[name]) for name in optional if name in local)
-        if from_:
-            args["yielding_from"] = gen.gi_yieldfrom
-        return self.read(**args)
-
-    def load(self, state: dict[str, Any]) -> None:
-        _check_frame_state(state)
-        if self.check is not None:
-            self.check(state, self.stage)
-        self.resume = _Loaded(state, "" if self.stage is None else stage_label(self.stage))
-
-
-def _check_frame_state(state: Any) -> None:
-    """The checks of every :class:`FrameRun` state: what its readers share."""
-    check_dict(state)
-    if "ended" in state and state["ended"] is not True:
-        invalid(f"state['ended'] must be True, got {state['ended']!r:.100}")
-    for key in ("next", "failures", "left"):
-        if key in state:
-            check_int(state, key)
-    if "rest" in state:
-        check_list(state, "rest")
-    if "seed" in state:
-        check_int(state, "seed", None, optional=True)
-
-
-class _Loaded(dict):  # type: ignore[type-arg]
-    """A loaded :class:`FrameRun` state: a key its generator finds missing raises ``ValueError``
-    naming the stage, not a bare ``KeyError``."""
-
-    __slots__ = ("where",)
-
-    def __init__(self, state: dict[str, Any], where: str) -> None:
-        super().__init__(state)
-        self.where = where
-
-    def __missing__(self, key: Any) -> Any:
-        invalid(f"the state has no {key!r}", self.where or "a stage")
-
-
-_DECLARED: dict[Any, tuple[tuple[str, ...], tuple[str, ...], bool]] = {}
-
-
-def _declared_locals(read: Callable[..., Any]) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
-    """(locals ``read`` needs, locals it takes when assigned, whether it takes ``yielding_from``)."""
-    found = _DECLARED.get(read)
-    if found is None:
-        params = inspect.signature(read).parameters.values()
-        names = [p for p in params if p.name != "yielding_from"]
-        found = (tuple(p.name for p in names if p.default is p.empty),
-                 tuple(p.name for p in names if p.default is not p.empty),
-                 any(p.name == "yielding_from" for p in params))
-        _DECLARED[read] = found
-    return found
-
-
-def track_generator(stage: Any, gen: Iterator[Any], run: FrameRun) -> Iterator[Any]:
-    """``gen``, the generator of ``stage``'s pass, with ``run`` reading it and recorded in the pass.
-
-    Raises:
-        TypeError: ``run``'s reader declares a local that ``gen``'s code does not have.
-    """
-    required, optional, _ = _declared_locals(run.read)
-    code = gen.gi_code  # type: ignore[attr-defined]
-    missing = [name for name in required + optional if name not in code.co_varnames and name not in code.co_cellvars]
-    if missing:
-        raise TypeError(f"{run.read.__qualname__} reads the local(s) {', '.join(missing)} of {code.co_qualname}, "
-                        f"which has none by that name: rename the reader's parameters with the loop's locals")
-    run.gen = weakref.ref(gen)
-    run.stage = stage
-    track(stage, run)
-    return gen
 
 
 def latest_stats(stage: Any) -> StageStats | None:

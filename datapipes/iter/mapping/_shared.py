@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
+from abc import abstractmethod
 from concurrent.futures import Executor
-from typing import Any, Callable, Hashable, Literal, Sequence
+from types import GeneratorType
+from typing import Any, Callable, Hashable, Iterator, Literal, Sequence
 
-from ..._runtime import passes as _pass, shares
+from ..._runtime import shares
+from ..._runtime.validate import check_dict, check_int, check_list, invalid
 from ..._positions import handed_out
 from ..._checks import phrased
 from ..._engine import is_async_callable
+from ..._engine.lifecycle import Resumable
 from ..._engine.rng import check_rng
 from ...datapipe import require_int, stage_label
 from ...errors import PassFailures, add_stage_note, raised_at
@@ -29,16 +34,18 @@ _Rng = Literal["python", "numpy", "torch"]
 
 # -- positions without counting --------------------------------------------------------------------
 
-#: code objects of the serial one-to-one loops that take a ``taken`` reader: each hands out exactly
-#: the items it takes, so its consumers can read their position from its source
-_ONE_TO_ONE: set[Any] = set()
+#: the generators of the serial one-to-one loops whose source tells its position, each with that
+#: source's ``taken`` reader: such a loop hands out exactly the items it takes, so its consumers can
+#: read their position from its source. An entry goes with its generator (a weak key).
+_TOLD: weakref.WeakKeyDictionary[Any, Callable[[], int]] = weakref.WeakKeyDictionary()
 
 
-def one_to_one(loop: Callable[..., Any]) -> Callable[..., Any]:
-    """Mark a serial generator function, taking its source's ``taken`` reader as a parameter of
-    that name, as yielding one item per item it takes (see :func:`taken_reader`)."""
-    _ONE_TO_ONE.add(loop.__code__)
-    return loop
+def one_to_one(gen: Iterator[Any], taken: Callable[[], int]) -> Iterator[Any]:
+    """``gen``, the generator of a serial loop that yields one item per item it takes from a source
+    whose ``taken`` reader it holds, recorded so that :func:`taken_reader` hands that reader to its
+    consumer (once per pass: nothing per item)."""
+    _TOLD[gen] = taken
+    return gen
 
 
 def serial_failed(e: BaseException, pipe: Any, lines: frozenset[int], position: float | Callable[[], int]) -> None:
@@ -64,11 +71,7 @@ def taken_reader(it: Any) -> Callable[[], int] | None:
     told = handed_out(it)
     if told is not None:
         return told
-    code = getattr(it, "gi_code", None)
-    if code in _ONE_TO_ONE and it.gi_frame is not None:
-        reader = it.gi_frame.f_locals.get("taken")
-        return reader if callable(reader) else None
-    return None
+    return _TOLD.get(it) if type(it) is GeneratorType else None  # only a generator can be one of ours
 
 
 def _check_cols(input_col: _Col, output_col: _Col, stage: str) -> None:
@@ -226,45 +229,106 @@ def _selected_fn(fn: Callable[..., Any], input_col: _Col) -> Callable[[Any], Any
     return lambda item: fn(item[input_col])
 
 
-def _budget_state(*, n: int, failures: PassFailures) -> dict[str, Any]:
-    """A serial map's or filter's position under a failure budget (``max_failures``), read from its
-    suspended generator: the failures counted so far, so that a resumed pass gives up where the
-    uninterrupted one would, and the next item's position (what the failures' notes name)."""
-    return {"next": n + 1, "failures": failures.count}
+class _LoopRun(Resumable):
+    """What the runs of these stages' serial loops share: ``loaded``, the state loaded, saved as it
+    is until the pass starts (``{"next": 0}`` when none was); ``ended``, set as the loop ends
+    (exhausted, failed or closed), after which the state is ``{"ended": True}``; ``budget``, the
+    pass's failures under a failure budget (``max_failures``), whose count the state saves so that
+    a resumed pass gives up where the uninterrupted one would. In between, :meth:`position` gives
+    the state from what the loop wrote."""
+
+    __slots__ = ("loaded", "ended", "budget")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loaded: dict[str, Any] | None = None
+        self.ended = False
+        self.budget: PassFailures | None = None
+
+    def state(self) -> dict[str, Any]:
+        if not self.started:
+            return {"next": 0} if self.loaded is None else dict(self.loaded)
+        if self.ended:
+            return {"ended": True}
+        return self.position()
+
+    @abstractmethod
+    def position(self) -> dict[str, Any]:
+        """The state of a pass under way, the loop suspended at a ``yield``."""
+
+    def counted(self) -> dict[str, int]:
+        """``{"failures": count}`` under a failure budget, else nothing."""
+        return {} if self.budget is None else {"failures": self.budget.count}
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.loaded = check_loop_state(state)
 
 
-def _budget_start(pipe: Any, run: _pass.FrameRun | None) -> tuple[PassFailures, int]:
+def check_loop_state(state: Any, needs_next: bool = True) -> dict[str, Any]:
+    """``state``, checked as every serial loop's of these stages always has been: a dict whose
+    ``ended`` is True, whose ``next``, ``failures`` and ``left`` are ints >= 0, ``rest`` a list and
+    ``seed`` an int or None, where it holds them; and, unless it has ended, holding ``next`` (the
+    position of the next item; a ``filter``'s state may leave it out, meaning 0: ``needs_next=False``)."""
+    check_dict(state)
+    if "ended" in state and state["ended"] is not True:
+        invalid(f"state['ended'] must be True, got {state['ended']!r:.100}")
+    for key in ("next", "failures", "left"):
+        if key in state:
+            check_int(state, key)
+    if "rest" in state:
+        check_list(state, "rest")
+    if "seed" in state:
+        check_int(state, "seed", None, optional=True)
+    if needs_next and "ended" not in state:
+        check_int(state, "next")
+    return state
+
+
+class _BudgetRun(_LoopRun):
+    """The position of a serial ``map`` or ``filter`` pass under a failure budget: the position of
+    the item last handed out (``n``, which the loop writes before each ``yield``) and the failures
+    counted so far. A pass resumed from a state that has ended starts from its source's position
+    with no failures counted, as it always has."""
+
+    __slots__ = ("n", "needs_next")
+
+    def __init__(self, needs_next: bool = True) -> None:
+        super().__init__()
+        self.n = -1
+        self.needs_next = needs_next
+
+    def position(self) -> dict[str, Any]:
+        return {"next": self.n + 1, "failures": self.budget.count}  # type: ignore[union-attr]
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.loaded = check_loop_state(state, self.needs_next)
+
+
+def _budget_start(pipe: Any, run: _BudgetRun) -> tuple[PassFailures, int]:
     """The failures of a serial skip loop's pass and the position before its first item, as a
-    resumed pass continues them (``run``: the pass's FrameRun under a failure budget, else None)."""
+    resumed pass continues them (``run``: the pass's run under a failure budget; a pass without one,
+    which saves nothing, gets a run that is not tracked)."""
     failures = pipe._policy.new_pass(stage_label(pipe), pipe.failures)
-    if run is None:
-        return failures, -1
+    loaded = run.loaded or {}
+    failures.count = loaded.get("failures", 0)
+    run.budget = failures
     run.started = True
-    resume = run.resume or {}
-    failures.count = int(resume.get("failures", 0))
-    return failures, int(resume.get("next", 0)) - 1
+    return failures, loaded.get("next", 0) - 1
 
 
-def _budget_count(fail: Any) -> dict[str, int]:
-    """``{"failures": count}`` for a pass under a failure budget whose loop holds its failure
-    handler ``fail`` (:func:`_item_fail`), else nothing."""
-    failures = getattr(fail, "__self__", None)
-    if isinstance(failures, PassFailures) and failures.max_failures is not None:
-        return {"failures": failures.count}
-    return {}
-
-
-def _item_fail(pipe: Any, run: _pass.FrameRun) -> Callable[[Exception, int], None]:
+def _item_fail(pipe: Any, run: _LoopRun) -> Callable[[Exception, int], None]:
     """The failure handler of one pass of a per-item stage (``map(rng=)``, ``flatmap``), chosen when
     the pass starts and called in the loop's ``except`` block with the exception and the item's
     position: ``on_error="raise"`` adds the note naming the stage and raises the same object again,
     ``"skip"`` counts it in ``pipe.failures`` (raising the pass's ``ExceptionGroup`` past
-    ``max_failures``) and returns, and the loop goes on."""
+    ``max_failures``) and returns, and the loop goes on. Under a failure budget, ``run`` holds the
+    pass's failures (their count is saved), and a resumed pass goes on with the count it loaded."""
     label = stage_label(pipe)
     if pipe._policy.skips:
         failures = pipe._policy.new_pass(label, pipe.failures)
-        # a resumed pass goes on with the failures its budget counted (read back by _budget_count)
-        failures.count = int((run.resume or {}).get("failures", 0))
+        failures.count = (run.loaded or {}).get("failures", 0)
+        if failures.max_failures is not None:
+            run.budget = failures
         return failures.skip  # type: ignore[no-any-return]
 
     def fail(exc: Exception, position: int) -> None:

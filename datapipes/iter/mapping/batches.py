@@ -3,8 +3,9 @@ batches and yields the elements of what ``fn`` returns for each (torchdata 0.9's
 listed in its docstring); Collator [collate] turns each batch (a list of samples) into batched tensors.
 
 Checkpoint and resume (docs/howto/checkpoint.rst): ``collate`` keeps nothing (it is 1:1);
-``map_batches`` keeps the outputs left of the current batch, read when a state is taken, at no cost
-per item.
+``map_batches`` keeps the outputs left of the current batch: its loop writes the batch to the pass's
+run once per batch, with the iterator over the list or tuple ``fn`` returned for it, or else the
+count of outputs yielded before each ``yield``.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, TypeVar, overload
 
 from ..._runtime import passes as _pass
+from ..._runtime.validate import check_int, check_list
 from ..._collate import collate as default_collate
 from ..._engine import abandon
-from ..._positions import skip
+from ..._positions import remaining, skip
 from ...datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ...errors import add_stage_note, call_lines, raised_at
 from .._shared import _RELIES
-from ._shared import _Col, _check_cols, check_arity
+from ._shared import _Col, _check_cols, _LoopRun, check_arity, check_loop_state
 
 __all__ = ["BatchMapper", "Collator", "MapBatches"]
 
@@ -41,51 +43,82 @@ def _batch_fn(fn: Callable[[Any], Any], input_col: _Col) -> Callable[[list[Any]]
     return lambda batch: fn([row[input_col] for row in batch])
 
 
-def _outputs_state(*, n: int, out: Any, done: int, batch: Any) -> dict[str, Any]:
-    """A ``map_batches`` pass's state, between two outputs of one batch: the position of the next
-    batch and what is left of this one: its outputs left where ``fn`` returned a list or tuple,
-    else the batch and the count of outputs yielded (a resumed pass calls ``fn`` again)."""
-    state: dict[str, Any] = {"next": n + 1}
-    if type(out) is list or type(out) is tuple:
-        state["rest"] = list(out[done:])
-    else:
-        state.update(input=list(batch), done=done)
-    return state
+class _BatchesRun(_LoopRun):
+    """The position of a ``map_batches`` pass, between two outputs of one batch: the batch's
+    position (``n``) and the batch, written once per batch, and what is left of it: where ``fn``
+    returned a list or tuple, the iterator over it that the loop yields from (``rest``, a copy of
+    which lists the outputs left); else the count of outputs yielded (``done``), written before each
+    ``yield``, and a resumed pass calls ``fn`` on the batch again and skips them."""
+
+    __slots__ = ("n", "batch", "rest", "done")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+        self.batch: list[Any] = []
+        self.rest: Iterator[Any] | None = None
+        self.done = 0
+
+    def position(self) -> dict[str, Any]:
+        if self.rest is not None:
+            return {"next": self.n + 1, "rest": remaining(self.rest)}
+        return {"next": self.n + 1, "input": list(self.batch), "done": self.done}
+
+    def load(self, state: dict[str, Any]) -> None:
+        check_loop_state(state)
+        if "input" in state and "rest" not in state and "ended" not in state:
+            check_list(state, "input")
+            check_int(state, "done")
+        self.loaded = state
 
 
-def _map_batches(pipe: BatchMapper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
+def _map_batches(pipe: BatchMapper, it: Iterator[Any], run: _BatchesRun) -> Iterator[Any]:
     fn = _batch_fn(pipe.fn, pipe.input_col)
     size = pipe.batch_size
     run.started = True
-    resume = run.resume
-    # The position, read by _outputs_state: ``n`` (the batch whose outputs are yielded), ``batch``,
-    # ``out`` (what fn returned for it) and ``done`` (the outputs yielded).
+    loaded = run.loaded
+    # The position (see _BatchesRun): ``n`` (the batch whose outputs are yielded) and ``batch``,
+    # written to ``run`` as a batch starts, with the iterator over a list or tuple ``fn`` returned,
+    # or (any other iterable) ``done``, the outputs yielded, written before each output is yielded.
     n = 0
     batch: list[Any] = []
     try:
-        if resume is not None:
-            if "ended" in resume:
+        if loaded is not None:
+            if "ended" in loaded:
                 return
-            n = int(resume["next"])
-            if "rest" in resume or "input" in resume:
+            n = loaded["next"]
+            if "rest" in loaded or "input" in loaded:
                 n -= 1
-                if "rest" in resume:
-                    out, done = list(resume["rest"]), 0
+                if "rest" in loaded:
+                    rest = iter(list(loaded["rest"]))
+                    run.n, run.rest = n, rest
+                    for y in rest:
+                        yield y
                 else:
-                    batch, done = list(resume["input"]), int(resume["done"])
+                    batch, done = list(loaded["input"]), loaded["done"]
                     out = fn(batch)
                     out = iter(out)
                     skip(out, done)  # the outputs yielded before the state was taken
-                for y in out:
-                    done += 1
-                    yield y
+                    run.n, run.batch, run.done = n, batch, done
+                    for y in out:
+                        done += 1
+                        run.done = done
+                        yield y
                 n += 1
         while batch := list(islice(it, size)):
             out = fn(batch)
-            done = 0
-            for y in out:
-                done += 1
-                yield y
+            if type(out) is list or type(out) is tuple:  # its outputs left are read from the iterator
+                rest = iter(out)
+                run.n, run.batch, run.rest = n, batch, rest
+                for y in rest:  # (a for loop: ``yield from`` a list's iterator costs more per output)
+                    yield y
+            else:
+                run.n, run.batch, run.rest = n, batch, None
+                done = 0
+                for y in out:
+                    done += 1
+                    run.done = done
+                    yield y
             n += 1
             if len(batch) < size:
                 break  # the source has ended: it is not asked again
@@ -97,6 +130,9 @@ def _map_batches(pipe: BatchMapper, it: Iterator[Any], run: _pass.FrameRun) -> I
     except BaseException:
         abandon(it)
         raise
+    finally:
+        run.ended = True
+        run.batch, run.rest = [], None  # let go of the batch and its outputs with the pass
 
 
 _BATCH_FN_LINES = call_lines(_map_batches, "fn") | call_lines(_map_batches, "out")
@@ -176,8 +212,10 @@ class BatchMapper(IterDataPipe[U]):
         self.input_col = input_col
 
     def __iter__(self) -> Iterator[U]:
-        run = _pass.FrameRun(_outputs_state)
-        return _pass.track_generator(self, _map_batches(self, iter(self.datapipe), run), run)
+        it = iter(self.datapipe)
+        run = _BatchesRun()
+        _pass.track(self, run)
+        return _map_batches(self, it, run)
 
     def __len__(self) -> int:
         raise len_unknown(self, f"{type(self).__name__}'s {_RELIES}.", _RELIES)

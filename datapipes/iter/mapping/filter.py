@@ -1,7 +1,8 @@
 """Filter [filter]: keep the items for which a predicate returns True, on the consumer's thread.
 
 Checkpoint and resume (docs/howto/checkpoint.rst): a pass keeps nothing of its own (its position is
-its source's), except under a failure budget the failures counted.
+its source's), except under a failure budget the failures counted: its run then holds the pass's
+failures, and the loop writes the position of the item it keeps to the run before each ``yield``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ...datapipe import (
     stage_label,
 )
 from ...errors import WARN_FAILURES, _OnError, call_lines, policy_and_log
-from ._shared import _Col, _budget_start, _budget_state, _check_cols, _selected_fn, check_arity, serial_failed, taken_reader
+from ._shared import _Col, _budget_start, _BudgetRun, _check_cols, _selected_fn, check_arity, serial_failed, taken_reader
 
 __all__ = ["Filter"]
 
@@ -123,7 +124,8 @@ def _filter_told(pipe: Filter, it: Iterator[Any], taken: Callable[[], int]) -> I
         raise
 
 
-def _filter_skip(pipe: Filter, it: Iterator[Any], run: _pass.FrameRun | None = None) -> Iterator[Any]:
+def _filter_skip(pipe: Filter, it: Iterator[Any], run: _BudgetRun) -> Iterator[Any]:
+    """The loop under ``on_error="skip"``; ``run`` as in ``map``'s (``_map_skip``)."""
     fn, col = _filter_call(pipe)
     failures, n = _budget_start(pipe, run)
     try:
@@ -135,6 +137,7 @@ def _filter_skip(pipe: Filter, it: Iterator[Any], run: _pass.FrameRun | None = N
                 failures.skip(e, n)
                 continue
             if keep is True:
+                run.n = n
                 yield x
             elif keep is not False:  # a failure of this item, as if filter_fn had raised
                 failures.skip(_not_a_bool(pipe, keep, x, n), n)
@@ -143,6 +146,7 @@ def _filter_skip(pipe: Filter, it: Iterator[Any], run: _pass.FrameRun | None = N
         abandon(it)
         raise
     finally:
+        run.ended = True
         failures.end(n + 1)  # the summary of what this pass skipped (see datapipes.errors)
 
 
@@ -241,14 +245,15 @@ class Filter(IterDataPipe[T]):
 
     def __iter__(self) -> Iterator[T]:
         it = iter(self.datapipe)
-        if self._run is _filter_skip and self._policy.max_failures is not None:  # a budget: its count is saved
-            run = _pass.FrameRun(_budget_state)
-            return _pass.track_generator(self, _filter_skip(self, it, run), run)
-        if self._run is _filter_raise:
-            taken = taken_reader(it)
-            if taken is not None:
-                return _filter_told(self, it, taken)
-        return self._run(self, it)
+        if self._run is _filter_skip:
+            run = _BudgetRun(needs_next=False)
+            if self._policy.max_failures is not None:  # a budget: its count is saved
+                _pass.track(self, run)
+            return _filter_skip(self, it, run)
+        taken = taken_reader(it)
+        if taken is not None:
+            return _filter_told(self, it, taken)
+        return _filter_raise(self, it)
 
     def __len__(self) -> int:
         raise len_unknown(self, "how many items pass the filter is known only after iterating", NO_LEN)

@@ -3,8 +3,10 @@ serially, or concurrently on the engine (each item's outputs gathered into a lis
 concurrent pass also runs a ``map`` of a generator function (:mod:`.map`).
 
 Checkpoint and resume (docs/howto/checkpoint.rst): a serial pass saved between two outputs of one item
-resumes inside that item (its outputs left, or the item and the count of outputs yielded); a
-concurrent pass keeps the items in flight and the outputs of the current item not yet yielded.
+resumes inside that item (its outputs left, or the item and the count of outputs yielded): its loop
+hands the pass's run a function that reads its position (the item, what ``fn`` returned for it and
+the count of outputs yielded), so that it writes nothing per item or per output. A concurrent pass
+keeps the items in flight and the outputs of the current item not yet yielded.
 """
 
 from __future__ import annotations
@@ -14,21 +16,23 @@ from typing import Any, AsyncIterable, Callable, Iterable, Iterator, Literal, Ty
 
 from ..._runtime import passes as _pass, shares
 from ..._runtime.validate import check_engine, check_int, check_list
+from ..._positions import remaining
 from ..._engine import EngineRun, LoopRef, abandon, close_iterator, concurrent_map, is_async_callable, is_async_gen_callable, iterate_async, new_stats
 from ...datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_pipe, stage_label
 from ...errors import WARN_FAILURES, _OnError, policy_and_log
 from ._shared import (
     _Col,
     _Executor,
-    _budget_count,
     _check_cols,
     _check_concurrency,
     _end_pass,
     _item_fail,
+    _LoopRun,
     _no_op,
     _selected_fn,
     _stage_concurrency,
     check_arity,
+    check_loop_state,
 )
 
 __all__ = ["FlatMapper"]
@@ -43,10 +47,14 @@ U = TypeVar("U")
 _LIST_ITERATORS: tuple[type, ...] = (type(iter([])), type(iter(())))
 
 
-def _flatmap_state(*, n: int, out: Any, done: int, x: Any, fail: Any = None) -> dict[str, Any]:
-    """What a flatmap pass's generator holds when a state is taken (read by its
-    :class:`~datapipes._runtime.passes.FrameRun`; the loops keep it in locals and write nothing else): the
-    position of the source's next item (``next``) and, inside an item's outputs, what is left:
+class _FlatmapRun(_LoopRun):
+    """The position of a serial flatmap pass: the item whose outputs it yields (``n``, its position;
+    ``x``, the item; ``out``, what ``fn`` returned for it) and the outputs yielded (``done``), read
+    through ``where``, a function of the loop's that gives them (a closure over the loop's own
+    variables: nothing is written per item or per output; a store on the run for each would cost
+    the loop 10-15% of its time with a function that does little). The state holds the position of
+    the source's next item (``next``), the failures counted under a failure budget, and what is
+    left inside the item:
 
     - ``fn`` returned a list or tuple (or, with ``fn=None``, the item is one): the outputs left
       (``rest``: ``out[done:]``), which a resumed pass yields first;
@@ -55,63 +63,73 @@ def _flatmap_state(*, n: int, out: Any, done: int, x: Any, fail: Any = None) -> 
       resumed pass calls ``fn`` on the item again and skips that many, so ``fn`` must give the same
       outputs for the same item.
 
-    Costs the outputs left of one item, or one item. The loops count every output (``done += 1``,
-    a local: about 6 ns); telling lists from other iterables per item instead (a type check and an
-    ``iter()`` call) costs about 20 ns per item, more than the count up to about four outputs per
-    item and for every generator.
+    Costs the outputs left of one item, or one item. The loops count every output (``done += 1``:
+    about 6 ns); telling lists from other iterables per item instead (a type check and an ``iter()``
+    call) costs about 20 ns per item, more than the count up to about four outputs per item and for
+    every generator.
     """
-    state: dict[str, Any] = {"next": n + 1, **_budget_count(fail)}
-    if type(out) is list or type(out) is tuple:
-        state["rest"] = list(out[done:])
-    elif type(out) in _LIST_ITERATORS:
-        state["rest"] = _pass.remaining(out)
-    else:
-        state.update(input=x, done=done)
-    return state
+
+    __slots__ = ("where",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.where: Callable[[], tuple[int, Any, Any, int]] | None = None  # set as the loop starts
+
+    def position(self) -> dict[str, Any]:
+        n, x, out, done = self.where()  # type: ignore[misc]
+        state: dict[str, Any] = {"next": n + 1, **self.counted()}
+        if type(out) is list or type(out) is tuple:
+            state["rest"] = list(out[done:])
+        elif type(out) in _LIST_ITERATORS:
+            state["rest"] = remaining(out)
+        else:
+            state.update(input=x, done=done)
+        return state
+
+    def load(self, state: dict[str, Any]) -> None:
+        check_loop_state(state)
+        if "input" in state and "rest" not in state and "ended" not in state:
+            check_int(state, "done")
+        self.loaded = state
 
 
-def _check_flatmap_state(state: dict[str, Any], pipe: Any) -> None:
-    """The checks of a flatmap pass's state (beside :class:`~datapipes._runtime.passes.FrameRun`'s):
-    the next position, and inside an item the outputs left or the item and the count yielded."""
-    if "ended" in state:
-        return
-    check_int(state, "next")
-    if "input" in state and "rest" not in state:
-        check_int(state, "done")
-
-
-def _flatmap_resumed(resume: dict[str, Any], call: Callable[[Any], Iterable[Any]]) -> tuple[Any, Any, int]:
+def _flatmap_resumed(loaded: dict[str, Any], call: Callable[[Any], Iterable[Any]]) -> tuple[Any, Any, int]:
     """The item a resumed pass stopped inside: ``(item, its outputs left, the count yielded before)``."""
-    if "rest" in resume:
-        return None, list(resume["rest"]), 0
-    x, done = resume["input"], resume["done"]
+    if "rest" in loaded:
+        return None, list(loaded["rest"]), 0
+    x, done = loaded["input"], loaded["done"]
     out = iter(call(x))
     next(islice(out, done, done), None)  # skip the outputs yielded before the state was taken
     return x, out, done
 
 
-# Each loop keeps the locals _flatmap_state reads: ``n``, the position of the item whose outputs it
-# yields; ``x``, that item; ``out``, what fn returned for it; ``done``, the outputs yielded. A
-# resumed pass first yields what was left of its item.
+# Each loop hands its run ``where``, which reads its position (see _FlatmapRun): ``n``, the position
+# of the item whose outputs it yields; ``x``, that item; ``out``, what fn returned for it; ``done``,
+# the outputs yielded. A resumed pass first yields what was left of its item.
 
 
-def _flatmap(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
+def _flatmap(pipe: FlatMapper, it: Iterator[Any], run: _FlatmapRun) -> Iterator[Any]:
     if pipe.fn is not None:
         fn = _selected_fn(pipe.fn, pipe.input_col)
     else:  # the item, or its column(s), is the iterable (torchdata's no-op fn)
         fn = iter if pipe.input_col is None else _selected_fn(_no_op, pipe.input_col)
     fail = _item_fail(pipe, run)
+    loaded = run.loaded
+    n, x, out, done = -1, None, (), 0
+
+    def where() -> tuple[int, Any, Any, int]:
+        return n, x, out, done
+
+    run.where = where
     run.started = True
-    resume = run.resume
-    n = -1
     try:
-        if resume is not None:
-            if "ended" in resume:
+        if loaded is not None:
+            if "ended" in loaded:
                 return
-            n = resume["next"] - 1
-            if "rest" in resume or "input" in resume:
+            n = loaded["next"] - 1
+            if "rest" in loaded or "input" in loaded:
                 try:
-                    x, out, done = _flatmap_resumed(resume, fn)
+                    x, out, done = _flatmap_resumed(loaded, fn)
                     for y in out:
                         done += 1
                         yield y
@@ -131,6 +149,8 @@ def _flatmap(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> Iterat
         abandon(it)
         raise
     finally:
+        run.ended = True
+        run.where = None  # let go of the item and its outputs with the pass
         _end_pass(fail, n + 1)
 
 
@@ -138,22 +158,26 @@ def _async_outputs(fn: Callable[[Any], Any]) -> Callable[[Any], Iterator[Any]]:
     return lambda x: iterate_async(fn(x))
 
 
-def _flatmap_async(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> Iterator[Any]:
+def _flatmap_async(pipe: FlatMapper, it: Iterator[Any], run: _FlatmapRun) -> Iterator[Any]:
     fn = _selected_fn(cast("Callable[..., Any]", pipe.fn), pipe.input_col)  # the async loop runs only with a fn
     fail = _item_fail(pipe, run)
+    loaded = run.loaded
+    n, x, out, done = -1, None, None, 0
+
+    def where() -> tuple[int, Any, Any, int]:
+        return n, x, out, done
+
+    run.where = where
     run.started = True
-    resume = run.resume
-    n = -1
-    out = None
     try:
         with LoopRef():  # one loop reference for the pass: each item's generator reuses the running loop
-            if resume is not None:
-                if "ended" in resume:
+            if loaded is not None:
+                if "ended" in loaded:
                     return
-                n = resume["next"] - 1
-                if "input" in resume:
+                n = loaded["next"] - 1
+                if "input" in loaded:
                     try:
-                        x, out, done = _flatmap_resumed(resume, _async_outputs(fn))
+                        x, out, done = _flatmap_resumed(loaded, _async_outputs(fn))
                         for y in out:
                             done += 1
                             yield y
@@ -178,6 +202,8 @@ def _flatmap_async(pipe: FlatMapper, it: Iterator[Any], run: _pass.FrameRun) -> 
         abandon(it)
         raise
     finally:
+        run.ended = True
+        run.where = None  # let go of the item and its outputs with the pass
         _end_pass(fail, n + 1)
 
 
@@ -432,8 +458,10 @@ class FlatMapper(IterDataPipe[U]):
     def __iter__(self) -> Iterator[U]:
         if self._concurrent:
             return _flat_engine(self, iter(self.datapipe), _listing_fn(self.fn, self.input_col))
-        run = _pass.FrameRun(_flatmap_state, _check_flatmap_state)
-        return _pass.track_generator(self, self._run(self, iter(self.datapipe), run), run)
+        it = iter(self.datapipe)
+        run = _FlatmapRun()
+        _pass.track(self, run)
+        return self._run(self, it, run)
 
     def __len__(self) -> int:
         raise len_unknown(self, "FlatMapper's length relies on the output of its function (the number of outputs per "

@@ -9,8 +9,9 @@ The serial loops are bare generators chosen once at construction: no per-item br
 
 Checkpoint and resume (docs/howto/checkpoint.rst): a serial map keeps nothing of its own (its position
 is its source's), except with ``rng=`` the pass seed and the item's position, and under a failure
-budget the failures counted; a concurrent map's pass (``threadpool_map`` and ``async_map_batches``
-included) keeps the items in flight.
+budget the failures counted: its loop then writes the item's position to the pass's run before each
+``yield`` (one store per item), and the run holds the pass seed and the pass's failures. A concurrent
+map's pass (``threadpool_map`` and ``async_map_batches`` included) keeps the items in flight.
 """
 
 from __future__ import annotations
@@ -32,17 +33,18 @@ from ._shared import (
     _Executor,
     _Rng,
     _async_column_fn,
-    _budget_count,
     _budget_start,
-    _budget_state,
+    _BudgetRun,
     _check_cols,
     _check_concurrency,
     _column_rng_fn,
     _end_pass,
     _item_fail,
     _item_fn,
+    _LoopRun,
     _stage_concurrency,
     check_arity,
+    check_loop_state,
     one_to_one,
     serial_failed,
     taken_reader,
@@ -75,7 +77,6 @@ def _map_raise(pipe: Mapper, it: Iterator[Any]) -> Iterator[Any]:
         raise
 
 
-@one_to_one
 def _map_told(pipe: Mapper, it: Iterator[Any], taken: Callable[[], int]) -> Iterator[Any]:
     """``_map_raise`` over a source that tells its own position (``taken_reader``): nothing counted."""
     fn = _item_fn(pipe)
@@ -90,7 +91,9 @@ def _map_told(pipe: Mapper, it: Iterator[Any], taken: Callable[[], int]) -> Iter
         raise
 
 
-def _map_skip(pipe: Mapper, it: Iterator[Any], run: _pass.FrameRun | None = None) -> Iterator[Any]:
+def _map_skip(pipe: Mapper, it: Iterator[Any], run: _BudgetRun) -> Iterator[Any]:
+    """The serial loop under ``on_error="skip"``: ``run`` is the pass's under a failure budget (its
+    state saves the failures counted), else one that is not tracked (the pass saves nothing)."""
     fn = _item_fn(pipe)
     failures, n = _budget_start(pipe, run)
     try:
@@ -101,43 +104,47 @@ def _map_skip(pipe: Mapper, it: Iterator[Any], run: _pass.FrameRun | None = None
             except Exception as e:
                 failures.skip(e, n)
                 continue
+            run.n = n
             yield y
             x = y = None
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
     finally:
+        run.ended = True
         failures.end(n + 1)  # the summary of what this pass skipped (see datapipes.errors)
 
 
-def _seeded_state(*, seed: int, n: int, fail: Any = None) -> dict[str, Any]:
-    """A serial ``rng=`` map's position, read from its suspended generator: the pass seed and the
-    position of the next item (each item's generator derives from both)."""
-    return {"seed": seed, "next": n + 1, **_budget_count(fail)}
+class _SeededRun(_LoopRun):
+    """The position of a serial ``rng=`` map's pass: the pass seed and the position of the item last
+    handed out (``n``, which the loop writes before each ``yield``), each item's generator deriving
+    from both, and under a failure budget the failures counted. A pass resumed from a state that
+    has ended starts from its source's position with its own pass seed, as it always has."""
+
+    __slots__ = ("seed", "n")
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        self.seed = seed
+        self.n = -1
+
+    def position(self) -> dict[str, Any]:
+        return {"seed": self.seed, "next": self.n + 1, **self.counted()}
+
+    def load(self, state: dict[str, Any]) -> None:
+        check_loop_state(state)
+        if "next" in state:
+            self.seed = check_int(state, "seed", None, default=self.seed)  # absent: this pass's
+            self.n = state["next"] - 1
+        self.loaded = state
 
 
-def _check_map_state(state: dict[str, Any], pipe: Any) -> None:
-    """The checks of a serial map's state (beside :class:`~datapipes._runtime.passes.FrameRun`'s): the
-    position of the next item, which every state of it holds until the pass ends."""
-    if "ended" not in state:
-        check_int(state, "next")
-
-
-def _seeded_start(run: _pass.FrameRun, seed: int) -> tuple[int, int]:
-    """(seed, position of the first item) for a serial ``rng=`` map's pass, resumed or not."""
-    run.started = True
-    resume = run.resume
-    if resume is None or "next" not in resume:
-        return seed, 0
-    return int(resume.get("seed", seed)), int(resume["next"])
-
-
-def _map_seeded(pipe: Mapper, it: Iterator[Any], seed: int, run: _pass.FrameRun) -> Iterator[Any]:
+def _map_seeded(pipe: Mapper, it: Iterator[Any], run: _SeededRun) -> Iterator[Any]:
     fn = _column_rng_fn(pipe.fn, pipe.input_col, pipe.output_col) if pipe.input_col is not None else pipe.fn
     kind = cast(str, pipe.rng)  # the seeded loop runs only with rng= set
     fail = _item_fail(pipe, run)
-    seed, n = _seeded_start(run, seed)
-    n -= 1
+    run.started = True
+    seed, n = run.seed, run.n
     try:
         for x in it:
             n += 1
@@ -146,12 +153,14 @@ def _map_seeded(pipe: Mapper, it: Iterator[Any], seed: int, run: _pass.FrameRun)
             except Exception as e:
                 fail(e, n)
                 continue
+            run.n = n
             yield y
             x = y = None
     except BaseException:
         abandon(it)  # this frame names the upstream: release it now, not at collection
         raise
     finally:
+        run.ended = True
         _end_pass(fail, n + 1)
 
 
@@ -526,17 +535,20 @@ class Mapper(IterDataPipe[U]):
         if self._flattens:
             return _flat_engine(self, it, _listing_fn(self.fn, None))
         if self.rng is not None:
-            if self._run is _map_seeded:  # serial: a FrameRun reads it
-                run = _pass.FrameRun(_seeded_state, _check_map_state)
-                return _pass.track_generator(self, self._run(self, it, self._pass_seed(), run), run)
+            if self._run is _map_seeded:  # serial: its run saves the pass seed and the position
+                seeded = _SeededRun(self._pass_seed())
+                _pass.track(self, seeded)
+                return _map_seeded(self, it, seeded)
             return self._run(self, it, self._pass_seed())
-        if self._run is _map_skip and self._policy.max_failures is not None:  # a budget: its count is saved
-            run = _pass.FrameRun(_budget_state, _check_map_state)
-            return _pass.track_generator(self, _map_skip(self, it, run), run)
+        if self._run is _map_skip:
+            run = _BudgetRun()
+            if self._policy.max_failures is not None:  # a budget: its count is saved
+                _pass.track(self, run)
+            return _map_skip(self, it, run)
         if self._run is _map_raise:
             taken = taken_reader(it)
             if taken is not None:
-                return _map_told(self, it, taken)
+                return one_to_one(_map_told(self, it, taken), taken)
         return self._run(self, it)
 
     def __len__(self) -> int:
