@@ -194,7 +194,8 @@ def test_live_serial_counters_in_an_observed_pass():
 
 
 def test_two_concurrent_passes_keep_separate_statistics():
-    pipe = IterableWrapper(range(30)).map(square, concurrency=2).add_hook(Hook())
+    # items one by one (a window of 2 x 2 items): each pass has pulled only a few more than it yielded
+    pipe = IterableWrapper(range(30)).map(square, concurrency=2, chunksize=1).add_hook(Hook())
     a, b = iter(pipe), iter(pipe)
     for _ in range(5):
         next(a)

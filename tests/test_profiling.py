@@ -112,7 +112,8 @@ class TestEveryStage:
                 barrier.wait()  # both passes are running at once
             return x
 
-        pipe = IterableWrapper(range(1000)).map(gate, concurrency=2).map(abs)
+        # items one by one: a window of 2 x 2 items, which the figures of each pass must show
+        pipe = IterableWrapper(range(1000)).map(gate, concurrency=2, chunksize=1).map(abs)
         reports = {}
 
         def run(n):

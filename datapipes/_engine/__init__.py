@@ -64,7 +64,9 @@ def _kind(fn: Callable[[Any], Any], executor: str | Executor) -> str:
 
 def window(concurrency: int) -> int:
     """How many items a thread, executor or async stage keeps pulled ahead of its consumer (running
-    or queued for a worker); a process stage keeps as many chunks.
+    or queued for a worker), or chunks where its backend hands items over in chunks (a thread stage
+    sizes them from ``fn``'s cost, an executor stage takes ``chunksize``); a process stage keeps as
+    many chunks.
 
     ``2 * concurrency``: per worker, one item running and one queued, so a worker that finishes
     takes its next item at once instead of idling until the consumer's thread submits one; for an
@@ -139,13 +141,12 @@ def concurrent_map(
     elif concurrency == 0:
         backend = InlineWorkers(fn)
     else:
-        backend = ThreadWorkers(fn, concurrency, label, timeout)
+        backend = ThreadWorkers(fn, concurrency, label, timeout, chunksize, fail_fast=not policy.skips)
     if hooks:
         backend = _Positioned(backend)
     if tune is not None:
         tune(stats, run, backend)
-    ahead = window(max(1, concurrency)) * ((chunksize or 1) if kind == "executor" else 1)  # executor: in chunks
-    return run_stage(backend, source, ahead, on_fail, count, stats, run, ordered)
+    return run_stage(backend, source, window(max(1, concurrency)), on_fail, count, stats, run, ordered)
 
 
 def _hooked_fn(fn: Callable[[Any], Any], stats: StageStats, hooks: Any, is_async: bool) -> Callable[[Any], Any]:
@@ -201,6 +202,14 @@ class _Positioned:
         self.submit: Callable[[tuple[int, Any]], None] = lambda job: put((job[0], job))
         self.get = inner.get
         self.ready = inner.ready
+
+    @property
+    def chunk(self) -> int:
+        return self.inner.chunk  # type: ignore[no-any-return]
+
+    @property
+    def records(self) -> Any:
+        return self.inner.records
 
     def resize(self, n: int) -> None:
         self.inner.resize(n)

@@ -173,6 +173,9 @@ class AsyncWorkers(Closeable):
     :meth:`resize` changes ``n`` while the stage runs (from any thread).
     """
 
+    chunk = 1  # items go one by one (in batches the loop takes, see above)
+    records = None  # the consumer waits in get() for each record
+
     kind = "async"
 
     def __init__(self, fn: Callable[[Any], Any], n: int, label: str, timeout: float | None = None) -> None:

@@ -8,9 +8,14 @@ states it for type checkers:
   them (idempotent);
 - ``backend.submit((i, x))`` hands item ``x`` at input position ``i`` to the workers;
 - ``backend.get()`` blocks until one result record ``(i, ok, value)`` is ready (``ok`` false: ``value``
-  is the exception ``fn`` raised, caught as ``BaseException`` in the worker);
+  is the exception ``fn`` raised, caught as ``BaseException`` in the worker); ``backend.records``,
+  where it is not ``None``, is the deque of the records ready now, which the loop takes without
+  calling ``get`` (only the consumer's thread takes from it; a backend without one makes the loop
+  call ``get``, and time it, for every record);
 - ``backend.ready()`` tells how many records are waiting (a statistics sample);
-- ``backend.busy`` is the list of per-worker busy-time accumulators.
+- ``backend.busy`` is the list of per-worker busy-time accumulators;
+- ``backend.chunk`` is how many items the backend hands its workers at once (it may change as the
+  pass runs): the window counts chunks, so ``window * chunk`` items are kept in flight.
 
 The loops pull the source lazily on the consumer's thread (so upstream generators are never touched
 by two threads), keep at most ``window`` items in flight (pulled and not yet handed to the consumer),
@@ -43,11 +48,17 @@ class Backend(Protocol):
 
     busy: list[float]
 
+    @property
+    def chunk(self) -> int: ...
+
     def start(self) -> None: ...
 
     def submit(self, job: tuple[int, Any], /) -> None: ...
 
     def get(self) -> tuple[int, bool, Any]: ...
+
+    @property
+    def records(self) -> deque[tuple[int, bool, Any]] | None: ...
 
     def ready(self) -> int: ...
 
@@ -206,12 +217,14 @@ def run_stage(
     run: EngineRun | None = None,
     ordered: bool = True,
 ) -> Iterator[Any]:
-    """Yield ``fn(x)`` for each source item, ``window`` items in flight at most: in source order
-    (``ordered``: a result that comes early waits in a stash for its turn), or in completion order
-    (no head-of-line blocking: a slow item delays only itself).
+    """Yield ``fn(x)`` for each source item, ``window`` chunks of ``backend.chunk`` items in flight
+    at most: in source order (``ordered``: a result that comes early waits in a stash for its turn),
+    or in completion order (no head-of-line blocking: a slow item delays only itself).
 
-    Bound: when the consumer holds its ``k``-th result, at most ``k + 1 + window`` items have been
-    pulled from the source (``window`` pulled ahead of the consumer).
+    Bound: when the consumer holds its ``k``-th result, at most ``k + 1 + window * chunk`` items
+    have been pulled from the source (``window`` chunks pulled ahead of the consumer; ``chunk`` is
+    1 where the backend takes items one by one, and at most
+    :data:`~datapipes._engine.threads.MAX_CHUNK` for a thread stage sizing its own).
     """
     n_in = n_out = 0
     clock = time.perf_counter
@@ -227,7 +240,7 @@ def run_stage(
             run.window = window
         backend.start()
         stats.begin(backend.busy, run.live(count))
-        submit, get, ready = backend.submit, backend.get, backend.ready
+        submit, get, ready, records = backend.submit, backend.get, backend.ready, backend.records
         deferred: BaseException | None = None
         more = True
         while n_in - first < run.window:
@@ -246,32 +259,44 @@ def run_stage(
             run.pulled = n_in
         rec: Any = None
         while n_out < n_in:
-            rec = stash.pop(n_out, _MISSING) if ordered else _MISSING
-            if rec is _MISSING:
-                t = clock()
-                rec = get()
-                while ordered and rec[0] != n_out:
+            rec = stash.pop(n_out, None) if stash else None  # the stash stays empty in completion order
+            if rec is None:
+                while records:  # the records ready: no wait to time
+                    rec = records.popleft()
+                    if not ordered or rec[0] == n_out:
+                        break
                     stash[rec[0]] = rec
+                    rec = None
+                if rec is None:
+                    t = clock()
                     rec = get()
-                stats.wait_s += clock() - t
-            stats.fill_sum += len(stash) + ready()  # the stash stays empty in completion order
-            stats.fill_samples += 1
-            while more and n_in - n_out <= run.window:  # one item per item taken; more after the window grew
-                t = clock()
-                try:
-                    x = next(src, _END)
-                except Exception as e:
-                    deferred, x = e, _END
-                stats.source_s += clock() - t
-                if x is _END:
-                    more = False
-                else:
-                    inputs[n_in] = x
-                    submit((n_in, x))
-                    n_in += 1
+                    while ordered and rec[0] != n_out:
+                        stash[rec[0]] = rec
+                        rec = get()
+                    stats.wait_s += clock() - t
+            if more:
+                chunk = backend.chunk
+                ahead = run.window * chunk
+                if n_in - n_out + chunk <= ahead + 1:
+                    # room for one more item per item taken (one by one), or a chunk's worth at once
+                    stats.fill_sum += len(stash) + ready()
+                    stats.fill_samples += 1
+                    t = clock()
+                    while n_in - n_out <= ahead:  # more after the window grew
+                        try:
+                            x = next(src, _END)
+                        except Exception as e:
+                            deferred, x = e, _END
+                        if x is _END:
+                            more = False
+                            break
+                        inputs[n_in] = x
+                        submit((n_in, x))
+                        n_in += 1
+                    stats.source_s += clock() - t
+                    run.pulled = n_in
             n_out += 1
             del inputs[rec[0]]
-            run.pulled = n_in
             if rec[1]:
                 yield rec[2]
             else:

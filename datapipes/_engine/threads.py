@@ -1,13 +1,21 @@
 """Thread backends: our own worker threads, and an executor the user built.
 
-Workers block on a queue and stop on a sentinel (no polling). A worker catches whatever ``fn``
+Workers block on a queue and stop on a sentinel. A worker catches whatever ``fn``
 raises into its result record, and the consumer re-raises the very same object.
+
+Our threads take items in *chunks* (lists of jobs; one queue put, one wake-up and one result list
+per chunk), sized from the measured cost of ``fn`` so that a chunk holds about
+:data:`CHUNK_TARGET_S` of work: one item where ``fn`` takes a millisecond or more (an I/O wait, a
+decode), dozens where it takes microseconds. Handing over items one by one costs two cross-thread
+wake-ups per item, which on a free-threaded interpreter, where the workers really run in parallel,
+cost more than a 20 us item (docs/performance.rst, "Free-threaded CPython").
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import sys
 import threading
 from collections import deque
 import time
@@ -18,13 +26,103 @@ from typing import Any, Callable
 from ._procworker import portable
 from .lifecycle import Closeable
 
-__all__ = ["ThreadWorkers", "ExecutorWorkers", "InlineWorkers", "JOIN_GRACE_S"]
+__all__ = ["ThreadWorkers", "ExecutorWorkers", "InlineWorkers", "JOIN_GRACE_S", "CHUNK_TARGET_S", "MAX_CHUNK"]
 
 #: How long ``close()`` waits for workers to exit. An idle worker exits at once; one still inside
 #: ``fn`` exits as soon as ``fn`` returns, on its own (it is a daemon thread).
 JOIN_GRACE_S = 1.0
 
 _STOP = object()  # worker sentinel
+
+#: Seconds of ``fn``'s work an automatically sized chunk of a thread stage aims at. A chunk costs
+#: two wake-ups (tens of microseconds on a busy machine), so 1 ms keeps them to a few percent, and
+#: an ordered stage waits at most about that long for the rest of the chunk of its next item.
+CHUNK_TARGET_S = 0.001
+#: The most items in an automatically sized chunk: with the window of ``2 * concurrency`` chunks,
+#: a cheap ``fn`` keeps at most ``128 * concurrency`` items in flight.
+MAX_CHUNK = 64
+#: The most bytes of items (as :func:`approx_nbytes` estimates them) an automatic chunk holds: a
+#: cheap ``fn`` over large items (arrays, images, blobs) keeps them one by one.
+MAX_CHUNK_BYTES = 4 << 20
+#: The weight of a finished chunk in the moving average of ``fn``'s cost per item.
+_SMOOTHING = 0.25
+#: How often a consumer waiting on chunks of several items looks for the records already done (a
+#: chunk wakes it only once it is finished).
+_POLL_S = 0.002
+
+
+def approx_nbytes(x: Any) -> int:
+    """A cheap estimate of the memory an item holds: its ``nbytes`` (numpy arrays, torch tensors),
+    its size for bytes-like and strings, the sum of those of its values one level down (a dict
+    sample, a tuple), else ``sys.getsizeof``. Never raises."""
+    try:
+        n = getattr(x, "nbytes", None)
+        if isinstance(n, int):
+            return n
+        if isinstance(x, (bytes, bytearray, memoryview, str)):
+            return len(x)
+        if isinstance(x, dict):
+            parts: Any = list(x.values())[:16]
+        elif isinstance(x, (list, tuple)):
+            parts = x[:16]
+        else:
+            return sys.getsizeof(x)
+        total = sys.getsizeof(x)
+        for v in parts:
+            n = getattr(v, "nbytes", None)
+            total += n if isinstance(n, int) else len(v) if isinstance(v, (bytes, bytearray, str)) else sys.getsizeof(v)
+        return total
+    except Exception:  # noqa: BLE001 - an estimate: an item whose attributes fail counts as small
+        return 0
+
+
+def chunk_for(cost: float, item: Any) -> int:
+    """Items per automatically sized chunk, ``fn`` taking ``cost`` seconds an item (0: not
+    measured yet, one item) and ``item`` the chunk's first: :data:`CHUNK_TARGET_S` of work, at most
+    :data:`MAX_CHUNK` items and :data:`MAX_CHUNK_BYTES`."""
+    if cost <= 0.0:
+        return 1
+    n = min(MAX_CHUNK, int(CHUNK_TARGET_S / cost))
+    if n > 1:
+        n = min(n, MAX_CHUNK_BYTES // max(1, approx_nbytes(item)))
+    return max(1, n)
+
+
+def _chunk_worker(inq: Any, done: deque[Any], ready: threading.Event, fn: Callable[[Any], Any], busy: list[float],
+                  slot: int, cost: list[float], halt: list[bool], fail_fast: bool) -> None:
+    """A worker taking chunks (lists of jobs) from ``inq``. Each record goes onto ``done`` as soon as
+    its item is done (no wake-up: the consumer takes it the next time it looks), and ``ready`` is set
+    once a chunk (a wake-up for a consumer waiting on it). So an item that blocks never holds back
+    the records of the items before it in its chunk: a consumer waiting on a chunk looks again every
+    :data:`_POLL_S` seconds.
+
+    ``cost[0]``: the seconds an item takes, a moving average over the chunks the workers finished
+    (read to size the next chunks; one item failing at once does not make a chunk of 64). A chunk
+    stops early once ``halt[0]`` is set (the pool is closing: the rest is not wanted), and at its
+    first failure with ``fail_fast`` (the pass raises it: the items after it would be thrown away)
+    or at a ``BaseException`` that is not an ``Exception`` (an interrupt)."""
+    get, add, clock, wake = inq.get, done.append, time.perf_counter, ready.set
+    while True:
+        jobs = get()
+        if jobs is _STOP:
+            return
+        t = clock()
+        n = 0
+        for i, x in jobs:
+            n += 1
+            try:
+                add((i, True, fn(x)))
+            except BaseException as e:  # noqa: BLE001 - the consumer re-raises it, KeyboardInterrupt included
+                add((i, False, e))
+                if fail_fast or not isinstance(e, Exception):
+                    break
+            if halt[0]:
+                break
+        took = clock() - t
+        busy[slot] += took
+        cost[0] += (took / n - cost[0]) * (_SMOOTHING if cost[0] else 1.0)
+        wake()
+        jobs = x = None
 
 
 def _worker(inq: Any, outq: Any, fn: Callable[[Any], Any], busy: list[float], slot: int) -> None:
@@ -78,8 +176,10 @@ def _join(threads: list[threading.Thread], grace: float) -> None:
             t.join(max(0.0, deadline - time.monotonic()))
 
 
-def _shutdown(inq: Any, threads: list[threading.Thread], abandoned: list[bool]) -> None:
-    # Cancel queued work, then one sentinel per worker that may still take a job.
+def _shutdown(inq: Any, threads: list[threading.Thread], abandoned: list[bool], halt: list[bool]) -> None:
+    # Cancel queued work (and the rest of the chunks being run), then one sentinel per worker that
+    # may still take a job.
+    halt[0] = True
     while True:
         try:
             inq.get_nowait()
@@ -94,6 +194,13 @@ def _shutdown(inq: Any, threads: list[threading.Thread], abandoned: list[bool]) 
 class ThreadWorkers(Closeable):
     """``n`` daemon threads calling ``fn`` on submitted items (the default backend).
 
+    ``chunksize``: items per chunk a worker takes at once; ``None`` sizes each chunk from the measured
+    cost of ``fn`` and its first item (:func:`chunk_for`: one item until an item has been timed). ``chunk`` is the
+    size in force, which the consumer's loop multiplies its window by (a window of chunks). A chunk
+    is handed to the workers when it is full, or when the consumer waits and nothing is ready.
+    With ``timeout``, items go one by one (a deadline is an item's). ``fail_fast``: the pass raises
+    its first failure (no ``on_error="skip"``), so a chunk stops there.
+
     With ``timeout``, :meth:`get` gives up on an item that has been inside ``fn`` longer than
     ``timeout`` seconds: it returns a failure record holding a :class:`TimeoutError` naming the stage
     and the item's position, abandons the stuck worker (a daemon thread that drops its result and
@@ -105,12 +212,25 @@ class ThreadWorkers(Closeable):
 
     kind = "thread"
 
-    def __init__(self, fn: Callable[[Any], Any], n: int, label: str, timeout: float | None = None) -> None:
+    def __init__(self, fn: Callable[[Any], Any], n: int, label: str, timeout: float | None = None,
+                 chunksize: int | None = None, fail_fast: bool = False) -> None:
         self.fn = fn
         self.n = n
         self.label = label
         self.timeout = timeout
         self.busy: list[float] = [0.0] * n
+        #: items per chunk: fixed (``chunksize``; 1 under a timeout), or sized as items are timed
+        self.chunk = 1 if timeout is not None else (chunksize or 1)
+        self._auto = timeout is None and chunksize is None
+        self._cost = [0.0]  # seconds per item, averaged over the chunks the workers finished
+        self._halt = [False]  # set as the pool closes: chunks being run stop after their current item
+        self._fail_fast = fail_fast  # a chunk stops at its first failure (the pass raises it)
+        self._buffer: list[tuple[int, Any]] = []  # the chunk being filled
+        self._done: deque[tuple[int, bool, Any]] = deque()  # records of chunked items, as they are done
+        #: the records ready, taken by the consumer without get() (chunked), or None (one by one)
+        self.records: deque[tuple[int, bool, Any]] | None = None
+        self._ready = threading.Event()  # set by a worker that finished a chunk
+        self._several = False  # whether a chunk of several items has been handed over
         self._threads: list[threading.Thread] = []
         self._abandoned: list[bool] = []
         self._running: list[Any] = []
@@ -120,12 +240,20 @@ class ThreadWorkers(Closeable):
     def start(self) -> None:
         self._inq: Any = queue.SimpleQueue()
         self._outq: Any = queue.SimpleQueue()
-        self.submit = self._inq.put
-        self.ready = self._outq.qsize
-        if self.timeout is None:
-            # the queue's own get shadows the timed method on purpose (no deadline bookkeeping)
-            self.get = self._outq.get  # type: ignore[method-assign]
-        self._finalizer = weakref.finalize(self, _shutdown, self._inq, self._threads, self._abandoned)
+        self.submit: Callable[[tuple[int, Any]], None]
+        if self._chunked:
+            done = self._done
+            self.submit = self._submit_chunk
+            self.get = self._get_chunk  # type: ignore[method-assign]
+            self.records = done
+            self.ready = done.__len__
+        else:
+            self.submit = self._inq.put
+            self.ready = self._outq.qsize
+            if self.timeout is None:
+                # the queue's own get shadows the timed method on purpose (no deadline bookkeeping)
+                self.get = self._outq.get  # type: ignore[method-assign]
+        self._finalizer = weakref.finalize(self, _shutdown, self._inq, self._threads, self._abandoned, self._halt)
         for _ in range(self.n):
             self._spawn()
 
@@ -135,9 +263,13 @@ class ThreadWorkers(Closeable):
             self.busy.append(0.0)
         self._abandoned.append(False)
         self._running.append(None)
-        if self.timeout is None:
-            args: tuple[Any, ...] = (self._inq, self._outq, self.fn, self.busy, slot)
-            target: Callable[..., None] = _worker
+        if self._chunked:
+            args: tuple[Any, ...] = (self._inq, self._done, self._ready, self.fn, self.busy, slot, self._cost,
+                                     self._halt, self._fail_fast)
+            target: Callable[..., None] = _chunk_worker
+        elif self.timeout is None:
+            args = (self._inq, self._outq, self.fn, self.busy, slot)
+            target = _worker
         else:
             args = (self._inq, self._outq, self.fn, self.busy, slot, self._running, self._abandoned, self._lock)
             target = _timed_worker
@@ -175,6 +307,40 @@ class ThreadWorkers(Closeable):
         if detached is not None:
             _, shutdown, args, _ = detached
             shutdown(*args)
+        self._buffer = []
+        self._done.clear()
+
+    @property
+    def _chunked(self) -> bool:
+        return self._auto or self.chunk > 1
+
+    def _submit_chunk(self, job: tuple[int, Any]) -> None:
+        buffer = self._buffer
+        if not buffer and self._auto:  # a new chunk: sized from the cost measured so far and its first item
+            self.chunk = chunk_for(self._cost[0], job[1])
+        buffer.append(job)
+        if len(buffer) >= self.chunk:
+            self._send()
+
+    def _send(self) -> None:
+        """Hand the chunk being filled to the workers."""
+        buffer = self._buffer
+        if len(buffer) > 1:
+            self._several = True
+        self._inq.put(buffer)
+        self._buffer = []
+
+    def _get_chunk(self) -> tuple[int, bool, Any]:
+        done, ready = self._done, self._ready
+        while True:
+            ready.clear()  # before looking: a chunk finished from here on sets it again
+            if done:
+                return done.popleft()
+            if self._buffer:  # the consumer is about to wait: hand over the chunk being filled
+                self._send()
+            # a chunk of several items wakes the consumer once it is finished: until then, look again
+            # now and then for the records of its items already done (an item may block for long)
+            ready.wait(_POLL_S if self._several else None)
 
     def _spawn_more(self) -> None:
         # A worker stopped by a sentinel leaves its slot; a new one takes a fresh slot (slots index
@@ -214,11 +380,13 @@ class InlineWorkers(Closeable):
     pass's thread budget left no worker thread (see ``set_budget``)."""
 
     kind = "inline"
+    chunk = 1
 
     def __init__(self, fn: Callable[[Any], Any]) -> None:
         self.fn = fn
         self.busy: list[float] = [0.0]
         self._done: deque[tuple[int, bool, Any]] = deque()
+        self.records = self._done  # each submit leaves its record here: the consumer takes it without get()
         self._finalizer: weakref.finalize | None = None
 
     def start(self) -> None:
@@ -288,6 +456,8 @@ class ExecutorWorkers(Closeable):
         self.executor = executor
         self.label = label
         self.chunksize = chunksize
+        self.chunk = chunksize or 1  # items per task: the consumer's window counts tasks
+        self.records = None  # the consumer waits in get() for each record
         self.timeout = timeout
         self.busy: list[float] = [0.0]
         self._finalizer: weakref.finalize | None = None

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
+from concurrent.futures import Executor
 from itertools import chain, islice
 from operator import length_hint
 from typing import Any, Callable, Iterator, Literal, overload
@@ -454,9 +455,9 @@ def _tokenize_serial(pipe: TokenizerStage, it: Iterator[Any], run: _TokenizeRun,
 def _tokenize_engine(pipe: TokenizerStage, it: Iterator[Any], run: _TokenizeRun, stats: StageStats,
                      label: str, encode: Callable[[list[str]], Any], concurrency: int, tune: Any) -> Iterator[Any]:
     src = _source(run, it)
-    # One batch per chunk sent to a worker process (a batch is work enough for a message), so that
-    # at most 2 * concurrency batches are in flight there too, as on threads (the bound a state keeps).
-    chunksize = 1 if pipe.executor == "process" else None
+    # One batch per chunk sent to a worker thread or process (a batch is work enough for a hand-over),
+    # so that at most 2 * concurrency batches are in flight (the bound a state keeps).
+    chunksize = None if isinstance(pipe.executor, Executor) else 1
     results = concurrent_map(
         _batches(pipe, src, run, label), encode, label=label, concurrency=concurrency, executor=pipe.executor,
         chunksize=chunksize, stats=stats, run=_DocCounts(run), hooks=shares.task_hooks(pipe), tune=tune, owner=pipe,

@@ -117,9 +117,10 @@ class TestChunks:
                 list(IterableWrapper(range(4)).map(raises_unpicklable, concurrency=2, executor=executor, chunksize=2))
         assert "the original exception could not be pickled" in info.value.__notes__[0]
 
-    def test_threads_take_no_chunksize(self):
-        with pytest.raises(ValueError, match="Mapper: chunksize applies with executor='process' or an Executor"):
-            IterableWrapper(range(3)).map(square, concurrency=2, chunksize=4)
+    def test_threads_take_chunks_but_not_with_a_timeout(self):
+        assert list(IterableWrapper(range(30)).map(square, concurrency=2, chunksize=4)) == [square(x) for x in range(30)]
+        with pytest.raises(ValueError, match="Mapper: a timeout applies to one item"):
+            IterableWrapper(range(3)).map(square, concurrency=2, chunksize=4, timeout=1)
 
 
 @pytest.fixture

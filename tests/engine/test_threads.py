@@ -12,6 +12,7 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 import pytest
 
 from datapipes._engine import ThreadWorkers, concurrent_map
+from datapipes._engine.threads import CHUNK_TARGET_S, MAX_CHUNK, MAX_CHUNK_BYTES, approx_nbytes
 from datapipes.iter import IterableWrapper, Mapper
 from datapipes.testing import check_datapipe, same_multiset
 
@@ -82,20 +83,90 @@ class TestConcurrentMapper:
     def test_bounded_pulls_from_unbounded_source(self, ordered, concurrency):
         src = CountingSource()
         it = iter(IterableWrapper(src).map(lambda x: x, concurrency=concurrency, ordered=ordered, timeout=5
-                                           if concurrency == 1 else None))
+                                           if concurrency == 1 else None, chunksize=1))
         for consumed in range(1, 1001):
             next(it)
             assert consumed <= src.pulled <= consumed + 2 * concurrency, (consumed, src.pulled)
         it.close()
         assert src.pulled <= 1000 + 2 * concurrency
 
+    @pytest.mark.parametrize("ordered", [True, False])
+    @pytest.mark.parametrize("chunksize", [None, 5])
+    def test_bounded_pulls_in_chunks(self, ordered, chunksize):
+        """A window of 2 * concurrency chunks: of MAX_CHUNK items at most when sized automatically."""
+        src = CountingSource()
+        it = iter(IterableWrapper(src).map(lambda x: x, concurrency=3, ordered=ordered, chunksize=chunksize))
+        bound = 2 * 3 * (chunksize or MAX_CHUNK)
+        for consumed in range(1, 3001):
+            next(it)
+            assert consumed <= src.pulled <= consumed + bound, (consumed, src.pulled)
+        it.close()
+        assert src.pulled <= 3000 + bound
+
     def test_backpressure_slow_consumer_stops_source(self):
         src = CountingSource()
-        it = iter(IterableWrapper(src).map(lambda x: x, concurrency=4))
+        it = iter(IterableWrapper(src).map(lambda x: x, concurrency=4, chunksize=1))
         next(it)
         time.sleep(0.05)
         assert src.pulled == 1 + 2 * 4  # one item running and one queued per worker
         it.close()
+
+    def test_backpressure_in_chunks_stops_source(self):
+        src = CountingSource()
+        it = iter(IterableWrapper(src).map(lambda x: x, concurrency=4, chunksize=3))
+        next(it)
+        time.sleep(0.05)
+        assert src.pulled == 1 + 2 * 4 * 3  # two chunks of 3 per worker
+        it.close()
+
+    def test_chunks_are_sized_from_the_cost_of_fn(self):
+        """Cheap items go in chunks (to MAX_CHUNK), items of a millisecond or more one by one, and
+        large items one by one whatever their cost."""
+        def slow(x):
+            time.sleep(CHUNK_TARGET_S * 2)
+            return x
+
+        for fn, items, expected in [(lambda x: x, range(2000), MAX_CHUNK), (slow, range(30), 1),
+                                    (len, [b"x" * MAX_CHUNK_BYTES] * 200, 1)]:
+            w = ThreadWorkers(fn, 2, "S")
+            w.start()
+            try:
+                sizes = []
+                for i, x in enumerate(items):
+                    w.submit((i, x))
+                    sizes.append(w.chunk)
+                    if i % 10 == 9:  # the consumer waits: what was buffered goes, and every result comes back
+                        for _ in range(10):
+                            w.get()
+                assert sizes[0] == 1 and sizes[-1] == expected, (fn, sizes[-5:])
+            finally:
+                w.close()
+
+    def test_approx_nbytes(self):
+        np = pytest.importorskip("numpy")
+        assert approx_nbytes(np.zeros(1000, dtype=np.float64)) == 8000
+        assert approx_nbytes(b"x" * 100) == 100
+        assert approx_nbytes({"image": np.zeros(10, np.uint8), "label": 3}) >= 10
+        assert approx_nbytes(("a" * 50, np.zeros(100, np.uint8))) >= 150
+
+        class Hostile:
+            @property
+            def nbytes(self):
+                raise RuntimeError("no")
+
+        assert approx_nbytes(Hostile()) == 0
+
+    def test_a_chunk_fails_item_by_item(self):
+        def fn(x):
+            if x % 7 == 3:
+                raise KeyError(x)
+            return x
+
+        out = list(IterableWrapper(range(100)).map(fn, concurrency=2, chunksize=8, on_error="skip"))
+        assert out == [x for x in range(100) if x % 7 != 3]
+        with pytest.raises(KeyError) as info:
+            list(IterableWrapper(range(100)).map(fn, concurrency=2, chunksize=8))
+        assert "at item 3" in info.value.__notes__[0]
 
     def test_same_exception_object_with_note_and_traceback(self):
         made = []
@@ -263,10 +334,10 @@ class TestConcurrentMapper:
 
         got = []
         with pytest.raises(KeyboardInterrupt):
-            for y in IterableWrapper(gen()).map(lambda x: x, concurrency=3):
+            for y in IterableWrapper(gen()).map(lambda x: x, concurrency=3, chunksize=1):
                 got.append(y)
         # Not deferred: the interrupt stops the pass when item 10 is pulled, which happens (6 items in
-        # flight with 3 workers) just before item 4 would be yielded.
+        # flight with 3 workers taking one item at a time) just before item 4 would be yielded.
         assert got == [0, 1, 2, 3]
 
     def test_keyboard_interrupt_delivered_while_consumer_waits(self):
@@ -357,7 +428,7 @@ class TestConcurrentMapper:
             ({"timeout": 0}, ValueError, "Mapper: timeout must be > 0, got 0"),
             ({"timeout": "1"}, TypeError, "Mapper: timeout must be a number of seconds or None, got str"),
             ({"timeout": 1, "executor": "process"}, ValueError, "timeout needs executor='thread'"),
-            ({"chunksize": 4}, ValueError, "chunksize applies with executor='process' or an Executor"),
+            ({"chunksize": 4, "timeout": 1}, ValueError, "a timeout applies to one item"),
             ({"chunksize": 0, "executor": "process"}, ValueError, "chunksize must be >= 1"),
             ({"rng": "mt"}, ValueError, "Mapper: rng must be None, 'python', 'numpy' or 'torch', got 'mt'"),
         ],

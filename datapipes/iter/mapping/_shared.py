@@ -205,13 +205,17 @@ def _check_concurrency(stage: str, fn: Any, concurrency: Any, ordered: Any, exec
             raise ValueError(f"{stage}: timeout needs executor='thread' (a stuck worker is abandoned) or an "
                              f"Executor (a late task is cancelled), got executor={executor!r}")
     require_int(chunksize, stage, "chunksize", minimum=1, optional=True)
-    if chunksize is not None and executor == "thread":
-        raise ValueError(f"{stage}: chunksize applies with executor='process' or an Executor (items per task), "
-                         f"got executor={executor!r}")
     check_rng(rng, stage)
     if is_async_callable(fn) and executor != "thread":
         raise ValueError(f"{stage}: an async fn runs on the engine's event loop; executor must be 'thread' "
                          f"(the default), got {executor!r}")
+    if chunksize is not None and chunksize > 1 and executor == "thread":
+        if timeout is not None:
+            raise ValueError(f"{stage}: a timeout applies to one item, so a thread stage with a timeout takes "
+                             f"items one by one; got chunksize={chunksize!r} with timeout={timeout!r}")
+        if is_async_callable(fn):
+            raise ValueError(f"{stage}: chunksize applies to worker threads and processes; an async fn runs "
+                             f"on the event loop, got chunksize={chunksize!r}")
 
 
 def _no_op(*args: Any) -> Any:

@@ -310,9 +310,12 @@ class Mapper(IterDataPipe[U]):
             submission (its wait in the executor's queue included) and a late task is cancelled
             where it has not started: a stage whose tasks cannot be scheduled fails instead of
             hanging.
-        chunksize: with ``executor="process"``, items per message; ``None`` picks it from the measured
-            cost of ``fn`` (about 10 ms of work per chunk, ``N / 400`` seconds from five workers up).
-            With an ``Executor``, items per task
+        chunksize: items a worker takes at once. On threads, ``None`` picks it from the measured
+            cost of ``fn`` (about 1 ms of work per chunk, at most 64 items, one item where ``fn``
+            takes a millisecond or more or the item holds 4 MiB or more); ``1`` hands items over
+            one by one (a ``timeout`` always does). With ``executor="process"``, items per message;
+            ``None`` picks it from the measured cost of ``fn`` (about 10 ms of work per chunk,
+            ``N / 400`` seconds from five workers up). With an ``Executor``, items per task
             (``None``: one): one ``submit`` runs ``fn`` on up to ``chunksize`` items, for executors
             whose cost per task outweighs a cheap ``fn``; order, completion order, failure budgets
             and resume are the same, item by item.
@@ -621,7 +624,8 @@ class ThreadPoolMapper(Mapper[U]):
     """
 
     _saves = (
-        "the inputs in flight (threads: at most ``2 * concurrency`` items; processes: the chunks in flight), "
+        "the inputs in flight (threads: at most ``2 * concurrency`` chunks, one item each where ``fn`` takes a "
+        "millisecond or more; processes: the chunks in flight), "
         "the count pulled, the pass seed"
     )
 
