@@ -1,5 +1,5 @@
 """Shared test set-up: hypothesis profiles, thread-leak helpers, and how the suite spreads over
-pytest-xdist's workers (scripts/test.sh runs it with ``-n <CPUs, at most 8> --dist loadgroup``; the
+pytest-xdist's workers (scripts/test.sh runs it with ``-n <CPUs + 1, at most 8> --dist loadgroup``; the
 groups and the scheduler are in tests/xdist_scheduling.py)."""
 
 import os
