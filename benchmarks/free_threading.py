@@ -17,9 +17,10 @@ the limit of any system is 2x serial. Target on the free-threaded interpreter: t
 2 threads >= 1.6x serial, and ahead of the process stage (which pays for pickling every item and
 result across processes).
 
-The thread stage hands items to its threads one by one; the process stage sends them in chunks sized
-from the measured cost of the function (as in concurrency.py); a fourth row runs the thread form
-with chunks too (``executor=ThreadPoolExecutor(2), chunksize=64``: one task a chunk). ``--json PATH``
+The thread stage hands its threads chunks of about 1 ms of work, sized from the measured cost of the
+function; the process stage sends chunks of about 10 ms, sized the same way (as in concurrency.py);
+a fourth row runs the thread form on an executor (``executor=ThreadPoolExecutor(2),
+chunksize=64``: one task a chunk). ``--json PATH``
 writes the figures (benchmarks/_results.py's schema).
 """
 
