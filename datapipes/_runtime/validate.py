@@ -23,8 +23,8 @@ from __future__ import annotations
 import random
 from typing import Any, Mapping, NoReturn
 
-__all__ = ["check_bool", "check_dict", "check_engine", "check_int", "check_list", "check_number", "check_rng",
-           "check_str", "invalid", "reason"]
+__all__ = ["check_bool", "check_dict", "check_engine", "check_int", "check_list", "check_loop_state", "check_number",
+           "check_rng", "check_str", "invalid", "reason"]
 
 _MISSING: Any = object()
 
@@ -162,3 +162,25 @@ def check_engine(state: Mapping[str, Any], *, where: str = "") -> None:
                     f"{pulled} (the items pulled), got {_shown(pair)}", where)
         last = pair[0]
     check_int(state, "failures", where=where, default=0)
+
+
+def check_loop_state(state: Any, needs_next: bool = True) -> dict[str, Any]:
+    """``state``, checked as the state of a serial stage's loop (``map``/``filter`` under a budget or
+    with ``rng=``, ``flatmap``, ``map_batches``, ``unbatch``, ``repeat``, ``shuffled_flatmap``, SPDL's
+    ``aggregate``) always has been: a dict whose ``ended`` is True, whose ``next``, ``failures`` and
+    ``left`` are ints >= 0, ``rest`` a list and ``seed`` an int or None, where it holds them (a key a
+    stage does not read is checked too); and, unless it has ended, holding ``next`` (the position of
+    the next item; ``needs_next=False`` where a state may leave it out)."""
+    check_dict(state)
+    if "ended" in state and state["ended"] is not True:
+        invalid(f"state['ended'] must be True, got {state['ended']!r:.100}")
+    for key in ("next", "failures", "left"):
+        if key in state:
+            check_int(state, key)
+    if "rest" in state:
+        check_list(state, "rest")
+    if "seed" in state:
+        check_int(state, "seed", None, optional=True)
+    if needs_next and "ended" not in state:
+        check_int(state, "next")
+    return state

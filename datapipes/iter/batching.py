@@ -23,7 +23,7 @@ from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, Literal, TypeVar, cast, overload
 
 from .._runtime import passes as _pass
-from .._runtime.validate import check_dict, check_int, check_list, invalid
+from .._runtime.validate import check_int, check_list, check_loop_state, invalid
 from .._chunk import DataChunk
 from .._engine import abandon
 from .._engine.lifecycle import Resumable
@@ -240,30 +240,12 @@ def _unbatch_none(pipe: Unbatcher, it: Iterator[Any]) -> Iterator[Any]:
 _NONE_LEFT: Iterator[Any] = iter(())
 
 
-def _check_position(state: dict[str, Any]) -> None:
-    """The checks the states of ``unbatch``, ``repeat``, ``shuffled_flatmap`` and SPDL's
-    ``aggregate`` share, of the keys wherever they appear: a dict, ``ended`` (True), ``next``,
-    ``failures`` and ``left`` (ints >= 0), ``rest`` (a list), ``seed`` (an int or None). A key a
-    stage does not read is checked too: these stages' states were checked so when they were read
-    from their generators' frames, and a state refused then is refused still."""
-    check_dict(state)
-    if "ended" in state and state["ended"] is not True:
-        invalid(f"state['ended'] must be True, got {state['ended']!r:.100}")
-    for key in ("next", "failures", "left"):
-        if key in state:
-            check_int(state, key)
-    if "rest" in state:
-        check_list(state, "rest")
-    if "seed" in state:
-        check_int(state, "seed", None, optional=True)
-
-
 def _check_unbatch_state(state: dict[str, Any], deep: bool) -> None:
     """The checks of an ``unbatch`` pass's state: ``ended`` (True), or the position of the source's
     next item (an int >= 0), the elements of the current one left (a list) and, where ``deep``
     (``unbatch_level`` > 1), the item found in it that is not a batch, still to be raised (``bad``:
     ``[path, item]``, with ``rest``)."""
-    _check_position(state)
+    check_loop_state(state, needs_next=False)
     if "ended" in state:
         return
     check_int(state, "next")

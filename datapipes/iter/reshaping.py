@@ -23,14 +23,13 @@ from operator import length_hint
 from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVar
 
 from .._runtime import passes as _pass
-from .._runtime.validate import invalid
+from .._runtime.validate import check_loop_state, invalid
 from .._positions import Enumerated
 from .._engine import abandon
 from .._engine.lifecycle import Resumable
 from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
 from ._shared import _warn
-from .batching import _check_position
 from .util import _EnumerateRun
 
 __all__ = ["Dropper", "Flattener", "IndexAdder", "LengthSetter", "Repeater", "Rows2Columnar", "Slicer"]
@@ -128,7 +127,7 @@ _NONE_LEFT: Iterator[Any] = itertools.repeat(None, 0)
 def _check_repeat_state(state: dict[str, Any]) -> None:
     """The checks of a ``repeat`` pass's state: ``ended`` (True), or the repetitions left (an int
     >= 0; none when absent) and, where some are, the item (any value)."""
-    _check_position(state)
+    check_loop_state(state, needs_next=False)
     if "ended" not in state and state.get("left") and "item" not in state:
         invalid("the state has no 'item'")
 

@@ -21,7 +21,7 @@ from itertools import chain
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar, overload
 
 from .._runtime import passes as _pass
-from .._runtime.validate import check_bool, check_dict, check_int, check_list, check_rng, invalid
+from .._runtime.validate import check_bool, check_dict, check_int, check_list, check_loop_state, check_rng, invalid
 from .._chunk import DataChunk
 from .._engine import abandon, close_iterator
 from .._engine.lifecycle import Resumable
@@ -29,7 +29,6 @@ from .._positions import Counted, skip
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_root, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
 from ._shared import _RELIES, _check_started
-from .batching import _check_position
 from .combinatorics import _rng_state, _set_rng_state
 from .mapping._shared import _Col, _check_cols, _no_op, _selected_fn, check_arity
 
@@ -261,7 +260,7 @@ class _ShuffledFlatMapRun(Resumable):
         super().restore(state)
 
     def load(self, state: dict[str, Any]) -> None:
-        _check_position(state)
+        check_loop_state(state, needs_next=False)
         self.loaded, self.ended = state, "ended" in state
         if not self.ended:
             _set_rng_state(self.rng, state["rng"])

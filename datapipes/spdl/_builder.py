@@ -35,6 +35,7 @@ from fractions import Fraction
 from typing import Any, AsyncIterable, Callable, Generic, Iterable, Iterator, NamedTuple, TypeVar
 
 from .._runtime import passes as _pass
+from .._runtime.validate import check_loop_state
 from .._engine import abandon, close_iterator, is_async_callable, is_async_gen_callable
 from .._engine.lifecycle import Resumable
 from ..datapipe import IterDataPipe
@@ -42,7 +43,6 @@ from ..errors import Failure, FailureLog, add_stage_note
 from ..graph import stage_label
 from ..hooks import StatsReporter
 from ..iter import IterableWrapper
-from ..iter.batching import _check_position
 from ._pipeline import Pipeline
 
 __all__ = ["Aggregator", "PipelineBuilder"]
@@ -266,7 +266,7 @@ class _AggregatedRun(Resumable):
         return {"aggregator": copy.deepcopy(self.agg)}
 
     def load(self, state: dict[str, Any]) -> None:
-        _check_position(state)
+        check_loop_state(state, needs_next=False)
         self.loaded, self.ended = state, "ended" in state
         self.agg = state.get("aggregator", _NO_AGGREGATOR)
 

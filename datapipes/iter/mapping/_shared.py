@@ -16,7 +16,7 @@ from types import GeneratorType
 from typing import Any, Callable, Hashable, Iterator, Literal, Sequence
 
 from ..._runtime import shares
-from ..._runtime.validate import check_dict, check_int, check_list, invalid
+from ..._runtime.validate import check_loop_state
 from ..._positions import handed_out
 from ..._checks import phrased
 from ..._engine import is_async_callable
@@ -266,26 +266,6 @@ class _LoopRun(Resumable):
 
     def load(self, state: dict[str, Any]) -> None:
         self.loaded = check_loop_state(state)
-
-
-def check_loop_state(state: Any, needs_next: bool = True) -> dict[str, Any]:
-    """``state``, checked as every serial loop's of these stages always has been: a dict whose
-    ``ended`` is True, whose ``next``, ``failures`` and ``left`` are ints >= 0, ``rest`` a list and
-    ``seed`` an int or None, where it holds them; and, unless it has ended, holding ``next`` (the
-    position of the next item; a ``filter``'s state may leave it out, meaning 0: ``needs_next=False``)."""
-    check_dict(state)
-    if "ended" in state and state["ended"] is not True:
-        invalid(f"state['ended'] must be True, got {state['ended']!r:.100}")
-    for key in ("next", "failures", "left"):
-        if key in state:
-            check_int(state, key)
-    if "rest" in state:
-        check_list(state, "rest")
-    if "seed" in state:
-        check_int(state, "seed", None, optional=True)
-    if needs_next and "ended" not in state:
-        check_int(state, "next")
-    return state
 
 
 class _BudgetRun(_LoopRun):

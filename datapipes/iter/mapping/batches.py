@@ -14,14 +14,14 @@ from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, TypeVar, overload
 
 from ..._runtime import passes as _pass
-from ..._runtime.validate import check_int, check_list
+from ..._runtime.validate import check_int, check_list, check_loop_state
 from ..._collate import collate as default_collate
 from ..._engine import abandon
 from ..._positions import remaining, skip
 from ...datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ...errors import add_stage_note, call_lines, raised_at
 from .._shared import _RELIES
-from ._shared import _Col, _check_cols, _LoopRun, check_arity, check_loop_state
+from ._shared import _Col, _check_cols, _LoopRun, check_arity
 
 __all__ = ["BatchMapper", "Collator", "MapBatches"]
 

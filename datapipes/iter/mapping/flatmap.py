@@ -15,7 +15,7 @@ from itertools import islice
 from typing import Any, AsyncIterable, Callable, Iterable, Iterator, Literal, TypeVar, cast, overload
 
 from ..._runtime import passes as _pass, shares
-from ..._runtime.validate import check_engine, check_int, check_list
+from ..._runtime.validate import check_engine, check_int, check_list, check_loop_state
 from ..._positions import remaining
 from ..._engine import EngineRun, LoopRef, abandon, close_iterator, concurrent_map, is_async_callable, is_async_gen_callable, iterate_async, new_stats
 from ...datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_pipe, stage_label
@@ -32,7 +32,6 @@ from ._shared import (
     _selected_fn,
     _stage_concurrency,
     check_arity,
-    check_loop_state,
 )
 
 __all__ = ["FlatMapper"]

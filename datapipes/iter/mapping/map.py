@@ -20,7 +20,7 @@ import inspect
 from typing import Any, Awaitable, Callable, Coroutine, Iterable, Iterator, Literal, TypeVar, cast, overload
 
 from ..._runtime import passes as _pass, shares
-from ..._runtime.validate import check_engine, check_int
+from ..._runtime.validate import check_engine, check_int, check_loop_state
 from ..._checks import phrased, require_bool
 from ..._engine import EngineRun, abandon, concurrent_map, is_async_callable, is_async_gen_callable, new_stats
 from ..._engine.rng import item_seed, make_rng, seeded_call, with_seeds
@@ -44,7 +44,6 @@ from ._shared import (
     _LoopRun,
     _stage_concurrency,
     check_arity,
-    check_loop_state,
     one_to_one,
     serial_failed,
     taken_reader,
