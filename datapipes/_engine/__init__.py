@@ -211,6 +211,11 @@ class _Positioned:
     def records(self) -> Any:
         return self.inner.records
 
+    def pulled(self, seconds: float, items: int) -> None:
+        pulled = getattr(self.inner, "pulled", None)
+        if pulled is not None:
+            pulled(seconds, items)
+
     def resize(self, n: int) -> None:
         self.inner.resize(n)
 

@@ -241,6 +241,7 @@ def run_stage(
         backend.start()
         stats.begin(backend.busy, run.live(count))
         submit, get, ready, records = backend.submit, backend.get, backend.ready, backend.records
+        pulled = getattr(backend, "pulled", None)  # a backend sizing its chunks from the source's pace
         deferred: BaseException | None = None
         more = True
         while n_in - first < run.window:
@@ -249,7 +250,10 @@ def run_stage(
                 x = next(src, _END)
             except Exception as e:
                 deferred, x = e, _END
-            stats.source_s += clock() - t
+            t = clock() - t
+            stats.source_s += t
+            if pulled is not None:
+                pulled(t, 1)
             if x is _END:
                 more = False
                 break
@@ -281,7 +285,7 @@ def run_stage(
                     # room for one more item per item taken (one by one), or a chunk's worth at once
                     stats.fill_sum += len(stash) + ready()
                     stats.fill_samples += 1
-                    t = clock()
+                    t, before = clock(), n_in
                     while n_in - n_out <= ahead:  # more after the window grew
                         try:
                             x = next(src, _END)
@@ -293,8 +297,11 @@ def run_stage(
                         inputs[n_in] = x
                         submit((n_in, x))
                         n_in += 1
-                    stats.source_s += clock() - t
+                    t = clock() - t
+                    stats.source_s += t
                     run.pulled = n_in
+                    if pulled is not None:
+                        pulled(t, n_in - before)
             n_out += 1
             del inputs[rec[0]]
             if rec[1]:

@@ -6,7 +6,8 @@ raises into its result record, and the consumer re-raises the very same object.
 Our threads take items in *chunks* (lists of jobs; one queue put, one wake-up and one result list
 per chunk), sized from the measured cost of ``fn`` so that a chunk holds about
 :data:`CHUNK_TARGET_S` of work: one item where ``fn`` takes a millisecond or more (an I/O wait, a
-decode), dozens where it takes microseconds. Handing over items one by one costs two cross-thread
+decode) or where the stage waits on its source as long (:meth:`ThreadWorkers.pulled`), dozens where
+it takes microseconds. Handing over items one by one costs two cross-thread
 wake-ups per item, which on a free-threaded interpreter, where the workers really run in parallel,
 cost more than a 20 us item (docs/performance.rst, "Free-threaded CPython").
 """
@@ -76,11 +77,13 @@ def approx_nbytes(x: Any) -> int:
         return 0
 
 
-def chunk_for(cost: float, item: Any) -> int:
+def chunk_for(cost: float, item: Any, source_cost: float = 0.0) -> int:
     """Items per automatically sized chunk, ``fn`` taking ``cost`` seconds an item (0: not
     measured yet, one item) and ``item`` the chunk's first: :data:`CHUNK_TARGET_S` of work, at most
-    :data:`MAX_CHUNK` items and :data:`MAX_CHUNK_BYTES`."""
-    if cost <= 0.0:
+    :data:`MAX_CHUNK` items and :data:`MAX_CHUNK_BYTES`. One item where pulling an item from the
+    source takes as long as ``fn`` does (``source_cost``: the stage waits on its source, where
+    chunks would only make it pull ahead in bursts)."""
+    if cost <= 0.0 or source_cost >= cost:
         return 1
     n = min(MAX_CHUNK, int(CHUNK_TARGET_S / cost))
     if n > 1:
@@ -223,6 +226,7 @@ class ThreadWorkers(Closeable):
         self.chunk = 1 if timeout is not None else (chunksize or 1)
         self._auto = timeout is None and chunksize is None
         self._cost = [0.0]  # seconds per item, averaged over the chunks the workers finished
+        self._source_cost = 0.0  # seconds the consumer's loop takes to pull an item (see pulled)
         self._halt = [False]  # set as the pool closes: chunks being run stop after their current item
         self._fail_fast = fail_fast  # a chunk stops at its first failure (the pass raises it)
         self._buffer: list[tuple[int, Any]] = []  # the chunk being filled
@@ -317,7 +321,7 @@ class ThreadWorkers(Closeable):
     def _submit_chunk(self, job: tuple[int, Any]) -> None:
         buffer = self._buffer
         if not buffer and self._auto:  # a new chunk: sized from the cost measured so far and its first item
-            self.chunk = chunk_for(self._cost[0], job[1])
+            self.chunk = chunk_for(self._cost[0], job[1], self._source_cost)
         buffer.append(job)
         if len(buffer) >= self.chunk:
             self._send()
@@ -341,6 +345,13 @@ class ThreadWorkers(Closeable):
             # a chunk of several items wakes the consumer once it is finished: until then, look again
             # now and then for the records of its items already done (an item may block for long)
             ready.wait(_POLL_S if self._several else None)
+
+    def pulled(self, seconds: float, items: int) -> None:
+        """The consumer's loop took ``seconds`` to pull ``items`` from the source: a moving average
+        of the cost per item, which sizes the chunks (:func:`chunk_for`)."""
+        if items:
+            cost = seconds / items
+            self._source_cost += (cost - self._source_cost) * (_SMOOTHING if self._source_cost else 1.0)
 
     def _spawn_more(self) -> None:
         # A worker stopped by a sentinel leaves its slot; a new one takes a fresh slot (slots index

@@ -12,7 +12,7 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 import pytest
 
 from datapipes._engine import ThreadWorkers, concurrent_map
-from datapipes._engine.threads import CHUNK_TARGET_S, MAX_CHUNK, MAX_CHUNK_BYTES, approx_nbytes
+from datapipes._engine.threads import CHUNK_TARGET_S, MAX_CHUNK, MAX_CHUNK_BYTES, approx_nbytes, chunk_for
 from datapipes.iter import IterableWrapper, Mapper
 from datapipes.testing import check_datapipe, same_multiset
 
@@ -141,6 +141,26 @@ class TestConcurrentMapper:
                 assert sizes[0] == 1 and sizes[-1] == expected, (fn, sizes[-5:])
             finally:
                 w.close()
+
+    def test_a_stage_waiting_on_its_source_takes_items_one_by_one(self):
+        """Downstream of a slow stage, a cheap fn's chunks would only pull ahead in bursts: the stage
+        paces its chunks on its source, and keeps its window of items."""
+        def nap(x):
+            time.sleep(0.002)
+            return x
+
+        pulled = [0]
+
+        def count(x):
+            pulled[0] += 1
+            return x
+
+        it = iter(IterableWrapper(range(1000)).map(nap, concurrency=2).map(count).map(abs, concurrency=2))
+        for consumed in range(1, 61):
+            next(it)
+            assert pulled[0] <= consumed + 1 + 2 * 2, (consumed, pulled[0])
+        it.close()
+        assert chunk_for(1e-6, 0, source_cost=1e-3) == 1 and chunk_for(1e-6, 0, source_cost=1e-7) == MAX_CHUNK
 
     def test_approx_nbytes(self):
         np = pytest.importorskip("numpy")
