@@ -43,7 +43,10 @@ The bottleneck:
   its own time on the thread reading it (a concurrent stage whose ``fn`` is too cheap for
   concurrency spends it starting workers and handing items over). The one with the most self time
   is named when it took a fifth of the run or more; when none did (the time is spread over
-  several), or without figures for the serial stages, the verdict is ``serial stages``;
+  several), or without figures for the serial stages, the verdict is ``serial stages``, except on a
+  CPU-starved machine, where the concurrent stage the pipe waited on most (half the time or more)
+  is named: its workers were not busy and its source was not slow, so its threads were ready to run
+  but had no CPU (time the report cannot see: neither in ``fn`` nor waiting on a queue);
 - a pipe with no concurrent stage: its serial stage with the most self time.
 
 A stage's *self time* is the time spent in its own ``next()``, its upstream's excluded: for a serial
@@ -430,6 +433,19 @@ def _bottleneck(
             f"{first['stage']} spent {_frac(first['source_s'], first):.0%} of the time pulling its source: the serial "
             "stages upstream of it (source, serial maps) limit the rate; make them concurrent or add a prefetch"
         )
+    if machine_cores is not None and _starved(cpu_cores, cpus, machine_cores):
+        # Waited on, its workers idle, nothing upstream slow: its threads were runnable but had no CPU
+        # (a thread waiting for a CPU is neither busy in fn nor waiting on anything the report times).
+        k = max(conc, key=lambda i: _frac(rows[i]["wait_s"], rows[i]))
+        row = rows[k]
+        if row["kind"] != "prefetch" and _frac(row["wait_s"], row) >= _SATURATED:
+            return k, row["stage"], (
+                f"the thread reading it waited {_frac(row['wait_s'], row):.0%} of the time for its results while "
+                f"its workers were busy only {row['busy_fraction']:.0%} of the time and the process got "
+                f"{cpu_cores:.1f} of {cpus} CPUs. CPU-starved: other processes used {machine_cores - cpu_cores:.1f} of "
+                f"{cpus} CPUs, leaving none idle, so its threads waited for a CPU; profile again on a quieter machine "
+                "to see what limits the stage itself"
+            )
     top = max((rows[i] for i in conc), key=lambda r: r["busy_fraction"])
     return None, "serial stages", (
         f"no concurrent stage was saturated (busiest: {top['stage']} at {top['busy_fraction']:.0%}): the serial "

@@ -263,6 +263,17 @@ class TestBottleneck:
         # Threads taking turns on the CPU the others leave them, the process below one CPU: named too.
         stage, why = _diagnose([self._row("thread", 2, 0.4)], cpu_cores=0.5, cpus=2, machine_cores=2.0)
         assert stage == "Mapper(f)" and "CPU-starved" in why
+        # Waited on 99% of the time, its workers busy 18%, nothing upstream slow, the process given 0.4
+        # of 2 CPUs (a 3.13t CI leg beside three test workers): its threads waited for a CPU.
+        starved_row = self._row("thread", 2, 0.18, source_s=0.0, wait_s=0.99)
+        rows = [self._serial("IterableWrapper", 0.0, source=True), starved_row]
+        k, stage, why = _bottleneck(rows, cpu_cores=0.39, cpus=2, machine_cores=1.98)
+        assert (k, stage) == (1, "Mapper(f)") and "CPU-starved" in why and "waited 99%" in why, why
+        # The same figures on a machine with idle CPUs: no stage is named (nothing here is the limit).
+        assert _bottleneck(rows, cpu_cores=0.39, cpus=2, machine_cores=0.5)[1] == "serial stages"
+        # Starved, but not waited on: the verdict stays with the stages.
+        idle = self._row("thread", 2, 0.18, source_s=0.3, wait_s=0.3)
+        assert _bottleneck([idle], cpu_cores=0.39, cpus=2, machine_cores=1.98)[1] == "serial stages"
         # The process itself keeping the CPUs busy stays CPU-bound, whatever the others did.
         stage, why = _diagnose([self._row("thread", 2, 0.95)], cpu_cores=1.8, cpus=2, machine_cores=2.0)
         assert "CPU-bound" in why and "starved" not in why
