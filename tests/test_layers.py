@@ -242,3 +242,85 @@ def test_every_trait_a_stage_sets_is_declared():
                 mistyped.append((cls.__qualname__, name, value))
     assert wrong == []
     assert mistyped == []
+
+
+# -- the abandon ritual, owned by a check ------------------------------------------------------------
+#: calls by which a loop hands its upstream back on the way out (docs/architecture.rst, "Adding a pipe")
+CLOSERS = {"abandon", "_abandon_all", "close_iterator", "_close"}
+
+#: generator loops that iterate a parameter without closing it, each with where its upstream is closed
+#: (the loop is an inner piece of a pass whose outer generator or iterator closes the upstream), or why
+#: there is no upstream pass to close
+INNER_LOOPS = {
+    ("datapipes.iter.fileio", "_listed"): "a local listing's chunks, no upstream pass",
+    ("datapipes.iter.grouping", "_buffer_shuffle"): "inside _bucket_stream, which abandons the source",
+    ("datapipes.iter.sharding", "_layered"): "inside a _ShardIterator, whose close() closes the source",
+    ("datapipes.loader.distributed", "_even_stepwise"): "inside the even-batches pass, which closes it in a finally",
+    ("datapipes.ray", "_read_shard"): "a Ray task iterating a whole pipe: its pass ends with the task",
+    ("datapipes.utils.common", "get_file_binaries_from_pathnames"): "torch's helper over a list of names",
+}
+
+
+def _own_nodes(fn):
+    """The nodes of ``fn``'s body, those of the functions and classes defined inside it excluded."""
+    stack = list(ast.iter_child_nodes(fn))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _loops_over_a_parameter(fn):
+    """Whether generator ``fn`` pulls items from one of its parameters: a ``for`` around a ``yield``, or
+    ``next(param, ...)``."""
+    params = {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
+    nodes = list(_own_nodes(fn))
+    if not any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in nodes):
+        return False
+    for n in nodes:
+        if (isinstance(n, ast.For) and isinstance(n.iter, ast.Name) and n.iter.id in params
+                and any(isinstance(m, (ast.Yield, ast.YieldFrom)) for m in ast.walk(n))):
+            return True
+        if (isinstance(n, ast.Call) and getattr(n.func, "id", None) == "next" and n.args
+                and isinstance(n.args[0], ast.Name) and n.args[0].id in params):
+            return True
+    return False
+
+
+def _closes(fn):
+    return any(isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", None)) in CLOSERS
+               for n in _own_nodes(fn))
+
+
+def _unclosed_loops():
+    found = set()
+    for name, path in MODULES.items():
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if isinstance(fn, ast.FunctionDef) and _loops_over_a_parameter(fn) and not _closes(fn):
+                found.add((name, fn.name))
+    return found
+
+
+def test_every_loop_over_an_upstream_closes_it_on_the_way_out():
+    """A generator that pulls from an upstream iterator closes it when an exception leaves
+    (``except BaseException: abandon(it); raise``) or always (``finally: close_iterator(it)``), so a
+    failing pass releases the upstream's threads, processes and files at once; an inner loop of a pass
+    whose outer piece does that is listed in INNER_LOOPS, with where."""
+    found = _unclosed_loops()
+    assert found <= set(INNER_LOOPS), (
+        f"these loops pull from an upstream without closing it on the way out: {sorted(found - set(INNER_LOOPS))}"
+    )
+    assert set(INNER_LOOPS) <= found, f"stale INNER_LOOPS entries: {sorted(set(INNER_LOOPS) - found)}"
+
+
+def test_the_loop_check_sees_a_loop_that_forgets():
+    forgets = ast.parse("def f(it):\n    for x in it:\n        yield x\n").body[0]
+    closes = ast.parse("def f(it):\n    try:\n        for x in it:\n            yield x\n"
+                       "    except BaseException:\n        abandon(it)\n        raise\n").body[0]
+    pulls = ast.parse("def f(it):\n    while True:\n        yield next(it)\n").body[0]
+    local = ast.parse("def f(n):\n    for x in range(n):\n        yield x\n").body[0]
+    assert _loops_over_a_parameter(forgets) and not _closes(forgets)
+    assert _loops_over_a_parameter(closes) and _closes(closes)
+    assert _loops_over_a_parameter(pulls) and not _loops_over_a_parameter(local)

@@ -25,6 +25,7 @@ from torch.utils.data import IterDataPipe as TorchIterDataPipe
 
 from .._checks import require_bool
 from ..datapipe import IterDataPipe, MapDataPipe, require_callable
+from .._engine.lifecycle import abandon
 from ..graph import traverse
 from ..hooks import StatsReporter
 from ..iter import IterableWrapper
@@ -93,6 +94,7 @@ def _drain(it: Iterator[Any], run: ShardsRun, done: list[bool]) -> Generator[Any
         raise
     except BaseException:
         run.end("failed")
+        abandon(it)  # the workers and their queues go now, not when the traceback is collected
         raise
     done[0] = True
     run.end("done")
