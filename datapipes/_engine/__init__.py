@@ -27,6 +27,7 @@ from .core import Backend, EngineRun, failure_handler, run_stage
 from .lifecycle import abandon, close_iterator
 from .process import ProcessWorkers, live_worker_pids, run_process_stage
 from .rng import RNG_KINDS, item_seed
+from .spec import StageSink, StageSpec
 from .stats import StageStats
 from .threads import ExecutorWorkers, InlineWorkers, ThreadWorkers
 
@@ -39,6 +40,8 @@ __all__ = [
     "LoopRef",
     "ProcessWorkers",
     "RNG_KINDS",
+    "StageSink",
+    "StageSpec",
     "StageStats",
     "ThreadWorkers",
     "background_iter",
@@ -84,45 +87,27 @@ def new_stats(label: str, fn: Callable[[Any], Any], concurrency: int, executor: 
     return StageStats(label, kind, max(1, concurrency), window(max(1, concurrency)), auto)
 
 
-def concurrent_map(
-    source: Iterable[Any],
-    fn: Callable[[Any], Any],
-    *,
-    label: str,
-    concurrency: int,
-    ordered: bool = True,
-    executor: str | Executor = "thread",
-    timeout: float | None = None,
-    chunksize: int | None = None,
-    policy: ErrorPolicy | None = None,
-    log: FailureLog | None = None,
-    stats: StageStats | None = None,
-    rng_kind: str | None = None,
-    run: EngineRun | None = None,
-    hooks: Any = None,
-    tune: Callable[[StageStats, EngineRun, Any], None] | None = None,
-    owner: Any = None,
-) -> Iterator[Any]:
-    """Yield ``fn(x)`` for each item of ``source``, computed by ``concurrency`` workers.
+def concurrent_map(source: Iterable[Any], fn: Callable[[Any], Any], spec: StageSpec,
+                   sink: StageSink | None = None) -> Iterator[Any]:
+    """Yield ``fn(x)`` for each item of ``source``, computed by ``spec.concurrency`` workers.
 
-    Nothing starts before the first ``next()``. ``rng_kind`` (process executor only) means the items
-    are ``(x, seed)`` pairs and ``fn`` takes ``rng=``: the worker builds the generator (threads and
-    async get an ``fn`` that already does). ``hooks`` (a :class:`datapipes._runtime.observe.TaskHooks`):
-    the task hooks to call around each item (see :mod:`datapipes.hooks` for where they run).
-    ``tune``: for an auto stage, registers the pass's statistics, run and backend with the tuner,
-    which resizes the backend (``resize(n)``) and the window while the pass runs. ``owner``: the
-    stage; a process stage keeps its worker processes warm across the owner's passes (see
-    :mod:`datapipes._engine.process`).
+    Nothing starts before the first ``next()``. ``spec`` says what the stage is (workers, order,
+    executor, timeout, chunks; with ``rng_kind``, process executor only, the items are ``(x, seed)``
+    pairs and ``fn`` takes ``rng=``: the worker builds the generator, where threads and async get an
+    ``fn`` that already does); ``sink`` where its pass reports (:class:`StageSink`: the error policy
+    and log, statistics, the run a state reads, task hooks, the tuner's registration, the owner
+    whose worker processes stay warm across its passes).
     """
-    policy = policy if policy is not None else ErrorPolicy()
-    log = log if log is not None else FailureLog()
-    stats = stats if stats is not None else new_stats(label, fn, concurrency, executor)
-    run = run if run is not None else EngineRun()
-    on_fail, count = failure_handler(label, policy, log)
+    sink = sink if sink is not None else StageSink()
+    label, concurrency, executor = spec.label, spec.concurrency, spec.executor
+    ordered, chunksize, timeout, hooks, tune = spec.ordered, spec.chunksize, spec.timeout, sink.hooks, sink.tune
+    policy, run = sink.policy, sink.run
+    stats = sink.stats if sink.stats is not None else new_stats(label, fn, concurrency, executor)
+    on_fail, count = failure_handler(label, policy, sink.log)
     run.attach_budget(on_fail)
     kind = _kind(fn, executor)
     if kind == "process":
-        workers = ProcessWorkers(fn, concurrency, label, rng_kind, owner)
+        workers = ProcessWorkers(fn, concurrency, label, spec.rng_kind, sink.owner)
         if tune is not None:  # the tuner sets how many of the processes get chunks (resize); registered
             # once the pool has started, since its thread would make forking the workers unclean
             workers.started = lambda: tune(stats, run, workers)

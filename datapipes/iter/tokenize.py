@@ -60,7 +60,7 @@ from typing import Any, Callable, Iterator, Literal, overload
 import numpy as np
 from numpy import dtype, int32, ndarray
 
-from .._engine import EngineRun, StageStats, abandon, close_iterator, concurrent_map, is_async_callable, new_stats
+from .._engine import EngineRun, StageSink, StageSpec, StageStats, abandon, close_iterator, concurrent_map, is_async_callable, new_stats
 from .._engine.lifecycle import Resumable
 from .._positions import remaining
 from .._runtime import passes as _pass, shares
@@ -458,10 +458,9 @@ def _tokenize_engine(pipe: TokenizerStage, it: Iterator[Any], run: _TokenizeRun,
     # One batch per chunk sent to a worker thread or process (a batch is work enough for a hand-over),
     # so that at most 2 * concurrency batches are in flight (the bound a state keeps).
     chunksize = None if isinstance(pipe.executor, Executor) else 1
-    results = concurrent_map(
-        _batches(pipe, src, run, label), encode, label=label, concurrency=concurrency, executor=pipe.executor,
-        chunksize=chunksize, stats=stats, run=_DocCounts(run), hooks=shares.task_hooks(pipe), tune=tune, owner=pipe,
-    )
+    spec = StageSpec(label, concurrency, executor=pipe.executor, chunksize=chunksize)
+    sink = StageSink(stats=stats, run=_DocCounts(run), hooks=shares.task_hooks(pipe), tune=tune, owner=pipe)
+    results = concurrent_map(_batches(pipe, src, run, label), encode, spec, sink)
     yield from _documents(pipe, run, results, stats, label)
 
 

@@ -11,7 +11,7 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 
 import pytest
 
-from datapipes._engine import ThreadWorkers, concurrent_map
+from datapipes._engine import StageSpec, ThreadWorkers, concurrent_map
 from datapipes._engine.threads import CHUNK_TARGET_S, MAX_CHUNK, MAX_CHUNK_BYTES, approx_nbytes, chunk_for
 from datapipes.iter import IterableWrapper, Mapper
 from datapipes.testing import check_datapipe, same_multiset
@@ -541,7 +541,7 @@ class TestThreadWorkers:
             assert not any(t.is_alive() for t in threads)
 
     def test_direct_engine_call(self):
-        assert list(concurrent_map(range(5), lambda x: x - 1, label="L", concurrency=2)) == [-1, 0, 1, 2, 3]
+        assert list(concurrent_map(range(5), lambda x: x - 1, StageSpec("L", 2))) == [-1, 0, 1, 2, 3]
 
 
 def _square(x):

@@ -19,7 +19,7 @@ from ..._runtime import shares
 from ..._runtime.validate import check_loop_state
 from ..._positions import handed_out
 from ..._checks import phrased
-from ..._engine import is_async_callable
+from ..._engine import EngineRun, StageSink, StageStats, is_async_callable
 from ..._engine.lifecycle import Resumable
 from ..._engine.rng import check_rng
 from ...datapipe import require_int, stage_label
@@ -337,3 +337,10 @@ def _stage_concurrency(pipe: Any) -> tuple[int, Callable[..., None] | None]:
     if pipe.executor == "process":
         return shares.processes_for(pipe, pipe.concurrency)
     return shares.concurrency_for(pipe, pipe.concurrency, pipe._thread_demand() is not None)
+
+
+def stage_sink(pipe: Any, stats: StageStats, run: EngineRun, tune: Callable[..., None] | None) -> StageSink:
+    """Where a map/flatmap pass reports to the engine: the pipe's error policy and failure log, the
+    pass's statistics and run, the pipe's task hooks, the tuner (``concurrency="auto"``), and the
+    pipe as the owner of its warm worker processes."""
+    return StageSink(pipe._policy, pipe.failures, stats, run, shares.task_hooks(pipe), tune, pipe)

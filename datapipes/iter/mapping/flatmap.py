@@ -14,10 +14,10 @@ from __future__ import annotations
 from itertools import islice
 from typing import Any, AsyncIterable, Callable, Iterable, Iterator, Literal, TypeVar, cast, overload
 
-from ..._runtime import passes as _pass, shares
+from ..._runtime import passes as _pass
 from ..._runtime.validate import check_engine, check_int, check_list, check_loop_state
 from ..._positions import remaining
-from ..._engine import EngineRun, LoopRef, abandon, close_iterator, concurrent_map, is_async_callable, is_async_gen_callable, iterate_async, new_stats
+from ..._engine import EngineRun, LoopRef, StageSpec, abandon, close_iterator, concurrent_map, is_async_callable, is_async_gen_callable, iterate_async, new_stats
 from ...datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_pipe, stage_label
 from ...errors import WARN_FAILURES, _OnError, policy_and_log
 from ._shared import (
@@ -31,6 +31,7 @@ from ._shared import (
     _no_op,
     _selected_fn,
     _stage_concurrency,
+    stage_sink,
     check_arity,
 )
 
@@ -271,11 +272,8 @@ def _flat_engine(pipe: Any, it: Iterator[Any], fn: Callable[[Any], Any]) -> Iter
     _pass.track(pipe, run)
     concurrency, tune = _stage_concurrency(pipe)
     stats = _pass.stats_for(pipe, lambda: new_stats(label, fn, concurrency, pipe.executor, tune is not None))
-    lists = concurrent_map(
-        it, fn, label=label, concurrency=concurrency, ordered=pipe.ordered, executor=pipe.executor,
-        policy=pipe._policy, log=pipe.failures, stats=stats, run=run.engine, hooks=shares.task_hooks(pipe),
-        tune=tune, owner=pipe,
-    )
+    spec = StageSpec(label, concurrency, pipe.ordered, pipe.executor)
+    lists = concurrent_map(it, fn, spec, stage_sink(pipe, stats, run.engine, tune))
     return _flattened(lists, run)
 
 

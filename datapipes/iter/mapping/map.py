@@ -19,10 +19,10 @@ from __future__ import annotations
 import inspect
 from typing import Any, Awaitable, Callable, Coroutine, Iterable, Iterator, Literal, TypeVar, cast, overload
 
-from ..._runtime import passes as _pass, shares
+from ..._runtime import passes as _pass
 from ..._runtime.validate import check_engine, check_int, check_loop_state
 from ..._checks import phrased, require_bool
-from ..._engine import EngineRun, abandon, concurrent_map, is_async_callable, is_async_gen_callable, new_stats
+from ..._engine import EngineRun, StageSpec, abandon, concurrent_map, is_async_callable, is_async_gen_callable, new_stats
 from ..._engine.rng import item_seed, make_rng, seeded_call, with_seeds
 from ..._runtime.tuning import usable_cpus
 from ...datapipe import IterDataPipe, functional_datapipe, require_callable, require_int, require_pipe, source_len, stage_label
@@ -43,6 +43,7 @@ from ._shared import (
     _item_fn,
     _LoopRun,
     _stage_concurrency,
+    stage_sink,
     check_arity,
     one_to_one,
     serial_failed,
@@ -214,11 +215,8 @@ def _map_engine(pipe: Mapper, it: Iterator[Any], seed: int | None = None) -> Ite
     worker_rng = pipe.rng if pipe.executor == "process" and pipe.input_col is None else None
     concurrency, tune = _stage_concurrency(pipe)
     stats = _pass.stats_for(pipe, lambda: new_stats(label, fn, concurrency, pipe.executor, tune is not None))
-    return concurrent_map(
-        source, fn, label=label, concurrency=concurrency, ordered=pipe.ordered, executor=pipe.executor,
-        timeout=pipe.timeout, chunksize=pipe.chunksize, policy=pipe._policy, log=pipe.failures, stats=stats,
-        rng_kind=worker_rng, run=run.engine, hooks=shares.task_hooks(pipe), tune=tune, owner=pipe,
-    )
+    spec = StageSpec(label, concurrency, pipe.ordered, pipe.executor, pipe.timeout, pipe.chunksize, worker_rng)
+    return concurrent_map(source, fn, spec, stage_sink(pipe, stats, run.engine, tune))
 
 
 def _seeded(it: Iterator[Any], run: _MapRun) -> Iterator[tuple[Any, int]]:
@@ -238,11 +236,8 @@ def _map_engine_handover(pipe: Mapper, it: Iterator[Any], seed: int | None = Non
     fn = _handover_fn(_engine_fn(pipe), ops, pipe._async)
     concurrency, tune = _stage_concurrency(pipe)
     stats = _pass.stats_for(pipe, lambda: new_stats(label, fn, concurrency, pipe.executor, tune is not None))
-    out = concurrent_map(
-        _tagged(source, ops.record), fn, label=label, concurrency=concurrency, ordered=pipe.ordered,
-        executor=pipe.executor, timeout=pipe.timeout, chunksize=pipe.chunksize, policy=pipe._policy,
-        log=pipe.failures, stats=stats, run=run.engine, hooks=shares.task_hooks(pipe), tune=tune, owner=pipe,
-    )
+    spec = StageSpec(label, concurrency, pipe.ordered, pipe.executor, pipe.timeout, pipe.chunksize)
+    out = concurrent_map(_tagged(source, ops.record), fn, spec, stage_sink(pipe, stats, run.engine, tune))
     return _handed_back(out, ops)
 
 
