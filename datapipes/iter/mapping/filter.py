@@ -71,7 +71,7 @@ def _not_a_bool(pipe: Filter, result: Any, x: Any, position: int) -> ValueError:
 
 def _filter_raise(pipe: Filter, it: Iterator[Any]) -> Iterator[Any]:
     fn, col = _filter_call(pipe)
-    n = 0.0  # a float counter: see _map_raise (and _filter_told, where the source tells the position)
+    n = 0.0  # a float counter: see map_serial._map_raise (and _filter_told, where the source tells the position)
     try:
         if col is None:
             for x in it:
@@ -125,7 +125,7 @@ def _filter_told(pipe: Filter, it: Iterator[Any], taken: Callable[[], int]) -> I
 
 
 def _filter_skip(pipe: Filter, it: Iterator[Any], run: _BudgetRun) -> Iterator[Any]:
-    """The loop under ``on_error="skip"``; ``run`` as in ``map``'s (``_map_skip``)."""
+    """The loop under ``on_error="skip"``; ``run`` as in ``map``'s (``map_serial._map_skip``)."""
     fn, col = _filter_call(pipe)
     failures, n = _budget_start(pipe, run)
     try:

@@ -5,7 +5,9 @@ concurrent maps under their own names and parameters, each a concurrent Mapper: 
 [threadpool_map] and BatchAsyncMapper [async_map_batches] (they follow torchdata 0.9; the
 differences are listed in each docstring).
 
-The serial loops are bare generators chosen once at construction: no per-item branching on options.
+The form of a pass is chosen once at construction: the serial forms, bare generators with no
+per-item branching on options, are in :mod:`.map_serial`; the concurrent forms, which run on the
+engine, in :mod:`.map_concurrent`. This module holds the pipes and their arguments.
 
 Checkpoint and resume (docs/howto/checkpoint.rst): a serial map keeps nothing of its own (its position
 is its source's), except with ``rng=`` the pass seed and the item's position, and under a failure
@@ -17,39 +19,17 @@ map's pass (``threadpool_map`` and ``async_map_batches`` included) keeps the ite
 from __future__ import annotations
 
 import inspect
-from typing import Any, Awaitable, Callable, Coroutine, Iterable, Iterator, Literal, TypeVar, cast, overload
+from typing import Any, Awaitable, Callable, Coroutine, Iterator, Literal, TypeVar, overload
 
-from ..._runtime import passes as _pass
-from ..._runtime.validate import check_engine, check_int, check_loop_state
 from ..._checks import phrased, require_bool
-from ..._engine import EngineRun, StageSpec, abandon, concurrent_map, is_async_callable, is_async_gen_callable, new_stats
-from ..._engine.rng import item_seed, make_rng, seeded_call, with_seeds
+from ..._engine import is_async_callable, is_async_gen_callable
 from ..._runtime.tuning import usable_cpus
-from ...datapipe import IterDataPipe, functional_datapipe, require_callable, require_int, require_pipe, source_len, stage_label
-from ...errors import WARN_FAILURES, _OnError, call_lines, policy_and_log
-from .handover import _check_crossing, _handed_back, _handover_fn, _tagged
-from ._shared import (
-    _Col,
-    _Executor,
-    _Rng,
-    _async_column_fn,
-    _budget_start,
-    _BudgetRun,
-    _check_cols,
-    _check_concurrency,
-    _column_rng_fn,
-    _end_pass,
-    _item_fail,
-    _item_fn,
-    _LoopRun,
-    _stage_concurrency,
-    stage_sink,
-    check_arity,
-    one_to_one,
-    serial_failed,
-    taken_reader,
-)
-from .flatmap import _flat_engine, _listing_fn
+from ...datapipe import IterDataPipe, functional_datapipe, require_callable, require_int, require_pipe, source_len
+from ...errors import WARN_FAILURES, _OnError, policy_and_log
+from .handover import _check_crossing
+from ._shared import _Col, _Executor, _Rng, _check_cols, _check_concurrency, check_arity
+from .map_concurrent import open_engine, open_flattening, open_handover
+from .map_serial import open_raising, open_seeded, open_skipping
 
 __all__ = ["BatchAsyncMapper", "Mapper", "ThreadPoolMapper"]
 
@@ -58,191 +38,6 @@ U = TypeVar("U")
 
 
 # -- Mapper ----------------------------------------------------------------------------------------
-
-
-def _map_raise(pipe: Mapper, it: Iterator[Any]) -> Iterator[Any]:
-    fn = _item_fn(pipe)
-    # The position counter is a float: CPython keeps a free list of floats but allocates every int
-    # above 256, so ``n += 1.0`` costs about half of ``n += 1`` here (exact up to 2**53 items). It
-    # still costs about 12 ns per item, so a source that tells its own position gets _map_told.
-    n = 0.0
-    try:
-        for x in it:
-            yield fn(x)
-            x = None  # let go of the input while the next one is made (a batch: see iter/batching.py)
-            n += 1.0
-    except BaseException as e:
-        serial_failed(e, pipe, _MAP_FN_LINES, n)
-        abandon(it)
-        raise
-
-
-def _map_told(pipe: Mapper, it: Iterator[Any], taken: Callable[[], int]) -> Iterator[Any]:
-    """``_map_raise`` over a source that tells its own position (``taken_reader``): nothing counted."""
-    fn = _item_fn(pipe)
-    start = taken()
-    try:
-        for x in it:
-            yield fn(x)
-            x = None
-    except BaseException as e:
-        serial_failed(e, pipe, _MAP_TOLD_FN_LINES, lambda: taken() - start - 1)
-        abandon(it)
-        raise
-
-
-def _map_skip(pipe: Mapper, it: Iterator[Any], run: _BudgetRun) -> Iterator[Any]:
-    """The serial loop under ``on_error="skip"``: ``run`` is the pass's under a failure budget (its
-    state saves the failures counted), else one that is not tracked (the pass saves nothing)."""
-    fn = _item_fn(pipe)
-    failures, n = _budget_start(pipe, run)
-    try:
-        for x in it:
-            n += 1
-            try:
-                y = fn(x)
-            except Exception as e:
-                failures.skip(e, n)
-                continue
-            run.n = n
-            yield y
-            x = y = None
-    except BaseException:
-        abandon(it)  # this frame names the upstream: release it now, not at collection
-        raise
-    finally:
-        run.ended = True
-        failures.end(n + 1)  # the summary of what this pass skipped (see datapipes.errors)
-
-
-class _SeededRun(_LoopRun):
-    """The position of a serial ``rng=`` map's pass: the pass seed and the position of the item last
-    handed out (``n``, which the loop writes before each ``yield``), each item's generator deriving
-    from both, and under a failure budget the failures counted. A pass resumed from a state that
-    has ended starts from its source's position with its own pass seed, as it always has."""
-
-    __slots__ = ("seed", "n")
-
-    def __init__(self, seed: int) -> None:
-        super().__init__()
-        self.seed = seed
-        self.n = -1
-
-    def position(self) -> dict[str, Any]:
-        return {"seed": self.seed, "next": self.n + 1, **self.counted()}
-
-    def load(self, state: dict[str, Any]) -> None:
-        check_loop_state(state)
-        if "next" in state:
-            self.seed = check_int(state, "seed", None, default=self.seed)  # absent: this pass's
-            self.n = state["next"] - 1
-        self.loaded = state
-
-
-def _map_seeded(pipe: Mapper, it: Iterator[Any], run: _SeededRun) -> Iterator[Any]:
-    fn = _column_rng_fn(pipe.fn, pipe.input_col, pipe.output_col) if pipe.input_col is not None else pipe.fn
-    kind = cast(str, pipe.rng)  # the seeded loop runs only with rng= set
-    fail = _item_fail(pipe, run)
-    run.started = True
-    seed, n = run.seed, run.n
-    try:
-        for x in it:
-            n += 1
-            try:
-                y = fn(x, rng=make_rng(kind, item_seed(seed, n)))
-            except Exception as e:
-                fail(e, n)
-                continue
-            run.n = n
-            yield y
-            x = y = None
-    except BaseException:
-        abandon(it)  # this frame names the upstream: release it now, not at collection
-        raise
-    finally:
-        run.ended = True
-        _end_pass(fail, n + 1)
-
-
-def _engine_fn(pipe: Mapper) -> Callable[[Any], Any]:
-    """The per-item function a concurrent pass runs (columns, async and rng taken into account)."""
-    fn, in_col, out_col, kind = pipe.fn, pipe.input_col, pipe.output_col, pipe.rng
-    if pipe._async:
-        call = fn if in_col is None else _async_column_fn(fn, in_col, out_col)
-        if kind is None:
-            return call
-
-        async def seeded(pair: Any) -> Any:
-            return await call(pair[0], rng=make_rng(kind, pair[1]))
-
-        return seeded
-    if kind is None:
-        return _item_fn(pipe)
-    if in_col is not None:
-        # one copy of the column wrapper per call keeps threads apart
-        return lambda pair: _column_rng_fn(fn, in_col, out_col)(pair[0], make_rng(kind, pair[1]))
-    if pipe.executor == "process":
-        return fn  # the worker process wraps it (seeded_call) without importing datapipes
-    return seeded_call(fn, kind)
-
-
-class _MapRun:
-    """The position of a concurrent map's pass: the engine's (inputs in flight) and the pass seed of
-    a seeded map, whose items' seeds go on from the items already pulled."""
-
-    __slots__ = ("engine", "seed")
-
-    def __init__(self, seed: int | None) -> None:
-        self.engine = EngineRun()
-        self.seed = seed
-
-    def state(self) -> dict[str, Any]:
-        return {"seed": self.seed, **self.engine.state()}
-
-    def restore(self, state: dict[str, Any]) -> None:
-        check_int(state, "seed", None, optional=True)
-        check_engine(state)
-        self.engine.restore(state)
-        self.seed = state["seed"]
-
-
-def _map_engine(pipe: Mapper, it: Iterator[Any], seed: int | None = None) -> Iterator[Any]:
-    label = stage_label(pipe)
-    run = _MapRun(seed)
-    _pass.track(pipe, run)
-    source: Iterable[Any] = it if seed is None else _seeded(it, run)
-    fn = _engine_fn(pipe)
-    worker_rng = pipe.rng if pipe.executor == "process" and pipe.input_col is None else None
-    concurrency, tune = _stage_concurrency(pipe)
-    stats = _pass.stats_for(pipe, lambda: new_stats(label, fn, concurrency, pipe.executor, tune is not None))
-    spec = StageSpec(label, concurrency, pipe.ordered, pipe.executor, pipe.timeout, pipe.chunksize, worker_rng)
-    return concurrent_map(source, fn, spec, stage_sink(pipe, stats, run.engine, tune))
-
-
-def _seeded(it: Iterator[Any], run: _MapRun) -> Iterator[tuple[Any, int]]:
-    """``(item, its seed)`` pairs: seeds from the run's pass seed and positions, both read at the
-    first ``next()`` (a resumed pass has restored them by then)."""
-    yield from with_seeds(it, run.seed, lambda: run.engine.pulled)  # type: ignore[arg-type]
-
-
-def _map_engine_handover(pipe: Mapper, it: Iterator[Any], seed: int | None = None) -> Iterator[Any]:
-    """A concurrent pass downstream of a CUDA mover: items cross to the workers and results come
-    back with a stream hand-over each way (:mod:`datapipes.iter.device`)."""
-    ops = pipe._crossing_ops.bind()  # type: ignore[union-attr]
-    label = stage_label(pipe)
-    run = _MapRun(seed)
-    _pass.track(pipe, run)
-    source: Iterable[Any] = it if seed is None else _seeded(it, run)
-    fn = _handover_fn(_engine_fn(pipe), ops, pipe._async)
-    concurrency, tune = _stage_concurrency(pipe)
-    stats = _pass.stats_for(pipe, lambda: new_stats(label, fn, concurrency, pipe.executor, tune is not None))
-    spec = StageSpec(label, concurrency, pipe.ordered, pipe.executor, pipe.timeout, pipe.chunksize)
-    out = concurrent_map(_tagged(source, ops.record), fn, spec, stage_sink(pipe, stats, run.engine, tune))
-    return _handed_back(out, ops)
-
-
-_MAP_FN_LINES = call_lines(_map_raise)
-_MAP_TOLD_FN_LINES = call_lines(_map_told)
 
 
 @functional_datapipe("map")
@@ -506,50 +301,37 @@ class Mapper(IterDataPipe[U]):
         serial = concurrency == 1 and timeout is None and not self._async and executor == "thread"
         # Items that cross threads after to_cuda need a stream hand-over, decided here once.
         self._crossing_ops = None if serial else _check_crossing(datapipe, executor)
-        self._run: Callable[..., Iterator[Any]]
-        # Serial: nothing of its own to save (a pass's position is its source's), but with rng= the
-        # pass seed and the item position. Concurrent: the pass tracks the items in flight (threads,
-        # async, executors and processes alike).
+        # The form of every pass, chosen once (map_serial.py, map_concurrent.py). Serial: nothing of
+        # its own to save (a pass's position is its source's), but with rng= the pass seed and the item
+        # position. Concurrent: the pass tracks the items in flight (threads, async, executors and
+        # processes alike).
         self._stateless = serial and rng is None
-        if not serial:
-            self._run = _map_engine if self._crossing_ops is None else _map_engine_handover
+        self._run: Callable[[Mapper[Any], Iterator[Any]], Iterator[Any]]
+        if self._flattens:
+            self._run = open_flattening
+        elif not serial:
+            self._run = open_engine if self._crossing_ops is None else open_handover
         elif rng is not None:
-            self._run = _map_seeded
+            self._run = open_seeded
         else:
-            self._run = _map_skip if self._policy.skips else _map_raise
+            self._run = open_skipping if self._policy.skips else open_raising
 
     def _thread_demand(self) -> int | str | None:
         """What a pass's thread budget counts for this stage: its concurrency when it runs worker
         threads of its own, else None."""
-        if self._stateless or self.rng is not None and self._run is _map_seeded:
-            return None  # serial
-        if self._async or self.executor != "thread":
+        if self._run in _SERIAL or self._async or self.executor != "thread":
             return None
         return self.concurrency
 
     def __iter__(self) -> Iterator[U]:
-        it = iter(self.datapipe)
-        if self._flattens:
-            return _flat_engine(self, it, _listing_fn(self.fn, None))
-        if self.rng is not None:
-            if self._run is _map_seeded:  # serial: its run saves the pass seed and the position
-                seeded = _SeededRun(self._pass_seed())
-                _pass.track(self, seeded)
-                return _map_seeded(self, it, seeded)
-            return self._run(self, it, self._pass_seed())
-        if self._run is _map_skip:
-            run = _BudgetRun()
-            if self._policy.max_failures is not None:  # a budget: its count is saved
-                _pass.track(self, run)
-            return _map_skip(self, it, run)
-        if self._run is _map_raise:
-            taken = taken_reader(it)
-            if taken is not None:
-                return one_to_one(_map_told(self, it, taken), taken)
-        return self._run(self, it)
+        return self._run(self, iter(self.datapipe))
 
     def __len__(self) -> int:
         return source_len(self, self.datapipe)
+
+
+#: the serial forms: no worker threads of their own
+_SERIAL = (open_raising, open_skipping, open_seeded)
 
 
 # -- ThreadPoolMapper ------------------------------------------------------------------------------
