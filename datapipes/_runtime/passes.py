@@ -55,8 +55,9 @@ from .observe import Observer, observing, pending_observation
 from .tuning import Budget, Tuner
 from .seeds import derive_seed, draw_seed
 from .traits import declares_stateless, pass_hooked, traits_of
-from .worker import base_seed, is_sharding_stage, unseeded_across_ranks
-from ..graph import sources_of, stage_label, stages, walk
+from .plan import Plan
+from .worker import base_seed, unseeded_across_ranks
+from ..graph import sources_of, stage_label, walk
 
 __all__ = ["observing", "budgeted", "Pass", "PassConfig", "PassIterator", "STARTED", "check_state",
            "check_yields", "configured", "current", "remaining", "replayed", "stage_keys", "state_of", "track",
@@ -207,47 +208,46 @@ class Pass:
 
     # -- what the pass decides when it starts --------------------------------------------------------
     def _decide(self) -> None:
-        graph = self.graph = _pass_graph(self.root)
+        plan = self.plan = Plan(self.root)
+        graph = self.graph = plan.graph
         ref = weakref.ref(self)
         with _owners_lock:  # a stage iterating its source lazily finds the pass through its source
             for stage in graph:
                 _owners[stage] = ref
-        random = [s for s in graph if s._is_random]
-        sharding = [s for s in graph if is_sharding_stage(s)]
         placed = None if self.config is None else self.config.placed
-        for stage in sharding:
+        for stage in plan.sharding:
             shard = stage._pass_shard(placed)
             if shard is not None:  # a sharding stage written elsewhere: the pass decides no shard
                 self._shards[id(stage)] = shard
         config = self.config
         if config is not None:
-            below = _downstream_of_sharding(self.root)
-            for index, stage in enumerate(random):
+            below = plan.below_sharding
+            for index, stage in enumerate(plan.random):
                 seed = derive_seed(config.seed, "stage", index)
                 if config.shard and id(stage) in below:
                     seed = derive_seed(seed, "shard", config.shard)
                 self._seeds[id(stage)] = derive_seed(seed, "epoch", config.epoch)
             return
-        for stage in random:
+        for stage in plan.random:
             if stage._seed is not None:
                 self._seeds[id(stage)] = derive_seed(stage._seed, "epoch", stage._epoch)
             elif "_lent_seed" in stage.__dict__:  # torch's DataLoader lent it, for this pass only
                 self._seeds[id(stage)] = stage.__dict__.pop("_lent_seed")
-        for stage in sharding:
+        for stage in plan.sharding:
             self._share_upstream_seeds(stage)
 
     def _decide_replay(self, like: Pass | None) -> None:
         """A side pass (:func:`replayed`): the seeds ``like`` gave its stages, every sharding stage
         reading all its items, nothing written onto the stages (their owners are :func:`replayed`'s
         business)."""
-        self.graph = _pass_graph(self.root)
+        plan = self.plan = Plan(self.root)
+        self.graph = plan.graph
         if like is not None:
             self.config = like.config
             # the seeds at ``like``'s start: a replay reads from the start, its restarts reseed again
             self._seeds = {**like._seeds, **like._first_seeds}
-        for stage in self.graph:
-            if is_sharding_stage(stage):
-                self._shards[id(stage)] = (1, 0)
+        for stage in plan.sharding:
+            self._shards[id(stage)] = (1, 0)
 
     def shard_count(self) -> int:
         """The most shards any sharding stage of this pass splits its items into (1: none)."""
@@ -270,8 +270,7 @@ class Pass:
         elif self.in_worker and ranks == 1:
             root = base_seed()
         unseeded = []
-        upstream = [s for src in sources_of(stage) for s in _pass_graph(src) if s._is_random]
-        for index, s in enumerate(dict.fromkeys(upstream)):
+        for index, s in enumerate(self.plan.upstream_random(stage)):
             if s._seed is None and id(s) in self._seeds:
                 continue  # lent by torch's DataLoader, from a seed every worker and rank shares
             if s._seed is not None:
@@ -299,7 +298,7 @@ class Pass:
         at this pass's start and ``round_``, so a shuffle draws a new order every round, a resumed
         pass draws the same ones, and stages whose seeds every shard shares still share them."""
         with self._lock:
-            for stage in walk(root):
+            for stage in self.plan.walk(root):
                 key = id(stage)
                 if key not in self._first_seeds:
                     if key not in self._seeds:
@@ -355,7 +354,7 @@ class Pass:
         by_id = {id(stage): stats for stage, stats in found}
         for stage, stats in found:
             if stats.kind == "serial":
-                upstream = [by_id[id(s)] for s in sources_of(stage) if id(s) in by_id]
+                upstream = [by_id[id(s)] for s in self.plan.sources(stage) if id(s) in by_id]
                 if upstream:
                     stats._in = sum(u.items_out for u in upstream)
                 else:
@@ -381,7 +380,7 @@ class Pass:
 
     def key_of(self, stage: Any) -> str:
         """The key of ``stage``'s state in this pass's states (see :func:`stage_keys`)."""
-        return _key(next((i for i, s in enumerate(self.graph) if s is stage), -1), stage)
+        return self.plan.key_of(stage)
 
     # -- building ------------------------------------------------------------------------------------
     def building(self) -> _Building:
@@ -392,7 +391,7 @@ class Pass:
         """Drop what this pass holds of the stages of ``root``'s graph (their runs, loaded states not
         applied yet, that it built them): a stage about to iterate ``root`` anew (``cycle``'s next
         round) must not save, or be resumed into, the previous round's positions."""
-        graph = list(walk(root))
+        graph = list(self.plan.walk(root))
         for stage in graph:
             stage._pass_forgotten(self)  # stages sharing state across passes (fork)
         ids = {id(stage) for stage in graph}
@@ -461,22 +460,6 @@ def _iterated_in_passes(stage: Any) -> bool:
     return pass_hooked(type(stage).__iter__)
 
 
-def _pass_graph(root: Any) -> list[Any]:
-    """The stages a pass of ``root`` runs, in graph order: the graph, less what lies upstream of a
-    stage that runs its sources in other processes (``_runs_sources_elsewhere``: the DataLoader's
-    worker stage, whose workers start passes of their own)."""
-    return list(walk(root, stop=lambda s: s._runs_sources_elsewhere))
-
-
-def _downstream_of_sharding(root: Any) -> set[int]:
-    """Ids of the stages of ``root``'s graph at or downstream of a sharding stage."""
-    below: set[int] = set()
-    for stage in stages(root):  # sources first
-        if is_sharding_stage(stage) or any(id(s) in below for s in sources_of(stage)):
-            below.add(id(stage))
-    return below
-
-
 class PassIterator(itertools.chain):  # type: ignore[type-arg]
     """What ``iter(pipe)`` returns: the iterator of one pass, with the pass it owns.
 
@@ -537,14 +520,10 @@ class PassIterator(itertools.chain):  # type: ignore[type-arg]
 _FORMAT = "datapipes.pass/1"
 
 
-def _key(index: int, stage: Any) -> str:
-    return f"{index}:{type(stage).__qualname__}"
-
-
 def stage_keys(root: Any) -> list[tuple[str, Any]]:
     """``(key, stage)`` for every stage a pass of ``root`` runs, in graph order: the keys under which
     a pass state (``state["stages"]``) holds each stage's state."""
-    return [(_key(index, stage), stage) for index, stage in enumerate(_pass_graph(root))]
+    return [(key, stage) for stage, key in zip(*_keyed(Plan(root)))]
 
 
 def state_of(graph: list[str], stages: dict[str, Any]) -> dict[str, Any]:
@@ -576,20 +555,8 @@ def _undeclared(stage: Any) -> str:
             f"load_state_dict(state) (docs/howto/checkpoint.rst, 'Your own stages')")
 
 
-def _replayed(graph: list[Any]) -> set[int]:
-    """The ids of the stages upstream of a stage that replays its sources from their start when it
-    resumes (``_replays_sources``: a ``Sampler`` replays its sampler, which may read its data
-    source): their positions are neither saved nor restored."""
-    out: set[int] = set()
-    for stage in graph:
-        if stage._replays_sources:
-            stack = list(sources_of(stage))
-            while stack:
-                upstream = stack.pop()
-                if id(upstream) not in out:
-                    out.add(id(upstream))
-                    stack.extend(sources_of(upstream))
-    return out
+def _keyed(plan: Plan) -> tuple[list[Any], list[str]]:
+    return plan.graph, [plan.keys[id(stage)] for stage in plan.graph]
 
 
 def _snapshot(pass_: Pass) -> dict[str, Any]:
@@ -601,9 +568,10 @@ def _snapshot(pass_: Pass) -> dict[str, Any]:
         for lock in locks:
             held.enter_context(lock)
         stages: dict[str, Any] = {}
-        keys = {id(stage): _key(index, stage) for index, stage in enumerate(pass_.graph)}
-        replayed = _replayed(pass_.graph)
-        for index, stage in enumerate(pass_.graph):
+        keys = pass_.plan.keys
+        replayed = pass_.plan.replayed
+        for stage in pass_.graph:
+            key = keys[id(stage)]
             if id(stage) in replayed:
                 continue
             if id(stage) in pass_.twice:
@@ -616,10 +584,10 @@ def _snapshot(pass_: Pass) -> dict[str, Any]:
             entry = pass_.runs.get(id(stage))
             if entry is not None:
                 # Streams in the items a stage holds are saved by where they came from (_held).
-                stages[_key(index, stage)] = _held.freeze(entry[1].state(), lambda s: keys.get(id(s)), stage_label(stage))
+                stages[key] = _held.freeze(entry[1].state(), lambda s: keys.get(id(s)), stage_label(stage))
             elif id(stage) in pass_.pending_states:  # loaded, not built yet (a stage built lazily): as loaded
-                stages[_key(index, stage)] = _held.freeze(pass_.pending_states[id(stage)], lambda s: keys.get(id(s)),
-                                                          stage_label(stage))
+                stages[key] = _held.freeze(pass_.pending_states[id(stage)], lambda s: keys.get(id(s)),
+                                           stage_label(stage))
             elif id(stage) in pass_.built and not _stateless(stage):
                 raise TypeError(_undeclared(stage))
     return state_of([type(s).__qualname__ for s in pass_.graph], stages)
@@ -680,12 +648,12 @@ def _restore(pass_: Pass, state: dict[str, Any]) -> None:
             f"load_state_dict: the state was saved from a pipe of another shape: at stage {index} (graph order, "
             f"the pipe itself first) it has {a or '(none: the saved pipe ends here)'}, this pipe has {where}"
         )
-    by_key = {_key(index, stage): stage for index, stage in enumerate(pass_.graph)}
+    by_key = {pass_.plan.keys[id(stage)]: stage for stage in pass_.graph}
     unknown = [key for key in stages if key not in by_key]
     if unknown:
         raise ValueError(f"load_state_dict: state['stages'] holds {unknown[0]!r}, and this pipe has no stage by that "
                          f"key (its stages: {', '.join(map(repr, by_key))})")
-    replayed = _replayed(pass_.graph)
+    replayed = pass_.plan.replayed
     loaded = [(key, stage) for key, stage in by_key.items() if key in stages and id(stage) not in replayed]
     # The streams the states hold, checked together before any is opened again (one reading of an
     # opener's source for all the paths the states name from it: datapipes.iter._readers).

@@ -449,7 +449,7 @@ class Sampler(IterDataPipe[Any]):
     #: the sampler decides whether (and when) the source is iterated: torch's only take its len() (see datapipes._runtime.passes.unbuilt)
     _builds_sources_later = True
     #: a resumed pass replays the sampler from its start, and with it any reading of the source it
-    #: does (a sampler yielding items): the source's stages save no position (datapipes._runtime.passes._replayed)
+    #: does (a sampler yielding items): the source's stages save no position (datapipes._runtime.plan.Plan.replayed)
     _replays_sources = True
 
     def __init__(

@@ -289,7 +289,7 @@ class MapToIterConverter(IterDataPipe[T]):
     )
 
     #: its position is an index into the map-style pipe, which a resumed pass reads from its start
-    #: (a keyed pipe loads its source again): the stages above save no position (_pass._replayed)
+    #: (a keyed pipe loads its source again): the stages above save no position (_runtime.plan.Plan.replayed)
     _replays_sources = True
 
     def __init__(self, datapipe: MapDataPipe[T], indices: Sequence[Any] | None = None) -> None:
