@@ -284,11 +284,14 @@ def _hook_pass(iter_fn: Callable[[Any], Iterator[Any]]) -> Callable[[Any], Itera
     built. Runs once per ``iter()``, never per item; inside a torch DataLoader worker it also checks
     the pipe (``_worker.worker_pass``)."""
 
+    def by_iter(pipe: Any, pass_: Any) -> Iterator[Any]:
+        return iter_fn(pipe)  # a stage written torch-style: it finds its pass itself (passes.adapted)
+
     @functools.wraps(iter_fn)
     def __iter__(self: Any) -> Iterator[Any]:
         if get_worker_info() is not None:
             _worker.worker_pass(self)
-        return _pass.start(self, iter_fn)
+        return _pass.start(self, by_iter)
 
     mark_pass_hooked(__iter__)
     return __iter__
@@ -316,6 +319,9 @@ class IterDataPipe(IterableDataset[T_co], IterMethods[T_co], _DataPipeMixin):
         own = cls.__dict__.get("__iter__")
         if own is not None and not pass_hooked(own):
             cls.__iter__ = _hook_pass(own)  # type: ignore[method-assign]
+        elif own is None and "_open" in cls.__dict__:
+            # a stage of the protocol: opened with the pass handed to it (docs/architecture.rst)
+            cls.__iter__ = _pass.OPEN_ITER  # type: ignore[method-assign]
 
     def __iter__(self) -> Iterator[T_co]:
         raise TypeError(f"{type(self).__name__} is an IterDataPipe but defines no __iter__")

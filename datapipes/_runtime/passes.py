@@ -54,12 +54,12 @@ from .._positions import remaining
 from .observe import Observer, observing, pending_observation
 from .tuning import Budget, Tuner
 from .seeds import derive_seed, draw_seed
-from .traits import declares_stateless, pass_hooked, traits_of
+from .traits import declares_stateless, mark_pass_hooked, pass_hooked, traits_of
 from .plan import Plan
-from .worker import base_seed, unseeded_across_ranks
+from .worker import base_seed, unseeded_across_ranks, worker_pass
 from ..graph import sources_of, stage_label, walk
 
-__all__ = ["observing", "budgeted", "Pass", "PassConfig", "PassIterator", "STARTED", "check_state",
+__all__ = ["OPEN_ITER", "observing", "adapted", "budgeted", "opener_of", "Pass", "PassConfig", "PassIterator", "STARTED", "check_state",
            "check_yields", "configured", "current", "remaining", "replayed", "stage_keys", "state_of", "track",
            "no_position", "latest_stats", "owner", "start", "stats_for"]
 
@@ -402,6 +402,16 @@ class Pass:
                 self._tracked_in.pop(key, None)
             self.twice -= ids
             self.built -= ids
+
+    def open(self, source: Any) -> Iterator[Any]:
+        """The iterator of ``source`` in this pass: how a stage opens its sources (``ctx.open(source)``
+        in its ``_open(ctx)``, docs/architecture.rst, "The stage protocol"). A stage of the protocol
+        (``_open``) is handed this pass; any other iterable is opened by :func:`adapted`."""
+        opener = opener_of(source)
+        if opener is None:
+            return adapted(self, source)
+        with self.building():  # what the stage opens lazily from its own __iter__ still finds the pass
+            return _enter(self, source, opener)
 
     def claim(self, stage: Any) -> None:
         """Record that this pass built ``stage`` (see :func:`owner`)."""
@@ -782,11 +792,66 @@ def _starting() -> dict[int, object]:
     return found
 
 
-def start(pipe: Any, iter_fn: Callable[[Any], Iterator[Any]], config: PassConfig | None = None) -> Iterator[Any]:
-    """``iter(pipe)`` through ``iter_fn`` (the class's own ``__iter__``): ``pipe``'s iterator in the
-    pass being built on this thread, or in the live pass that contains ``pipe`` (a stage written
-    elsewhere iterating its source lazily); otherwise a new pass with ``pipe`` as its root, or with
-    ``config``, always a new pass."""
+#: how a stage's iterator is made in a pass: ``opener(stage, pass_)``
+Opener = Callable[[Any, "Pass"], Iterator[Any]]
+
+
+def _by_open(stage: Any, pass_: Pass) -> Iterator[Any]:
+    return stage._open(pass_)  # type: ignore[no-any-return]
+
+
+def _open_iter(self: Any) -> Iterator[Any]:
+    """The ``__iter__`` of every stage of the protocol (a class with ``_open``): a new pass when the
+    stage is iterated from outside any pass, else its iterator in the pass being built. Inside a
+    torch DataLoader worker it also checks the pipe (:func:`datapipes._runtime.worker.worker_pass`)."""
+    if get_worker_info() is not None:
+        worker_pass(self)
+    return start(self, _by_open)
+
+
+#: the ``__iter__`` the base class gives a stage that defines ``_open`` (see :func:`opener_of`)
+OPEN_ITER = _open_iter
+mark_pass_hooked(OPEN_ITER)
+
+
+def opener_of(source: Any) -> Opener | None:
+    """How ``source``'s iterator is opened with the pass handed to it: for a stage of the protocol
+    (its class has ``_open`` and the base class's ``__iter__``, which calls it), ``_open(pass_)``;
+    None for anything else (a stage written torch-style, with its own ``__iter__``)."""
+    return _by_open if getattr(type(source), "__iter__", None) is OPEN_ITER else None
+
+
+def adapted(pass_: Pass, source: Any) -> Iterator[Any]:
+    """The iterator of ``source``, which is not a stage of the protocol (a stage written torch-style,
+    a torch DataPipe, any iterable), in ``pass_``: its ``__iter__`` runs while ``pass_`` is the one
+    being built on this thread, so a stage of ours that it iterates in its body joins ``pass_``. The
+    one place where a pass is found without being handed (:func:`current`, :func:`owner`)."""
+    with pass_.building():
+        return iter(source)
+
+
+def _enter(pass_: Pass, pipe: Any, opener: Opener) -> Iterator[Any]:
+    """``pipe``'s iterator in ``pass_``, opened by ``opener``: recorded as built by the pass, its
+    run saved with the pass if its iterator keeps a state of its own, watched if the pass is."""
+    starting = _starting()
+    key = id(pipe)
+    outer = key not in starting
+    if outer:
+        starting[key] = object()
+    try:
+        pass_.claim(pipe)
+        it = _tracked(pass_, pipe, opener(pipe, pass_))
+    finally:
+        if outer:
+            del starting[key]
+    return it if pass_.observer is None else pass_.observer.wrap(pipe, it)
+
+
+def start(pipe: Any, opener: Opener, config: PassConfig | None = None) -> Iterator[Any]:
+    """``iter(pipe)`` through ``opener`` (the class's ``_open``, or its own ``__iter__``): ``pipe``'s
+    iterator in the pass being built on this thread, or in the live pass that contains ``pipe`` (a
+    stage written elsewhere iterating its source lazily); otherwise a new pass with ``pipe`` as its
+    root, or with ``config``, always a new pass."""
     if config is None:
         config = getattr(_local, "config", None)
         if config is not None:
@@ -808,13 +873,11 @@ def start(pipe: Any, iter_fn: Callable[[Any], Iterator[Any]], config: PassConfig
     try:
         if within is not None:
             with within.building():
-                within.claim(pipe)
-                it = _tracked(within, pipe, iter_fn(pipe))
-            return it if within.observer is None else within.observer.wrap(pipe, it)
+                return _enter(within, pipe, opener)
         pass_ = Pass(pipe, config, pending_observation(), _pending_budget())
         with pass_.building():
             pass_.claim(pipe)
-            it = _tracked(pass_, pipe, iter_fn(pipe))
+            it = _tracked(pass_, pipe, opener(pipe, pass_))
     finally:
         if outer:
             del starting[key]

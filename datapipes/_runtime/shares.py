@@ -2,8 +2,11 @@
 (and, for ``concurrency="auto"``, its place with the pass's tuner), the budget and hooks it hands to
 a pass of its own, and the hooks watching it (docs/architecture.rst, "The pass").
 
-Outside any pass (a stage iterated on its own, or built for ``len()``), each answers as the stage
-would run alone: the requested value, no budget, no hooks.
+Each takes the pass (``pass_``): a stage of the protocol hands its own
+(``ctx``, docs/architecture.rst, "The stage protocol"); ``None`` finds the pass building the stage
+(:func:`building`), for the stages that are not handed one yet. Outside any pass (a stage iterated
+on its own, or built for ``len()``), each answers as the stage would run alone: the requested
+value, no budget, no hooks.
 """
 
 from __future__ import annotations
@@ -12,20 +15,25 @@ from typing import Any, Callable
 
 from .._engine.stats import StageStats
 from .observe import TaskHooks
-from .passes import current, owner
+from .passes import Pass, current, owner
 from .tuning import AUTO, auto_start, process_workers, usable_cpus
 
-__all__ = ["concurrency_for", "processes_for", "inherited", "task_hooks"]
+__all__ = ["building", "concurrency_for", "processes_for", "inherited", "task_hooks"]
 
 
-def concurrency_for(stage: Any, requested: int | str, threads: bool) -> tuple[int, Callable[..., None] | None]:
+def building(stage: Any, pass_: Pass | None = None) -> Pass | None:
+    """``pass_``, else the pass building ``stage`` on this thread or the live one that built it."""
+    return pass_ if pass_ is not None else current() or owner(stage)
+
+
+def concurrency_for(stage: Any, requested: int | str, threads: bool, pass_: Pass | None = None) -> tuple[int, Callable[..., None] | None]:
     """``(workers, tune)`` for concurrent ``stage`` in the pass building it: its concurrency within
     the pass's thread budget (``threads``: it runs worker threads of its own; 0: inline), and for
     ``concurrency="auto"`` the function that registers its run with the pass's tuner,
     ``tune(stats, run, backend)`` (None where the budget left an auto thread stage no thread: it
     runs inline, untuned). Outside any pass: the requested value (auto: one worker per CPU, at
     least 2 and at most :data:`~datapipes._runtime.tuning.START_MAXIMUM`)."""
-    pass_ = current() or owner(stage)
+    pass_ = building(stage, pass_)
     if requested == AUTO:
         if pass_ is None:
             return max(2, auto_start(usable_cpus())), None
@@ -44,12 +52,12 @@ def concurrency_for(stage: Any, requested: int | str, threads: bool) -> tuple[in
     return pass_.budget().threads_for(stage, requested), None
 
 
-def processes_for(stage: Any, requested: int | str) -> tuple[int, Callable[..., None] | None]:
+def processes_for(stage: Any, requested: int | str, pass_: Pass | None = None) -> tuple[int, Callable[..., None] | None]:
     """``(processes, tune)`` for process ``stage`` in the pass building it: its worker processes within
     the pass's ``max_processes``, and for ``concurrency="auto"`` the function that registers it with
     the pass's tuner (which then runs from 1 to that many of them). Outside any pass: the requested
     value (auto: one process per CPU, at most :data:`~datapipes._runtime.tuning.PROCESS_MAXIMUM`), untuned."""
-    pass_ = current() or owner(stage)
+    pass_ = building(stage, pass_)
     if pass_ is None:
         return (process_workers(usable_cpus()) if requested == AUTO else requested), None  # type: ignore[return-value]
     budget = pass_.budget()
@@ -65,11 +73,11 @@ def processes_for(stage: Any, requested: int | str) -> tuple[int, Callable[..., 
     return n, tune
 
 
-def inherited(stage: Any) -> tuple[tuple[Any, ...] | None, tuple[int | None, ...] | None]:
+def inherited(stage: Any, pass_: Pass | None = None) -> tuple[tuple[Any, ...] | None, tuple[int | None, ...] | None]:
     """``(hooks, budget)`` that a stage running its sources as a pass of their own in this process
     (the loader's ``InProcess``) hands to that pass: the hooks watching it (None: not observed) and
     the budget of the pass building it (None: none)."""
-    pass_ = current() or owner(stage)
+    pass_ = building(stage, pass_)
     if pass_ is None:
         return None, None
     hooks = None if pass_.observer is None else tuple(pass_.observer.watchers.get(id(stage), ()))
@@ -78,10 +86,10 @@ def inherited(stage: Any) -> tuple[tuple[Any, ...] | None, tuple[int | None, ...
     return hooks, None if limits == (None, None, None) else limits
 
 
-def task_hooks(stage: Any) -> TaskHooks | None:
+def task_hooks(stage: Any, pass_: Pass | None = None) -> TaskHooks | None:
     """The task hooks watching concurrent ``stage`` in the pass building it (None: none, the
     common case, where the engine runs ``fn`` bare)."""
-    pass_ = current() or owner(stage)
+    pass_ = building(stage, pass_)
     if pass_ is None or pass_.observer is None:
         return None
     return pass_.observer.task_hooks(stage)

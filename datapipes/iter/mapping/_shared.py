@@ -16,6 +16,7 @@ from types import GeneratorType
 from typing import Any, Callable, Hashable, Iterator, Literal, Sequence
 
 from ..._runtime import shares
+from ..._runtime.passes import Pass
 from ..._runtime.validate import check_loop_state
 from ..._positions import handed_out
 from ..._checks import phrased
@@ -330,17 +331,17 @@ def _end_pass(fail: Callable[[Exception, int], None], seen: int) -> None:
         failures.end(seen)
 
 
-def _stage_concurrency(pipe: Any) -> tuple[int, Callable[..., None] | None]:
+def _stage_concurrency(pipe: Any, ctx: Pass | None = None) -> tuple[int, Callable[..., None] | None]:
     """``(workers, tune)`` of a concurrent map/flatmap's pass: its concurrency within the pass's
     thread budget (0: inline), and for ``concurrency="auto"`` its registration with the tuner; a
     process stage's worker processes within the pass's process budget (``shares.processes_for``)."""
     if pipe.executor == "process":
-        return shares.processes_for(pipe, pipe.concurrency)
-    return shares.concurrency_for(pipe, pipe.concurrency, pipe._thread_demand() is not None)
+        return shares.processes_for(pipe, pipe.concurrency, ctx)
+    return shares.concurrency_for(pipe, pipe.concurrency, pipe._thread_demand() is not None, ctx)
 
 
-def stage_sink(pipe: Any, stats: StageStats, run: EngineRun, tune: Callable[..., None] | None) -> StageSink:
+def stage_sink(pipe: Any, ctx: Pass, stats: StageStats, run: EngineRun, tune: Callable[..., None] | None) -> StageSink:
     """Where a map/flatmap pass reports to the engine: the pipe's error policy and failure log, the
     pass's statistics and run, the pipe's task hooks, the tuner (``concurrency="auto"``), and the
     pipe as the owner of its warm worker processes."""
-    return StageSink(pipe._policy, pipe.failures, stats, run, shares.task_hooks(pipe), tune, pipe)
+    return StageSink(pipe._policy, pipe.failures, stats, run, shares.task_hooks(pipe, ctx), tune, pipe)

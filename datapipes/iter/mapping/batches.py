@@ -13,7 +13,7 @@ from __future__ import annotations
 from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, TypeVar, overload
 
-from ..._runtime import passes as _pass
+from ..._runtime.passes import Pass
 from ..._runtime.validate import check_int, check_list, check_loop_state
 from ..._collate import collate as default_collate
 from ..._engine import abandon
@@ -211,10 +211,10 @@ class BatchMapper(IterDataPipe[U]):
         self.batch_size = batch_size
         self.input_col = input_col
 
-    def __iter__(self) -> Iterator[U]:
-        it = iter(self.datapipe)
+    def _open(self, ctx: Pass) -> Iterator[U]:
+        it = ctx.open(self.datapipe)
         run = _BatchesRun()
-        _pass.track(self, run)
+        ctx.track(self, run)
         return _map_batches(self, it, run)
 
     def __len__(self) -> int:
@@ -309,8 +309,8 @@ class Collator(IterDataPipe[Any]):
         self.collate_fn = collate_fn
         self.fn = collate_fn if collate_fn is not None else conversion if conversion is not None else default_collate
 
-    def __iter__(self) -> Iterator[Any]:
-        return _collate_raise(self, iter(self.datapipe))
+    def _open(self, ctx: Pass) -> Iterator[Any]:
+        return _collate_raise(self, ctx.open(self.datapipe))
 
     def __len__(self) -> int:
         return source_len(self, self.datapipe)

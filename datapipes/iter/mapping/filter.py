@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Hashable, Iterator, Sequence, TypeVar, overload
 
 from ..._redact import redact
-from ..._runtime import passes as _pass
+from ..._runtime.passes import Pass
 from ..._engine import abandon
 from ...datapipe import (
     NO_LEN,
@@ -243,12 +243,12 @@ class Filter(IterDataPipe[T]):
         self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures)
         self._run = _filter_skip if self._policy.skips else _filter_raise
 
-    def __iter__(self) -> Iterator[T]:
-        it = iter(self.datapipe)
+    def _open(self, ctx: Pass) -> Iterator[T]:
+        it = ctx.open(self.datapipe)
         if self._run is _filter_skip:
             run = _BudgetRun(needs_next=False)
             if self._policy.max_failures is not None:  # a budget: its count is saved
-                _pass.track(self, run)
+                ctx.track(self, run)
             return _filter_skip(self, it, run)
         taken = taken_reader(it)
         if taken is not None:

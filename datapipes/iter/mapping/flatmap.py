@@ -15,6 +15,7 @@ from itertools import islice
 from typing import Any, AsyncIterable, Callable, Iterable, Iterator, Literal, TypeVar, cast, overload
 
 from ..._runtime import passes as _pass
+from ..._runtime.passes import Pass
 from ..._runtime.validate import check_engine, check_int, check_list, check_loop_state
 from ..._positions import remaining
 from ..._engine import EngineRun, LoopRef, StageSpec, abandon, close_iterator, concurrent_map, is_async_callable, is_async_gen_callable, iterate_async, new_stats
@@ -263,17 +264,17 @@ class _FlatRun:
         self.resume = list(state["rest"])
 
 
-def _flat_engine(pipe: Any, it: Iterator[Any], fn: Callable[[Any], Any]) -> Iterator[Any]:
+def _flat_engine(pipe: Any, ctx: Pass, it: Iterator[Any], fn: Callable[[Any], Any]) -> Iterator[Any]:
     """The pass of a concurrent flatmap (or a map of a generator function): ``fn`` gives each
     item's outputs as a list on a worker; they are yielded one by one, in input order or in
     completion order."""
     label = stage_label(pipe)
     run = _FlatRun()
-    _pass.track(pipe, run)
-    concurrency, tune = _stage_concurrency(pipe)
-    stats = _pass.stats_for(pipe, lambda: new_stats(label, fn, concurrency, pipe.executor, tune is not None))
+    ctx.track(pipe, run)
+    concurrency, tune = _stage_concurrency(pipe, ctx)
+    stats = ctx.stats_for(pipe, lambda: new_stats(label, fn, concurrency, pipe.executor, tune is not None))
     spec = StageSpec(label, concurrency, pipe.ordered, pipe.executor)
-    lists = concurrent_map(it, fn, spec, stage_sink(pipe, stats, run.engine, tune))
+    lists = concurrent_map(it, fn, spec, stage_sink(pipe, ctx, stats, run.engine, tune))
     return _flattened(lists, run)
 
 
@@ -452,12 +453,12 @@ class FlatMapper(IterDataPipe[U]):
             return None
         return self.concurrency
 
-    def __iter__(self) -> Iterator[U]:
+    def _open(self, ctx: Pass) -> Iterator[U]:
         if self._concurrent:
-            return _flat_engine(self, iter(self.datapipe), _listing_fn(self.fn, self.input_col))
-        it = iter(self.datapipe)
+            return _flat_engine(self, ctx, ctx.open(self.datapipe), _listing_fn(self.fn, self.input_col))
+        it = ctx.open(self.datapipe)
         run = _FlatmapRun()
-        _pass.track(self, run)
+        ctx.track(self, run)
         return self._run(self, it, run)
 
     def __len__(self) -> int:

@@ -23,6 +23,7 @@ from typing import Any, Awaitable, Callable, Coroutine, Iterator, Literal, TypeV
 
 from ..._checks import phrased, require_bool
 from ..._engine import is_async_callable, is_async_gen_callable
+from ..._runtime.passes import Pass
 from ..._runtime.tuning import usable_cpus
 from ...datapipe import IterDataPipe, functional_datapipe, require_callable, require_int, require_pipe, source_len
 from ...errors import WARN_FAILURES, _OnError, policy_and_log
@@ -306,7 +307,7 @@ class Mapper(IterDataPipe[U]):
         # position. Concurrent: the pass tracks the items in flight (threads, async, executors and
         # processes alike).
         self._stateless = serial and rng is None
-        self._run: Callable[[Mapper[Any], Iterator[Any]], Iterator[Any]]
+        self._run: Callable[[Mapper[Any], Pass, Iterator[Any]], Iterator[Any]]
         if self._flattens:
             self._run = open_flattening
         elif not serial:
@@ -323,8 +324,8 @@ class Mapper(IterDataPipe[U]):
             return None
         return self.concurrency
 
-    def __iter__(self) -> Iterator[U]:
-        return self._run(self, iter(self.datapipe))
+    def _open(self, ctx: Pass) -> Iterator[U]:
+        return self._run(self, ctx, ctx.open(self.datapipe))
 
     def __len__(self) -> int:
         return source_len(self, self.datapipe)

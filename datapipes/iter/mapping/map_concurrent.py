@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Iterator
 
-from ..._runtime import passes as _pass
+from ..._runtime.passes import Pass
 from ..._runtime.validate import check_engine, check_int
 from ..._engine import EngineRun, StageSpec, concurrent_map, new_stats
 from ..._engine.rng import make_rng, seeded_call, with_seeds
@@ -23,20 +23,20 @@ from .flatmap import _flat_engine, _listing_fn
 __all__ = ["open_engine", "open_flattening", "open_handover"]
 
 
-def open_engine(pipe: Any, it: Iterator[Any]) -> Iterator[Any]:
+def open_engine(pipe: Any, ctx: Pass, it: Iterator[Any]) -> Iterator[Any]:
     """A concurrent pass on the engine."""
-    return _map_engine(pipe, it, None if pipe.rng is None else pipe._pass_seed())
+    return _map_engine(pipe, ctx, it, None if pipe.rng is None else ctx.seed_for(pipe))
 
 
-def open_handover(pipe: Any, it: Iterator[Any]) -> Iterator[Any]:
+def open_handover(pipe: Any, ctx: Pass, it: Iterator[Any]) -> Iterator[Any]:
     """A concurrent pass downstream of a CUDA mover."""
-    return _map_engine_handover(pipe, it, None if pipe.rng is None else pipe._pass_seed())
+    return _map_engine_handover(pipe, ctx, it, None if pipe.rng is None else ctx.seed_for(pipe))
 
 
-def open_flattening(pipe: Any, it: Iterator[Any]) -> Iterator[Any]:
+def open_flattening(pipe: Any, ctx: Pass, it: Iterator[Any]) -> Iterator[Any]:
     """A generator function run concurrently (or an async generator function): its items, as
     ``flatmap`` yields them."""
-    return _flat_engine(pipe, it, _listing_fn(pipe.fn, None))
+    return _flat_engine(pipe, ctx, it, _listing_fn(pipe.fn, None))
 
 
 def _engine_fn(pipe: Any) -> Callable[[Any], Any]:
@@ -81,17 +81,17 @@ class _MapRun:
         self.seed = state["seed"]
 
 
-def _map_engine(pipe: Any, it: Iterator[Any], seed: int | None = None) -> Iterator[Any]:
+def _map_engine(pipe: Any, ctx: Pass, it: Iterator[Any], seed: int | None = None) -> Iterator[Any]:
     label = stage_label(pipe)
     run = _MapRun(seed)
-    _pass.track(pipe, run)
+    ctx.track(pipe, run)
     source: Iterable[Any] = it if seed is None else _seeded(it, run)
     fn = _engine_fn(pipe)
     worker_rng = pipe.rng if pipe.executor == "process" and pipe.input_col is None else None
-    concurrency, tune = _stage_concurrency(pipe)
-    stats = _pass.stats_for(pipe, lambda: new_stats(label, fn, concurrency, pipe.executor, tune is not None))
+    concurrency, tune = _stage_concurrency(pipe, ctx)
+    stats = ctx.stats_for(pipe, lambda: new_stats(label, fn, concurrency, pipe.executor, tune is not None))
     spec = StageSpec(label, concurrency, pipe.ordered, pipe.executor, pipe.timeout, pipe.chunksize, worker_rng)
-    return concurrent_map(source, fn, spec, stage_sink(pipe, stats, run.engine, tune))
+    return concurrent_map(source, fn, spec, stage_sink(pipe, ctx, stats, run.engine, tune))
 
 
 def _seeded(it: Iterator[Any], run: _MapRun) -> Iterator[tuple[Any, int]]:
@@ -100,17 +100,17 @@ def _seeded(it: Iterator[Any], run: _MapRun) -> Iterator[tuple[Any, int]]:
     yield from with_seeds(it, run.seed, lambda: run.engine.pulled)  # type: ignore[arg-type]
 
 
-def _map_engine_handover(pipe: Any, it: Iterator[Any], seed: int | None = None) -> Iterator[Any]:
+def _map_engine_handover(pipe: Any, ctx: Pass, it: Iterator[Any], seed: int | None = None) -> Iterator[Any]:
     """A concurrent pass downstream of a CUDA mover: items cross to the workers and results come
     back with a stream hand-over each way (:mod:`datapipes.iter.device`)."""
     ops = pipe._crossing_ops.bind()  # type: ignore[union-attr]
     label = stage_label(pipe)
     run = _MapRun(seed)
-    _pass.track(pipe, run)
+    ctx.track(pipe, run)
     source: Iterable[Any] = it if seed is None else _seeded(it, run)
     fn = _handover_fn(_engine_fn(pipe), ops, pipe._async)
-    concurrency, tune = _stage_concurrency(pipe)
-    stats = _pass.stats_for(pipe, lambda: new_stats(label, fn, concurrency, pipe.executor, tune is not None))
+    concurrency, tune = _stage_concurrency(pipe, ctx)
+    stats = ctx.stats_for(pipe, lambda: new_stats(label, fn, concurrency, pipe.executor, tune is not None))
     spec = StageSpec(label, concurrency, pipe.ordered, pipe.executor, pipe.timeout, pipe.chunksize)
-    out = concurrent_map(_tagged(source, ops.record), fn, spec, stage_sink(pipe, stats, run.engine, tune))
+    out = concurrent_map(_tagged(source, ops.record), fn, spec, stage_sink(pipe, ctx, stats, run.engine, tune))
     return _handed_back(out, ops)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, cast
 
-from ..._runtime import passes as _pass
+from ..._runtime.passes import Pass
 from ..._runtime.validate import check_int, check_loop_state
 from ..._engine import abandon
 from ..._engine.rng import item_seed, make_rng
@@ -34,7 +34,7 @@ from ._shared import (
 __all__ = ["open_raising", "open_seeded", "open_skipping"]
 
 
-def open_raising(pipe: Any, it: Iterator[Any]) -> Iterator[Any]:
+def open_raising(pipe: Any, ctx: Pass, it: Iterator[Any]) -> Iterator[Any]:
     """A serial pass whose failures are raised: counted positions, or the source's own."""
     taken = taken_reader(it)
     if taken is not None:
@@ -42,18 +42,18 @@ def open_raising(pipe: Any, it: Iterator[Any]) -> Iterator[Any]:
     return _map_raise(pipe, it)
 
 
-def open_skipping(pipe: Any, it: Iterator[Any]) -> Iterator[Any]:
+def open_skipping(pipe: Any, ctx: Pass, it: Iterator[Any]) -> Iterator[Any]:
     """A serial pass under ``on_error="skip"``: its run is saved only under a failure budget."""
     run = _BudgetRun()
     if pipe._policy.max_failures is not None:  # a budget: its count is saved
-        _pass.track(pipe, run)
+        ctx.track(pipe, run)
     return _map_skip(pipe, it, run)
 
 
-def open_seeded(pipe: Any, it: Iterator[Any]) -> Iterator[Any]:
+def open_seeded(pipe: Any, ctx: Pass, it: Iterator[Any]) -> Iterator[Any]:
     """A serial ``rng=`` pass: its run saves the pass seed and the position."""
-    run = _SeededRun(pipe._pass_seed())
-    _pass.track(pipe, run)
+    run = _SeededRun(ctx.seed_for(pipe))
+    ctx.track(pipe, run)
     return _map_seeded(pipe, it, run)
 
 
