@@ -378,6 +378,11 @@ class Pass:
         if pending is not None:  # loaded before this stage was built (its consumer iterates lazily)
             _load_into(stage, run, pending, lambda: self.key_of(stage))
 
+    def no_position(self, stage: Any) -> None:
+        """Record that this pass of ``stage`` keeps no position of its own (a stage that only sometimes
+        does, such as a mover on the CPU, where it would on a GPU): its state is its sources'."""
+        self.track(stage, _NO_POSITION)
+
     def key_of(self, stage: Any) -> str:
         """The key of ``stage``'s state in this pass's states (see :func:`stage_keys`)."""
         return self.plan.key_of(stage)
