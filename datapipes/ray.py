@@ -33,7 +33,7 @@ except ImportError as e:  # pragma: no cover - the [ray] extra is missing
         f"datapipes.ray needs Ray with Ray Data: pip install 'datapipes[ray]' (importing it failed: {e})"
     ) from e
 
-from ._runtime import passes as _pass
+from ._runtime.passes import Pass
 from ._checks import require_int
 from ._runtime.seeds import draw_seed
 from ._runtime.worker import set_loader_seed
@@ -551,8 +551,8 @@ class RayDataReader(IterDataPipe[Any]):
         self.batch_size = batch_size
         self.batch_format = batch_format
 
-    def __iter__(self) -> Iterator[Any]:
-        _pass.track(self, _Unresumable(
+    def _open(self, ctx: Pass) -> Iterator[Any]:
+        ctx.track(self, _Unresumable(
             f"{stage_label(self)} cannot save its position: Ray cannot start a {type(self.dataset).__name__} again "
             f"mid-epoch, so a resumed pass would read it from its start. Save at epoch ends, or read the pipe "
             f"itself (not through Ray Data) where exact resume matters"))

@@ -56,7 +56,8 @@ from .tuning import Budget, Tuner
 from .seeds import derive_seed, draw_seed
 from .traits import declares_stateless, mark_pass_hooked, pass_hooked, traits_of
 from .plan import Plan
-from .worker import base_seed, unseeded_across_ranks, worker_pass
+from . import worker as _worker
+from .worker import base_seed, unseeded_across_ranks
 from ..graph import sources_of, stage_label, walk
 
 __all__ = ["OPEN_ITER", "observing", "adapted", "budgeted", "opener_of", "Pass", "PassConfig", "PassIterator", "STARTED", "check_state",
@@ -415,6 +416,8 @@ class Pass:
         opener = opener_of(source)
         if opener is None:
             return adapted(self, source)
+        if self.in_worker:  # as iter(source) would in a DataLoader worker (the base class's __iter__)
+            _worker.worker_pass(source)
         with self.building():  # what the stage opens lazily from its own __iter__ still finds the pass
             return _enter(self, source, opener)
 
@@ -810,7 +813,7 @@ def _open_iter(self: Any) -> Iterator[Any]:
     stage is iterated from outside any pass, else its iterator in the pass being built. Inside a
     torch DataLoader worker it also checks the pipe (:func:`datapipes._runtime.worker.worker_pass`)."""
     if get_worker_info() is not None:
-        worker_pass(self)
+        _worker.worker_pass(self)
     return start(self, _by_open)
 
 

@@ -2,11 +2,9 @@
 (and, for ``concurrency="auto"``, its place with the pass's tuner), the budget and hooks it hands to
 a pass of its own, and the hooks watching it (docs/architecture.rst, "The pass").
 
-Each takes the pass (``pass_``): a stage of the protocol hands its own
-(``ctx``, docs/architecture.rst, "The stage protocol"); ``None`` finds the pass building the stage
-(:func:`building`), for the stages that are not handed one yet. Outside any pass (a stage iterated
-on its own, or built for ``len()``), each answers as the stage would run alone: the requested
-value, no budget, no hooks.
+Each is handed the pass (``pass_``: the ``ctx`` a stage's ``_open`` was given, docs/architecture.rst,
+"The stage protocol"). Without one (``None``: a stage asked outside any pass, as for ``len()``),
+each answers as the stage would run alone: the requested value, no budget, no hooks.
 """
 
 from __future__ import annotations
@@ -15,15 +13,10 @@ from typing import Any, Callable
 
 from .._engine.stats import StageStats
 from .observe import TaskHooks
-from .passes import Pass, current, owner
+from .passes import Pass
 from .tuning import AUTO, auto_start, process_workers, usable_cpus
 
-__all__ = ["building", "concurrency_for", "processes_for", "inherited", "task_hooks"]
-
-
-def building(stage: Any, pass_: Pass | None = None) -> Pass | None:
-    """``pass_``, else the pass building ``stage`` on this thread or the live one that built it."""
-    return pass_ if pass_ is not None else current() or owner(stage)
+__all__ = ["concurrency_for", "processes_for", "inherited", "task_hooks"]
 
 
 def concurrency_for(stage: Any, requested: int | str, threads: bool, pass_: Pass | None = None) -> tuple[int, Callable[..., None] | None]:
@@ -33,7 +26,6 @@ def concurrency_for(stage: Any, requested: int | str, threads: bool, pass_: Pass
     ``tune(stats, run, backend)`` (None where the budget left an auto thread stage no thread: it
     runs inline, untuned). Outside any pass: the requested value (auto: one worker per CPU, at
     least 2 and at most :data:`~datapipes._runtime.tuning.START_MAXIMUM`)."""
-    pass_ = building(stage, pass_)
     if requested == AUTO:
         if pass_ is None:
             return max(2, auto_start(usable_cpus())), None
@@ -57,7 +49,6 @@ def processes_for(stage: Any, requested: int | str, pass_: Pass | None = None) -
     the pass's ``max_processes``, and for ``concurrency="auto"`` the function that registers it with
     the pass's tuner (which then runs from 1 to that many of them). Outside any pass: the requested
     value (auto: one process per CPU, at most :data:`~datapipes._runtime.tuning.PROCESS_MAXIMUM`), untuned."""
-    pass_ = building(stage, pass_)
     if pass_ is None:
         return (process_workers(usable_cpus()) if requested == AUTO else requested), None  # type: ignore[return-value]
     budget = pass_.budget()
@@ -77,7 +68,6 @@ def inherited(stage: Any, pass_: Pass | None = None) -> tuple[tuple[Any, ...] | 
     """``(hooks, budget)`` that a stage running its sources as a pass of their own in this process
     (the loader's ``InProcess``) hands to that pass: the hooks watching it (None: not observed) and
     the budget of the pass building it (None: none)."""
-    pass_ = building(stage, pass_)
     if pass_ is None:
         return None, None
     hooks = None if pass_.observer is None else tuple(pass_.observer.watchers.get(id(stage), ()))
@@ -89,7 +79,6 @@ def inherited(stage: Any, pass_: Pass | None = None) -> tuple[tuple[Any, ...] | 
 def task_hooks(stage: Any, pass_: Pass | None = None) -> TaskHooks | None:
     """The task hooks watching concurrent ``stage`` in the pass building it (None: none, the
     common case, where the engine runs ``fn`` bare)."""
-    pass_ = building(stage, pass_)
     if pass_ is None or pass_.observer is None:
         return None
     return pass_.observer.task_hooks(stage)

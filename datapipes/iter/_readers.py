@@ -49,6 +49,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 from .._redact import redact
 from .._runtime import held as _held, passes as _pass
+from .._runtime.passes import Pass
 from .._runtime.validate import check_bool, check_dict, check_int, check_list, check_str, invalid
 from .._positions import Enumerated
 from .._checks import phrased, require_bool
@@ -116,15 +117,16 @@ def _on_fail(pipe: Any, stage: str) -> Callable[[Exception, str, int], None]:
 # -- checkpoint and resume of the readers --------------------------------------------------------------
 
 
-def _reopener(source: Any) -> Callable[[Any, int], Any] | None:
+def _reopener(source: Any, ctx: Pass | None = None) -> Callable[[Any, int], Any] | None:
     """How to open again, by its path, the stream of an item of ``source`` (``reopen(path, n)``):
     an opener can (``FileOpener._reopener``, ...), for a path its source yields only; ``None`` for
-    any other source."""
+    any other source. ``ctx``: the pass of the reader asking (the pass whose side pass checks a
+    path); ``None`` where none is handed (a stream a state holds, a stage over an opener)."""
     make = getattr(source, "_reopener", None)
     reopen = None if make is None else make()
     if reopen is None or not _opens_paths(source):
         return reopen  # a stage over an opener (decompress, ...) reopens through the opener's
-    return _CheckedReopen(source, reopen)
+    return _CheckedReopen(source, reopen, ctx)
 
 
 def _opens_paths(stage: Any) -> bool:
@@ -142,13 +144,16 @@ def _path_key(path: Any) -> Any:
 
 class _CheckedReopen:
     """An opener's ``reopen(path, n)`` that opens only a path its source yields (see the module's
-    docstring): a path named by a state is checked first (:func:`_check_paths`)."""
+    docstring): a path named by a state is checked first (:func:`_check_paths`), in the pass of the
+    reader that made it (``pass_``), or, made where no pass is handed (a stream a state holds, a
+    stage over an opener), in the live pass that built the opener."""
 
-    __slots__ = ("opener", "reopen")
+    __slots__ = ("opener", "reopen", "pass_")
 
-    def __init__(self, opener: Any, reopen: Callable[[Any, int], Any]) -> None:
+    def __init__(self, opener: Any, reopen: Callable[[Any, int], Any], pass_: Pass | None = None) -> None:
         self.opener = opener
         self.reopen = reopen
+        self.pass_ = pass_
 
     def __call__(self, path: Any, n: int) -> Any:
         self.check(path, n, stage_label(self.opener))
@@ -161,7 +166,9 @@ class _CheckedReopen:
         if key is None:
             invalid(f"the state names {path!r:.100} for {stage_label(self.opener)} to open again, which is not a "
                     f"path", where)
-        pass_ = _pass.current() or _pass.owner(self.opener)
+        pass_ = self.pass_
+        if pass_ is None:  # no pass handed (see the class's docstring)
+            pass_ = _pass.current() or _pass.owner(self.opener)
         _check_paths(self.opener, {key: (path, n, where)}, pass_)
 
 
@@ -583,10 +590,10 @@ def _open_item(item: Any, stream: Any, run: _ReadRun, n: int) -> Any:
     return item.open(run, n) if stream is None else stream
 
 
-def _read_run(pipe: Any, source: Any) -> _ReadRun:
-    """The run of a reader's pass over ``source``, recorded in the pass being built."""
-    run = _ReadRun(stage_label(pipe), _reopener(source))
-    _pass.track(pipe, run)
+def _read_run(pipe: Any, ctx: Pass, source: Any) -> _ReadRun:
+    """The run of a reader's pass ``ctx`` over ``source``, recorded in that pass."""
+    run = _ReadRun(stage_label(pipe), _reopener(source, ctx))
+    ctx.track(pipe, run)
     return run
 
 
@@ -637,12 +644,12 @@ class _CountRun(Resumable):
             self.failures.end(None if self.counted is None else self.counted.count())
 
 
-def _count_run(pipe: Any) -> _CountRun:
-    """The run of a one-to-one reader's pass, recorded in the pass being built under a failure
+def _count_run(pipe: Any, ctx: Pass) -> _CountRun:
+    """The run of a one-to-one reader's pass ``ctx``, recorded in that pass under a failure
     budget (the stage's ``_stateless`` is then False)."""
     run = _CountRun()
     if not pipe._stateless:
-        _pass.track(pipe, run)
+        ctx.track(pipe, run)
     return run
 
 

@@ -52,14 +52,6 @@ def _abandon_all(its: Sequence[Iterator[Any]]) -> None:
         abandon(it)
 
 
-def _build(dp: Any, pass_: _pass.Pass | None) -> Iterator[Any]:
-    """``iter(dp)`` in ``pass_`` (the pass that built the stage asking), or plain outside any pass."""
-    if pass_ is None:  # iterated outside any pass machinery
-        return iter(dp)
-    with pass_.building():
-        return iter(dp)
-
-
 def _weak(pass_: _pass.Pass | None) -> Any:
     return None if pass_ is None else weakref.ref(pass_)
 

@@ -68,7 +68,7 @@ import zlib
 from itertools import chain, islice
 from typing import Any, Iterator
 
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._positions import Enumerated, skip as skip_items
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
 from .._engine import abandon
@@ -460,9 +460,9 @@ class TarArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         self.max_member_size = max_member_size
         self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures)
 
-    def __iter__(self) -> Iterator[tuple[str, io.BytesIO]]:
+    def _open(self, ctx: Pass) -> Iterator[tuple[str, io.BytesIO]]:
         # The archive being read and the entries of it read (see _readers._ReadRun).
-        return _tar(self, iter(self.datapipe), _read_run(self, self.datapipe))
+        return _tar(self, ctx.open(self.datapipe), _read_run(self, ctx, self.datapipe))
 
     def __len__(self) -> int:
         return _nominal_len(self)
@@ -606,9 +606,9 @@ class ZipArchiveLoader(IterDataPipe[tuple[str, io.BytesIO]]):
         self.max_member_size = max_member_size
         self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures)
 
-    def __iter__(self) -> Iterator[tuple[str, io.BytesIO]]:
+    def _open(self, ctx: Pass) -> Iterator[tuple[str, io.BytesIO]]:
         # The archive being read and the entries of it read (see _readers._ReadRun).
-        return _zip(self, iter(self.datapipe), _read_run(self, self.datapipe))
+        return _zip(self, ctx.open(self.datapipe), _read_run(self, ctx, self.datapipe))
 
     def __len__(self) -> int:
         return _nominal_len(self)
@@ -751,10 +751,10 @@ class WebDatasetGrouper(IterDataPipe[dict[str, Any]]):
         require_pipe(source_datapipe, "WebDatasetGrouper", "source_datapipe")
         self.source_datapipe = source_datapipe
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def _open(self, ctx: Pass) -> Iterator[dict[str, Any]]:
         run = _GroupRun(stage_label(self))  # the sample being gathered (see _GroupRun)
-        _pass.track(self, run)
-        return _webdataset(self, iter(self.source_datapipe), run)
+        ctx.track(self, run)
+        return _webdataset(self, ctx.open(self.source_datapipe), run)
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of samples is known only after grouping", NO_LEN)

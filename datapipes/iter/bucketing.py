@@ -3,8 +3,8 @@ budget of tokens. Batches by count are :mod:`datapipes.iter.batching`'s (``batch
 :mod:`datapipes.iter.grouping`'s (``bucketbatch``).
 
 Names, parameters, defaults and outputs follow torchdata 0.9; the differences are listed in the
-docstring. ``__iter__`` creates its source's iterator at once, as part of the pass being built
-(:mod:`datapipes._runtime.passes`), and hands it to the generator that does the work.
+docstring. ``_open(ctx)`` creates its source's iterator at once (``ctx.open``), as part of the pass it
+is handed (:mod:`datapipes._runtime.passes`), and hands it to the generator that does the work.
 
 Checkpoint and resume (docs/howto/checkpoint.rst): a pass keeps its heap and the batch being filled,
 read when a state is taken, at no cost per item.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 from typing import Any, Callable, Iterator, TypeVar
 
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._runtime.validate import check_dict, check_int, check_list, check_number, invalid
 from .._chunk import DataChunk
 from .._checks import phrased, require_bool
@@ -224,10 +224,10 @@ class MaxTokenBucketizer(IterDataPipe[list[T]]):
         self.buffer_size = buffer_size
         self.include_padding = require_bool(include_padding, stage, "include_padding", ints=True)
 
-    def __iter__(self) -> Iterator[list[T]]:
+    def _open(self, ctx: Pass) -> Iterator[list[T]]:
         run = _BucketizeRun()
-        it = _bucketize(self, iter(self.datapipe), run)
-        _pass.track(self, run)
+        it = _bucketize(self, ctx.open(self.datapipe), run)
+        ctx.track(self, run)
         return it
 
     def __len__(self) -> int:

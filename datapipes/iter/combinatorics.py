@@ -1,12 +1,12 @@
 """Stages that reorder or split a stream: Shuffler [shuffle], Sampler, RandomSplitter [random_split].
 
 Randomness follows docs/concepts.rst ("Determinism and seeds"). A random stage builds one generator per pass from
-``self._pass_seed()``: a seeded pipe (``pipe.set_seed(s)``) gives the same order at every pass of an
+its pass seed (``ctx.seed_for(self)``): a seeded pipe (``pipe.set_seed(s)``) gives the same order at every pass of an
 epoch and a new order at every ``set_epoch(n)``; an unseeded pipe draws a fresh seed from torch's
 global generator at every pass, so ``torch.manual_seed(n)`` reproduces a whole program. The pipe
 object itself holds no random state, so passes are independent and a pipe pickles to its
-description. Each ``__iter__`` reads its seed and creates its source's iterator at once, as part of
-the pass being built (:mod:`datapipes._runtime.passes`).
+description. Each ``_open(ctx)`` reads its seed and creates its source's iterator (``ctx.open``) at
+once, as part of the pass it is handed (:mod:`datapipes._runtime.passes`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 from torch.utils.data import Sampler as TorchSampler
 from torch.utils.data import SequentialSampler
 
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._runtime.validate import check_dict, check_int, check_list, check_rng, check_str, invalid
 from .._engine import abandon
 from .._checks import ArgumentTypeError
@@ -185,11 +185,11 @@ def _buffer_shuffle(it: Iterator[Any], size: int, run: _ShuffleRun) -> Iterator[
         run.release()
 
 
-def _shuffle_on(pipe: Shuffler) -> Iterator[Any]:
+def _shuffle_on(pipe: Shuffler, ctx: Pass) -> Iterator[Any]:
     # The seed is drawn when the pass starts (at iter()), before the source's iterator is created,
     # so the order of iter() calls decides which draw from torch's global generator each pass gets.
-    rng = random.Random(pipe._pass_seed())
-    source = iter(pipe.datapipe)
+    rng = random.Random(ctx.seed_for(pipe))
+    source = ctx.open(pipe.datapipe)
     sequence = getattr(pipe.datapipe, "iterable", None)
     # In an observed pass (a hook, profile) the source's iterator comes wrapped: its position is
     # the wrapped one's, which the wrapper only forwards.
@@ -201,12 +201,12 @@ def _shuffle_on(pipe: Shuffler) -> Iterator[Any]:
     else:
         run = _ShuffleRun(rng, size=pipe.buffer_size)
     it = _buffer_shuffle(source, pipe.buffer_size, run)
-    _pass.track(pipe, run)
+    ctx.track(pipe, run)
     return it
 
 
-def _shuffle_off(pipe: Shuffler) -> Iterator[Any]:
-    return iter(pipe.datapipe)
+def _shuffle_off(pipe: Shuffler, ctx: Pass) -> Iterator[Any]:
+    return ctx.open(pipe.datapipe)
 
 
 @functional_datapipe("shuffle")
@@ -283,7 +283,7 @@ class Shuffler(IterDataPipe[T]):
         self.buffer_size = buffer_size
         self._enabled = True
         self._stateless = False  # shuffling: its pass keeps a buffer and a generator (_ShuffleRun)
-        self._run: Callable[[Shuffler[T]], Iterator[T]] = _shuffle_on
+        self._run: Callable[[Shuffler[T], Pass], Iterator[T]] = _shuffle_on
 
     def set_shuffle(self, shuffle: bool = True) -> Shuffler[T]:
         """Turn shuffling on or off (off: the items pass in source order); returns the pipe."""
@@ -292,8 +292,8 @@ class Shuffler(IterDataPipe[T]):
         self._run = _shuffle_on if self._enabled else _shuffle_off
         return self
 
-    def __iter__(self) -> Iterator[T]:
-        return self._run(self)
+    def _open(self, ctx: Pass) -> Iterator[T]:
+        return self._run(self, ctx)
 
     def __len__(self) -> int:
         return source_len(self, self.datapipe)
@@ -341,7 +341,7 @@ class _SamplerRun:
             self.generator = generator
 
 
-def _sample_plain(pipe: Sampler) -> Iterator[Any]:
+def _sample_plain(pipe: Sampler, ctx: Pass) -> Iterator[Any]:
     sampler = pipe.sampler
     own = getattr(sampler, "generator", None)
     if own is not None and not isinstance(own, torch.Generator):
@@ -358,12 +358,12 @@ def _sample_plain(pipe: Sampler) -> Iterator[Any]:
                 own.set_state(torch.frombuffer(bytearray(run.generator), dtype=torch.uint8))
         return iter(sampler)
 
-    _pass.track(pipe, run)
+    ctx.track(pipe, run)
     return _deferred(open_, run.source)
 
 
-def _sample_seeded(pipe: Sampler) -> Iterator[Any]:
-    run = _SamplerRun(seed=pipe._pass_seed())
+def _sample_seeded(pipe: Sampler, ctx: Pass) -> Iterator[Any]:
+    run = _SamplerRun(seed=ctx.seed_for(pipe))
     generator = torch.Generator()
     sampler = copy.copy(pipe.sampler)
     sampler.generator = generator
@@ -372,7 +372,7 @@ def _sample_seeded(pipe: Sampler) -> Iterator[Any]:
         generator.manual_seed(run.seed)  # type: ignore[arg-type]  # the pass seed, or the saved pass's
         return iter(sampler)
 
-    _pass.track(pipe, run)
+    ctx.track(pipe, run)
     return _deferred(open_, run.source)
 
 
@@ -499,10 +499,10 @@ class Sampler(IterDataPipe[Any]):
             raise TypeError(f"Sampler: sampler {name} built a {type(self.sampler).__name__}, which is not iterable")
         # A sampler drawing from its own unset generator takes one seeded from the pipe at each pass.
         self._is_random = getattr(self.sampler, "generator", _MISSING) is None
-        self._run: Callable[[Sampler], Iterator[Any]] = _sample_seeded if self._is_random else _sample_plain
+        self._run: Callable[[Sampler, Pass], Iterator[Any]] = _sample_seeded if self._is_random else _sample_plain
 
-    def __iter__(self) -> Iterator[Any]:
-        return self._run(self)
+    def _open(self, ctx: Pass) -> Iterator[Any]:
+        return self._run(self, ctx)
 
     def __len__(self) -> int:
         if not hasattr(type(self.sampler), "__len__"):
@@ -775,12 +775,12 @@ class SplitterIterator(IterDataPipe[T]):
         total = self._split.total_length
         return source_len(self, self.source_datapipe, "source_datapipe") if total is None else total
 
-    def __iter__(self) -> Iterator[T]:
+    def _open(self, ctx: Pass) -> Iterator[T]:
         # The split's seed is plain data shared by the children (not a pass seed): read when the
         # pass starts, so an override_seed() reaches the passes started after it.
         run = _SplitRun(self._split.seed)
-        it = _split_run(self, iter(self.source_datapipe), run)
-        _pass.track(self, run)
+        it = _split_run(self, ctx.open(self.source_datapipe), run)
+        ctx.track(self, run)
         return it
 
     def __len__(self) -> int:

@@ -26,7 +26,7 @@ from itertools import chain
 from typing import Any, Callable, Iterable, Iterator
 
 from .._checks import require_bool
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._runtime.validate import check_dict, check_int, invalid
 from .._engine import abandon
 from .._engine import close_iterator as _close
@@ -149,10 +149,10 @@ class RoutedDecoder(IterDataPipe[tuple[str, Any]]):
             require_callable(h, "RoutedDecoder.add_handler", f"handler[{k}]")
         self.decoder.add_handler(*handler)
 
-    def __iter__(self) -> Iterator[tuple[str, Any]]:
+    def _open(self, ctx: Pass) -> Iterator[tuple[str, Any]]:
         decoder = self.decoder  # the handlers as the pass starts: add_handler() changes later passes only
         pass_decoder = Decoder(*decoder.handlers, key_fn=decoder.key_fn, allow_pickle=decoder.allow_pickle)
-        return _routed(self, iter(self.datapipe), pass_decoder._decode_item)
+        return _routed(self, ctx.open(self.datapipe), pass_decoder._decode_item)
 
     def __len__(self) -> int:
         return source_len(self, self.datapipe)
@@ -233,10 +233,10 @@ class _Resumed:
         self.memory = file["memory"]
 
 
-def _read_streams(pipe: StreamReader, it: Iterator[Any], run: _StreamRun) -> Iterator[tuple[Any, Any]]:
+def _read_streams(pipe: StreamReader, ctx: Pass, it: Iterator[Any], run: _StreamRun) -> Iterator[tuple[Any, Any]]:
     stage = stage_label(pipe)
     chunk = pipe.chunk
-    reopen = run.reopen = pipe._reopen
+    reopen = run.reopen = _reopener(pipe.datapipe, ctx)
     run.started = True
     n = run.n
     path: Any = None
@@ -334,15 +334,11 @@ class StreamReader(IterDataPipe[tuple[str, Any]]):
         self.datapipe = datapipe
         self.chunk = chunk
 
-    @property
-    def _reopen(self) -> Callable[[Any, int], Any] | None:
-        return _reopener(self.datapipe)
-
-    def __iter__(self) -> Iterator[tuple[str, Any]]:
-        it = iter(self.datapipe)
+    def _open(self, ctx: Pass) -> Iterator[tuple[str, Any]]:
+        it = ctx.open(self.datapipe)
         run = _StreamRun(stage_label(self))
-        _pass.track(self, run)
-        return _read_streams(self, it, run)
+        ctx.track(self, run)
+        return _read_streams(self, ctx, it, run)
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of chunks is known only after reading the streams", NO_LEN)

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
 import torch
 from torch.utils.data import get_worker_info
 
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._collate import map_collated, map_converted, map_tensors
 from .._checks import phrased
 from .._engine import BackgroundRun, StageStats, abandon, background_iter
@@ -281,10 +281,10 @@ def _noted(fn: Callable[[Any], Any], label: str) -> Callable[[Any], Any]:
     return call
 
 
-def _pin_pass(pipe: PinMemory[Any]) -> Iterator[Any]:
+def _pin_pass(pipe: PinMemory[Any], ctx: Pass) -> Iterator[Any]:
     label = stage_label(pipe)
-    stats = _pass.stats_for(pipe, lambda: StageStats(label, "prefetch", 1, pipe.buffer_size))
-    source = iter(pipe.source_datapipe)  # created here, as part of the pass; pulled on the thread
+    stats = ctx.stats_for(pipe, lambda: StageStats(label, "prefetch", 1, pipe.buffer_size))
+    source = ctx.open(pipe.source_datapipe)  # created here, as part of the pass; pulled on the thread
     fn = _noted(pipe._fn, label)
     index = torch.cuda.current_device()  # the consumer's device, read when the pass starts
 
@@ -296,9 +296,9 @@ def _pin_pass(pipe: PinMemory[Any]) -> Iterator[Any]:
 
     if pipe._crossing_ops is None:
         run = BackgroundRun()  # the pinned items not yet taken, saved as prefetch saves its own
-        _pass.track(pipe, run)
+        ctx.track(pipe, run)
         return background_iter(make, pipe.buffer_size, label, stats, fn=fn, run=run)
-    _pass.track(pipe, _handover_unresumable(label))
+    ctx.track(pipe, _handover_unresumable(label))
     return background_handover(pipe._crossing_ops, make, pipe.buffer_size, label, stats, fn=fn)
 
 
@@ -381,14 +381,14 @@ class PinMemory(IterDataPipe[T]):
         self._fn = pin_tensors if pin_memory_fn is None else pin_memory_fn
         self._crossing_ops = handover_ops(source_datapipe)
 
-    def __iter__(self) -> Iterator[T]:
+    def _open(self, ctx: Pass) -> Iterator[T]:
         why = _pin_unavailable()
         if why is None:
-            return _pin_pass(self)
+            return _pin_pass(self, ctx)
         _warn_once(why, f"{stage_label(self)}: pinning is skipped, items pass through unpinned: {why}"
                         + ("; pin in the main process instead" if why == _IN_WORKER else ""))
-        _pass.no_position(self)
-        return iter(self.source_datapipe)
+        ctx.no_position(self)
+        return ctx.open(self.source_datapipe)
 
     def __len__(self) -> int:
         return source_len(self, self.source_datapipe, "source_datapipe")
@@ -510,16 +510,19 @@ class _CudaOps:
         t.record_stream(stream)
 
 
-def _move_cuda(pipe: DeviceMover, device: torch.device, cuda: Any = _CudaOps) -> Iterator[Any]:
+def _move_cuda(pipe: DeviceMover, device: torch.device, cuda: Any = _CudaOps, ctx: Pass | None = None) -> Iterator[Any]:
     """CUDA: copies on a dedicated stream, one item ahead of the consumer (see DeviceMover). The
-    upstream's iterator is created now (called from ``__iter__``: it joins the pass being built);
-    the stream and everything else at the first ``next()``."""
-    _pass.track(pipe, _Unresumable(
+    upstream's iterator is created now, in ``ctx``, the mover's pass (called from ``_open``; ``None``:
+    the upstream starts a pass of its own, as where a test stands in for CUDA); the stream and
+    everything else at the first ``next()``."""
+    if ctx is None:
+        return _cuda_copies(pipe, iter(pipe.source_datapipe), device, cuda)
+    ctx.track(pipe, _Unresumable(
         f"{stage_label(pipe)} cannot save its position: it copies items to the GPU one ahead of the consumer, on a "
         f"stream of its own, and a copied item is not saved; take the state of the pipe before it, or let "
         f"datapipes.DataLoader(pipe, device=...) move the batches (its state leaves the copies out)"
     ))
-    return _cuda_copies(pipe, iter(pipe.source_datapipe), device, cuda)
+    return _cuda_copies(pipe, ctx.open(pipe.source_datapipe), device, cuda)
 
 
 def _cuda_copies(pipe: DeviceMover, it: Iterator[Any], device: torch.device, cuda: Any) -> Iterator[Any]:
@@ -692,17 +695,17 @@ class DeviceMover(IterDataPipe[Any]):
         """The device as a string (``"cpu"``, ``"cuda:1"``): light to pickle and to show in a repr."""
         return str(_parse_device(device, stage))
 
-    def __iter__(self) -> Iterator[Any]:
+    def _open(self, ctx: Pass) -> Iterator[Any]:
         device = torch.device("cuda" if self.device is None else self.device)
         if device.type != "cuda":
-            _pass.no_position(self)  # one item out per item in, on the consumer's thread
-            return _move_plain(self, iter(self.source_datapipe), device)
+            ctx.no_position(self)  # one item out per item in, on the consumer's thread
+            return _move_plain(self, ctx.open(self.source_datapipe), device)
         error = _cuda_unavailable(type(self).__name__)
         if error is not None:
             raise error
         if device.index is None:  # the current device of the thread starting the pass
             device = torch.device("cuda", torch.cuda.current_device())
-        return _move_cuda(self, device)
+        return _move_cuda(self, device, ctx=ctx)
 
     def __len__(self) -> int:
         return source_len(self, self.source_datapipe, "source_datapipe")

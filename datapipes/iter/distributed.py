@@ -30,6 +30,7 @@ import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
 from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._engine import close_iterator
 from .._engine.lifecycle import Closeable, Resumable
 from .._runtime.worker import rank_placement
@@ -471,12 +472,12 @@ class FullSync(IterDataPipe[T]):
         self.timeout = timeout
         self.buffer_size = buffer_size
 
-    def __iter__(self) -> Iterator[T]:
+    def _open(self, ctx: Pass) -> Iterator[T]:
         label = stage_label(self)
         world = _sync_world(label)
-        it = iter(self.datapipe)
+        it = ctx.open(self.datapipe)
         run = _SyncRun()
-        _pass.track(self, run)
+        ctx.track(self, run)
         if world == 1:
             chain = cast(_Through, _Through.from_iterable(_through(it, run)))
             chain.source = it

@@ -50,6 +50,7 @@ from operator import length_hint
 from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
 from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._runtime.validate import check_int, check_str
 from .._checks import require_bool
 from .._redact import redact
@@ -186,13 +187,13 @@ class _OpenPass:
 
     ``close()`` before the source ran out, or an exception escaping ``__next__``, closes the
     source's iterator and every stream of this pass still open. After the source ran out the
-    streams are left alone. The source's iterator is created with the pass (inside the opener's
-    ``__iter__``, so it joins the pass being built); nothing is pulled before the first ``next()``.
+    streams are left alone. The source's iterator is created with the pass (opened in the opener's
+    ``_open``, in its pass); nothing is pulled before the first ``next()``.
     """
 
     __slots__ = ("_pipe", "_source", "_open", "_stage", "_failures", "_streams", "_lock", "_n", "_ended", "__weakref__")
 
-    def __init__(self, pipe: Any, source: Iterable[Any], open_fn: Callable[[Any], Any], stage: str, failures: Any) -> None:
+    def __init__(self, pipe: Any, source: Iterator[Any], open_fn: Callable[[Any], Any], stage: str, failures: Any) -> None:
         self._pipe = pipe
         self._open = open_fn
         self._stage = stage
@@ -201,7 +202,7 @@ class _OpenPass:
         self._lock = threading.Lock()
         self._n = 0
         self._ended = False  # ran out, failed or closed (with _n: whether the pass has started)
-        self._source: Iterator[Any] = iter(source)
+        self._source: Iterator[Any] = source
 
     def __iter__(self) -> _OpenPass:
         return self
@@ -298,14 +299,14 @@ class _OpenRun:
         opened._failures.count = check_int(state, "failures")
 
 
-def _open_pass(pipe: Any, source: Iterable[Any], open_fn: Callable[[Any], Any]) -> _OpenPass:
-    """One pass of the opener stage ``pipe`` (its ``_policy`` and ``failures`` set) over ``source``,
-    whose iterator is created now: call it from the stage's ``__iter__``, as the pass is built."""
+def _open_pass(pipe: Any, ctx: Pass, source: Any, open_fn: Callable[[Any], Any]) -> _OpenPass:
+    """One pass ``ctx`` of the opener stage ``pipe`` (its ``_policy`` and ``failures`` set) over
+    ``source``, whose iterator is opened now: call it from the stage's ``_open``."""
     stage = stage_label(pipe)
     failures = pipe._policy.new_pass(stage, pipe.failures) if pipe._policy.skips else None
-    opened = _OpenPass(pipe, source, open_fn, stage, failures)
+    opened = _OpenPass(pipe, ctx.open(source), open_fn, stage, failures)
     if pipe._policy.max_failures is not None:  # otherwise stateless (see _opener_stateless)
-        _pass.track(pipe, _OpenRun(opened))
+        ctx.track(pipe, _OpenRun(opened))
     return opened
 
 
@@ -379,10 +380,11 @@ class _ListRun(Resumable):
     state alone names.
     """
 
-    __slots__ = ("root", "done", "it", "size", "resume", "stage")
+    __slots__ = ("root", "done", "it", "size", "resume", "stage", "pass_")
 
-    def __init__(self, stage: Any = None) -> None:
+    def __init__(self, stage: Any = None, pass_: Pass | None = None) -> None:
         self.stage = stage  # the lister: a loaded root must be one its source yields
+        self.pass_ = pass_  # the lister's pass: the one whose side pass reads its source again
         self.root: str | None = None  # the root being listed, as the listing joins onto it
         self.done = 0  # files of this root in the lists before ``it``'s
         self.it: Iterator[str] = iter(())  # the list iterator being yielded from
@@ -406,8 +408,7 @@ class _ListRun(Resumable):
                     return None
                 return os.path.abspath(r) if getattr(stage, "abspath", False) else os.fspath(r)
 
-            pass_ = _pass.current() or _pass.owner(stage)
-            _pass.check_yields(stage, stage.datapipe, {key(root): (root, -1, "")}, pass_, key, "list")
+            _pass.check_yields(stage, stage.datapipe, {key(root): (root, -1, "")}, self.pass_, key, "list")
         self.resume = None if root is None else (root, index)
 
 
@@ -576,18 +577,18 @@ class FileLister(IterDataPipe[str]):
         self.length = length
         self._run = _list_files
 
-    def __iter__(self) -> Iterator[str]:
-        run = _ListRun(self)
+    def _open(self, ctx: Pass) -> Iterator[str]:
+        run = _ListRun(self, ctx)
         if not self.non_deterministic:
             # The root being listed and the files of it yielded (see _ListRun).
-            _pass.track(self, run)
+            ctx.track(self, run)
         else:  # a new listing need not repeat the file system's order: no position to save
-            _pass.track(self, _Unresumable(
+            ctx.track(self, _Unresumable(
                 f"{stage_label(self)} cannot save its position: it lists files in the file system's order "
                 f"(non_deterministic=True), which a new listing need not repeat; list them sorted "
                 f"(non_deterministic=False, the default) to save and resume"
             ))
-        return self._run(self, iter(self.datapipe), run)
+        return self._run(self, ctx.open(self.datapipe), run)
 
     def __len__(self) -> int:
         if self.length == -1:
@@ -694,8 +695,8 @@ class FileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures)
         self._stateless = _opener_stateless(self)  # one file per path: its position is its source's
 
-    def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
-        return _open_pass(self, self.datapipe, _local_opener(self))
+    def _open(self, ctx: Pass) -> Iterator[tuple[str, StreamWrapper]]:
+        return _open_pass(self, ctx, self.datapipe, _local_opener(self))
 
     def _reopener(self) -> Callable[[Any, int], StreamWrapper]:
         """How a reader of this stage's items opens one again by its path (``reopen(path, n)``, ``n``
@@ -868,8 +869,8 @@ class Saver(IterDataPipe[str]):
         self.root = root
         self._run = _save
 
-    def __iter__(self) -> Iterator[Any]:
-        return self._run(self, iter(self.source_datapipe))
+    def _open(self, ctx: Pass) -> Iterator[Any]:
+        return self._run(self, ctx.open(self.source_datapipe))
 
     def __len__(self) -> int:
         return source_len(self, self.source_datapipe, "source_datapipe")

@@ -1,10 +1,10 @@
 """Stages that gather items into groups: BucketBatcher [bucketbatch] (batches of a sorted buffer),
 Grouper [groupby] (by key). Batches by count (``batch``, ``unbatch``) are :mod:`datapipes.iter.batching`'s.
 
-The hot loops are bare generators chosen once at construction. Every ``__iter__`` creates its source's
-iterator (and reads its pass seed) at once, as part of the pass being built (:mod:`datapipes._runtime.passes`), and
-hands it to the generator that does the work; a generator left by an exception (or closed early) closes
-that iterator, so the upstream is released at once.
+The hot loops are bare generators chosen once at construction. Every ``_open(ctx)`` creates its source's
+iterator (``ctx.open``; and reads its pass seed, ``ctx.seed_for``) at once, as part of the pass it is
+handed (:mod:`datapipes._runtime.passes`), and hands it to the generator that does the work; a generator
+left by an exception (or closed early) closes that iterator, so the upstream is released at once.
 
 Checkpoint and resume (docs/howto/checkpoint.rst): ``Grouper``'s run holds the dict of groups its
 loop fills, and the loop writes the items read before it yields a group (never per item); once
@@ -19,9 +19,10 @@ import random
 from itertools import islice
 from typing import Any, Callable, Hashable, Iterable, Iterator, Literal, TypeVar, overload
 
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._runtime.validate import check_dict, check_int, check_list, check_rng, invalid
 from .._engine import abandon
+from .._positions import remaining
 from .._checks import ArgumentError, phrased, require_bool
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note
@@ -53,7 +54,7 @@ class _Buffer:
 
     def state(self, copy: Callable[[Any], Any]) -> dict[str, Any]:
         if self.drain is not None:
-            return {"drain": [copy(x) for x in _pass.remaining(self.drain)]}
+            return {"drain": [copy(x) for x in remaining(self.drain)]}
         return {"buffer": [copy(x) for x in self.buffer]}
 
     def restore(self, state: dict[str, Any], copy: Callable[[Any], Any]) -> None:
@@ -145,7 +146,7 @@ class _BucketRun(Resumable):
         self.started = False
 
     def state(self) -> dict[str, Any]:
-        rest = [] if self.rest is None else _pass.remaining(self.rest)
+        rest = [] if self.rest is None else remaining(self.rest)
         state: dict[str, Any] = {"rng": _rng_state(self.rng), "buckets": self.buckets}
         if self.pooled:
             state["rest"] = [list(batch) for batch in rest]  # a consumer may change a batch once yielded
@@ -357,11 +358,11 @@ class BucketBatcher(IterDataPipe[list[T]]):
         self.key = key
         self._sorter = sort_key if key is None else _by_key(key)
 
-    def __iter__(self) -> Iterator[list[T]]:
+    def _open(self, ctx: Pass) -> Iterator[list[T]]:
         # The seed first, then the source: unseeded passes draw from torch's generator in this order.
-        run = _BucketRun(self._pass_seed(), self.use_in_batch_shuffle)
-        source = iter(self.datapipe)
-        _pass.track(self, run)
+        run = _BucketRun(ctx.seed_for(self), self.use_in_batch_shuffle)
+        source = ctx.open(self.datapipe)
+        ctx.track(self, run)
         return (_bucket_pools if self.use_in_batch_shuffle else _bucket_stream)(self, source, run)
 
     def __len__(self) -> int:
@@ -430,7 +431,7 @@ class _GroupRun(Resumable):
         if self.ended:
             return {"ended": True}
         if self.drain is not None:
-            return {"next": self.n, "groups": [[k, list(g)] for k, g in _pass.remaining(self.drain)], "draining": True}
+            return {"next": self.n, "groups": [[k, list(g)] for k, g in remaining(self.drain)], "draining": True}
         return {"next": self.n, "groups": [[k, list(g)] for k, g in self.groups.items()]}
 
     def load(self, state: dict[str, Any]) -> None:
@@ -637,10 +638,10 @@ class Grouper(IterDataPipe[Any]):
         self.drop_remaining = require_bool(drop_remaining, stage, "drop_remaining", ints=True)
         self._guaranteed = group_size if guaranteed_group_size is None else guaranteed_group_size
 
-    def __iter__(self) -> Iterator[Any]:
-        it = iter(self.datapipe)
+    def _open(self, ctx: Pass) -> Iterator[Any]:
+        it = ctx.open(self.datapipe)
         run = _GroupRun(self.buffer_size)
-        _pass.track(self, run)
+        ctx.track(self, run)
         return _group_run(self, it, run)
 
     def __len__(self) -> int:

@@ -16,6 +16,7 @@ from PIL import Image, ImageMode
 from .._checks import require_bool
 from .._engine import abandon
 from .._engine import close_iterator as _close
+from .._runtime.passes import Pass
 from ..datapipe import IterDataPipe, functional_datapipe, require_pipe, source_len, stage_label
 from ..errors import WARN_FAILURES, _OnError, policy_and_log
 from ._readers import _budget_stateless, _count_run, _CountRun, _on_fail
@@ -235,8 +236,8 @@ class ImageDecoder(IterDataPipe[Any]):
         # one image per item (or none, skipped): its position is its source's (but a failure budget's count)
         self._stateless = _budget_stateless(self)
 
-    def __iter__(self) -> Iterator[Any]:
-        return _images(self, iter(self.datapipe), _count_run(self))
+    def _open(self, ctx: Pass) -> Iterator[Any]:
+        return _images(self, ctx.open(self.datapipe), _count_run(self, ctx))
 
     def __len__(self) -> int:
         return source_len(self, self.datapipe)

@@ -34,12 +34,11 @@ from .._checks import require_bool, require_callable, require_int
 from .._engine import abandon
 from .._engine.lifecycle import Resumable
 from .._positions import handed_out
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._runtime.worker import is_sharding_stage
 from .._runtime.validate import check_bool, check_dict, check_int, check_list, invalid
 from ..datapipe import IterDataPipe, len_unknown, require_pipe, source_len
 from ..graph import walk
-from ._shared import _weak
 
 __all__ = ["Mixer"]
 
@@ -230,9 +229,9 @@ class _MixRun(Resumable):
                  "skip", "n", "counts", "tokens", "total", "restarts", "done", "block", "block_counts", "it",
                  "taken", "uniforms", "first", "next_call", "cumulative", "drain")
 
-    def __init__(self, pipe: Mixer[Any], pass_: _pass.Pass | None, its: list[Iterator[Any]], seed: int | None) -> None:
+    def __init__(self, pipe: Mixer[Any], pass_: Pass, its: list[Iterator[Any]], seed: int | None) -> None:
         self.pipe = _Settings(pipe)
-        self.pass_ = _weak(pass_)  # the pass holds this run: no cycle back to it
+        self.pass_ = weakref.ref(pass_)  # the pass holds this run: no cycle back to it
         self.its = its
         self.nexts = [it.__next__ for it in its]
         k = self.k = len(its)
@@ -404,14 +403,13 @@ class _MixRun(Resumable):
             self.end(j)
             return _MISS
         source = self.pipe.datapipes[j]
-        pass_ = None if self.pass_ is None else self.pass_()
-        if pass_ is None:  # iterated outside any pass machinery
+        pass_ = self.pass_()
+        if pass_ is None:  # the pass is gone (its iterator was dropped): a pass of the source's own
             it = iter(source)
         else:
             pass_.forget(source)  # its runs are now those of the new pass of it
             pass_.reseed(source, self.restarts[j])  # its shuffles draw a new order each round
-            with pass_.building():
-                it = iter(source)
+            it = pass_.open(source)
         self.its[j] = it
         self.nexts[j] = it.__next__
         x = next(it, _MISS)
@@ -779,12 +777,11 @@ class Mixer(IterDataPipe[T]):
             return state
         return {**state, "drain": [not sharded for sharded in self._sharded()]}
 
-    def __iter__(self) -> Iterator[T]:
-        seed = None if self.exact else self._pass_seed()
-        pass_ = _pass.current()
-        its = [iter(dp) for dp in self.datapipes]
-        run = _MixRun(self, pass_, its, seed)
-        _pass.track(self, run)
+    def _open(self, ctx: Pass) -> Iterator[T]:
+        seed = None if self.exact else ctx.seed_for(self)
+        its = [ctx.open(dp) for dp in self.datapipes]
+        run = _MixRun(self, ctx, its, seed)
+        ctx.track(self, run)
         _latest[self] = run
         if self.by == "tokens":
             return _mix_tokens(run)

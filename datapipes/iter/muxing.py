@@ -3,9 +3,9 @@ Multiplexer [mux], MultiplexerLongest [mux_longest], SampleMultiplexer.
 
 They are plain generators over their inputs: every pass iterates each input afresh, errors pass
 through as the same object, and ``len()`` is computed from the inputs' lengths at call time.
-``mux``, ``mux_longest`` and ``SampleMultiplexer`` create their inputs' iterators in ``iter()``;
-``concat`` creates the first input's there and each later one's when the previous input ends, in
-the same pass (:mod:`datapipes._runtime.passes`).
+``mux``, ``mux_longest`` and ``SampleMultiplexer`` create their inputs' iterators in ``_open(ctx)``
+(``ctx.open``); ``concat`` creates the first input's there and each later one's when the previous
+input ends, in the same pass (:mod:`datapipes._runtime.passes`).
 
 Checkpoint and resume (``it.state_dict()``, :mod:`datapipes._runtime.passes`): ``concat`` saves which input
 it reads (a resumed pass builds that input at once and never reads the ones before it); ``mux``
@@ -21,13 +21,13 @@ import random
 from bisect import bisect
 from typing import Any, Callable, Iterator, Mapping, TypeVar, overload
 
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._runtime.validate import check_dict, check_int, check_list, check_rng, invalid
 from .._positions import handed_out, remaining
 from .._engine import abandon
 from .._engine import close_iterator as _close_iterator
 from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe
-from ._shared import _abandon_all, _build, _check_inputs, _check_torchdata_inputs, _input_lengths, _weak
+from ._shared import _abandon_all, _check_inputs, _check_torchdata_inputs, _input_lengths, _weak
 from .combinatorics import _rng_state, _set_rng_state
 from .._engine.lifecycle import Resumable
 
@@ -54,7 +54,7 @@ class _ConcatRun(Resumable):
 
     __slots__ = ("datapipes", "pass_", "it", "index")
 
-    def __init__(self, datapipes: tuple[Any, ...], pass_: _pass.Pass | None, it: Iterator[Any]) -> None:
+    def __init__(self, datapipes: tuple[Any, ...], pass_: Pass, it: Iterator[Any]) -> None:
         self.datapipes = datapipes
         self.pass_ = _weak(pass_)  # the pass holds this run: no cycle back to it
         self.it: Iterator[Any] | None = it  # the current input's iterator, until the pass starts
@@ -73,16 +73,16 @@ class _ConcatRun(Resumable):
         if index == self.index:
             return
         _close_iterator(self.it)
-        pass_ = None if self.pass_ is None else self.pass_()
+        pass_ = self.pass_()  # alive: it is restoring this run
         for j in range(min(index, 1), index + 1):
-            it = _build(self.datapipes[j], pass_)
+            it = pass_.open(self.datapipes[j])
             if j < index:
                 _close_iterator(it)
         self.it, self.index = it, index
 
 
-def _concat(run: _ConcatRun, pass_: _pass.Pass | None) -> Iterator[Any]:
-    """The current input's items, then each later input's, whose iterator is created in ``pass_``
+def _concat(run: _ConcatRun, ctx: Pass) -> Iterator[Any]:
+    """The current input's items, then each later input's, whose iterator is created in ``ctx``
     (the pass that built this stage) only when the previous input ends."""
     run.started = True
     it, run.it = run.it, None  # the frame holds it from now on: a closed pass drops it
@@ -90,7 +90,7 @@ def _concat(run: _ConcatRun, pass_: _pass.Pass | None) -> Iterator[Any]:
     try:
         yield from it  # type: ignore[misc]
         for j in range(run.index + 1, len(datapipes)):
-            it = _build(datapipes[j], pass_)
+            it = ctx.open(datapipes[j])
             run.index = j  # before its first item
             yield from it
     except BaseException:
@@ -139,11 +139,10 @@ class Concater(IterDataPipe[T]):
         self.datapipes = datapipes
         self._run = _concat
 
-    def __iter__(self) -> Iterator[T]:
-        pass_ = _pass.current()
-        run = _ConcatRun(self.datapipes, pass_, iter(self.datapipes[0]))
-        _pass.track(self, run)
-        return self._run(run, pass_)
+    def _open(self, ctx: Pass) -> Iterator[T]:
+        run = _ConcatRun(self.datapipes, ctx, ctx.open(self.datapipes[0]))
+        ctx.track(self, run)
+        return self._run(run, ctx)
 
     def __len__(self) -> int:
         return sum(_input_lengths(self))
@@ -236,10 +235,10 @@ class Multiplexer(IterDataPipe[T]):
         self.datapipes = datapipes
         self._run = _mux
 
-    def __iter__(self) -> Iterator[T]:
-        its = [iter(dp) for dp in self.datapipes]
+    def _open(self, ctx: Pass) -> Iterator[T]:
+        its = [ctx.open(dp) for dp in self.datapipes]
         run = _MuxRun()
-        _pass.track(self, run)
+        ctx.track(self, run)
         return self._run(its, run)
 
     def __len__(self) -> int:
@@ -375,10 +374,10 @@ class MultiplexerLongest(IterDataPipe[T]):
         _check_torchdata_inputs("MultiplexerLongest", datapipes)
         self.datapipes = datapipes
 
-    def __iter__(self) -> Iterator[T]:
-        its = [iter(dp) for dp in self.datapipes]
+    def _open(self, ctx: Pass) -> Iterator[T]:
+        its = [ctx.open(dp) for dp in self.datapipes]
         run = _MuxLongestRun(len(its))
-        _pass.track(self, run)
+        ctx.track(self, run)
         return _mux_longest(its, run)
 
     def __len__(self) -> int:
@@ -497,11 +496,11 @@ class SampleMultiplexer(IterDataPipe[T]):
         if seed is not None:
             self._seed = seed
 
-    def __iter__(self) -> Iterator[T]:
-        rng = random.Random(self._pass_seed())
-        its = [iter(dp) for dp in self.datapipes]
+    def _open(self, ctx: Pass) -> Iterator[T]:
+        rng = random.Random(ctx.seed_for(self))
+        its = [ctx.open(dp) for dp in self.datapipes]
         run = _SampleRun(rng, len(its))
-        _pass.track(self, run)
+        ctx.track(self, run)
         return _sample_mux(its, self.weights, run)
 
     def __len__(self) -> int:

@@ -55,7 +55,7 @@ from .._collate import collate
 from .._checks import require_bool
 from .._engine import abandon
 from .._engine.lifecycle import Resumable
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._runtime.validate import check_dict, check_int, check_list, invalid
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
 
@@ -845,10 +845,10 @@ class TokenPacker(IterDataPipe[Row]):
             self.long_documents = "split" if long_documents is None else long_documents
         self._bins = 1 if self.num_bins is None else self.num_bins
 
-    def __iter__(self) -> Iterator[Row]:
+    def _open(self, ctx: Pass) -> Iterator[Row]:
         run = _PackRun(self)
-        source = iter(self.datapipe)
-        _pass.track(self, run)
+        source = ctx.open(self.datapipe)
+        ctx.track(self, run)
         _latest[self] = run.counts
         return _LOOPS[self.strategy](self, source, run)
 

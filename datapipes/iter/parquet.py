@@ -37,7 +37,7 @@ from operator import length_hint
 from typing import Any, Callable, Iterator, Literal, Sequence, overload
 
 from .._checks import require_bool
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._engine import abandon
 from .._engine import close_iterator as _close
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
@@ -352,12 +352,12 @@ class _ParquetBase(IterDataPipe[Any]):
     def _source(self) -> IterDataPipe[Any]:
         raise NotImplementedError  # pragma: no cover - both readers define it (a pipe of files)
 
-    def __iter__(self) -> Iterator[Any]:
+    def _open(self, ctx: Pass) -> Iterator[Any]:
         # The file being read, its row group and the rows of it consumed (see _ParquetRun).
         source = self._source()
-        run = _ParquetRun(stage_label(self), _reopener(source))
-        _pass.track(self, run)
-        return _parquet(self, iter(source), run)
+        run = _ParquetRun(stage_label(self), _reopener(source, ctx))
+        ctx.track(self, run)
+        return _parquet(self, ctx.open(source), run)
 
     def __len__(self) -> int:
         raise len_unknown(self, f"the number of {self._counted} is known only after reading the files", NO_LEN)

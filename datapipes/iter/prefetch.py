@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, TypeVar
 
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._checks import phrased
 from .._engine import BackgroundRun, StageStats, background_iter
 from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, source_len, stage_label
@@ -15,20 +15,20 @@ __all__ = ["Prefetcher"]
 T = TypeVar("T")
 
 
-def _prefetch(pipe: Prefetcher[Any], it: Iterator[Any]) -> Iterator[Any]:
+def _prefetch(pipe: Prefetcher[Any], ctx: Pass, it: Iterator[Any]) -> Iterator[Any]:
     label = stage_label(pipe)
-    stats = _pass.stats_for(pipe, lambda: StageStats(label, "prefetch", 1, pipe.buffer_size))
+    stats = ctx.stats_for(pipe, lambda: StageStats(label, "prefetch", 1, pipe.buffer_size))
     run = BackgroundRun(pipe.buffer_size)
-    _pass.track(pipe, run)
+    ctx.track(pipe, run)
     return background_iter(lambda: it, pipe.buffer_size, label, stats, run=run)
 
 
-def _prefetch_handover(pipe: Prefetcher[Any], it: Iterator[Any]) -> Iterator[Any]:
+def _prefetch_handover(pipe: Prefetcher[Any], ctx: Pass, it: Iterator[Any]) -> Iterator[Any]:
     """Downstream of a CUDA mover: each item crosses from the producer thread's stream to the
     consumer's (an event recorded there, waited on here, its tensors marked as used here)."""
     label = stage_label(pipe)
-    stats = _pass.stats_for(pipe, lambda: StageStats(label, "prefetch", 1, pipe.buffer_size))
-    _pass.track(pipe, _handover_unresumable(label))
+    stats = ctx.stats_for(pipe, lambda: StageStats(label, "prefetch", 1, pipe.buffer_size))
+    ctx.track(pipe, _handover_unresumable(label))
     return background_handover(pipe._crossing_ops, lambda: it, pipe.buffer_size, label, stats)  # type: ignore[arg-type]
 
 
@@ -91,9 +91,9 @@ class Prefetcher(IterDataPipe[T]):
         self.buffer_size = buffer_size
         self._crossing_ops = handover_ops(source_datapipe)
 
-    def __iter__(self) -> Iterator[T]:
-        it = iter(self.source_datapipe)  # created here, as part of the pass; pulled on the thread
-        return _prefetch(self, it) if self._crossing_ops is None else _prefetch_handover(self, it)
+    def _open(self, ctx: Pass) -> Iterator[T]:
+        it = ctx.open(self.source_datapipe)  # created here, as part of the pass; pulled on the thread
+        return _prefetch(self, ctx, it) if self._crossing_ops is None else _prefetch_handover(self, ctx, it)
 
     def __len__(self) -> int:
         return source_len(self, self.source_datapipe, "source_datapipe")

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from .._checks import require_bool
 from .._redact import redact, redact_exception
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._engine import abandon
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import WARN_FAILURES, _OnError, add_stage_note, policy_and_log
@@ -336,12 +336,12 @@ class FSSpecFileLister(IterDataPipe[str]):
         self.storage_options = storage_options
         self._run = _fsspec_list
 
-    def __iter__(self) -> Iterator[str]:
+    def _open(self, ctx: Pass) -> Iterator[str]:
         # The root being listed (a URL) and the files of it yielded: a resumed pass lists that root
         # again (one listing, sorted as every listing is) and starts at the count (see _ListRun).
-        run = _ListRun(self)  # a loaded root must be one of those self.datapipe yields
-        _pass.track(self, run)
-        return self._run(self, iter(self.datapipe), run)
+        run = _ListRun(self, ctx)  # a loaded root must be one of those self.datapipe yields
+        ctx.track(self, run)
+        return self._run(self, ctx.open(self.datapipe), run)
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of files is known only after listing")
@@ -597,8 +597,8 @@ class FSSpecFileOpener(IterDataPipe[tuple[str, StreamWrapper]]):
         self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures)
         self._stateless = _opener_stateless(self)  # one file per URL: its position is its source's
 
-    def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
-        return _open_pass(self, self.source_datapipe, _fsspec_opener(self))
+    def _open(self, ctx: Pass) -> Iterator[tuple[str, StreamWrapper]]:
+        return _open_pass(self, ctx, self.source_datapipe, _fsspec_opener(self))
 
     def _reopener(self) -> Callable[[Any, int], StreamWrapper]:
         """How a reader of this stage's items opens one again by its URL (``reopen(url, n)``): a
@@ -742,8 +742,8 @@ class FSSpecSaver(IterDataPipe[str]):
         self.storage_options = storage_options
         self._run = _fsspec_save
 
-    def __iter__(self) -> Iterator[Any]:
-        return self._run(self, iter(self.source_datapipe))
+    def _open(self, ctx: Pass) -> Iterator[Any]:
+        return self._run(self, ctx.open(self.source_datapipe))
 
     def __len__(self) -> int:
         return source_len(self, self.source_datapipe, "source_datapipe")

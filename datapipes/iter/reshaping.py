@@ -3,9 +3,9 @@ Repeater [repeat], Slicer [slice], Flattener [flatten], Dropper [drop], LengthSe
 torchdata's Rows2Columnar [rows2columnar] (each batch of rows as columns; torchdata 0.9's names,
 parameters and outputs, the differences listed in its docstring).
 
-Every ``__iter__`` creates its source's iterator at once, as part of the pass being built
-(:mod:`datapipes._runtime.passes`), and hands it to a module-level generator that does the work
-(``set_length`` returns the source's own iterator).
+Every ``_open(ctx)`` creates its source's iterator at once (``ctx.open``), as part of the pass it
+is handed (:mod:`datapipes._runtime.passes`), and hands it to a module-level generator that does the
+work (``set_length`` returns the source's own iterator).
 
 Checkpoint and resume (``it.state_dict()``): ``slice``, ``flatten``, ``drop``, ``set_length`` and
 ``rows2columnar`` keep nothing of their own (their position is their source's); ``add_index`` saves
@@ -22,7 +22,7 @@ from collections import defaultdict
 from operator import length_hint
 from typing import Any, Callable, Hashable, Iterable, Iterator, Sequence, TypeVar
 
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._runtime.validate import check_loop_state, invalid
 from .._positions import Enumerated
 from .._engine import abandon
@@ -107,10 +107,10 @@ class IndexAdder(IterDataPipe[dict[Any, Any]]):
         self.source_datapipe = source_datapipe
         self.index_name = index_name
 
-    def __iter__(self) -> Iterator[dict[Any, Any]]:
+    def _open(self, ctx: Pass) -> Iterator[dict[Any, Any]]:
         run = _EnumerateRun(0)
-        it = _add_index(self, iter(self.source_datapipe), run)
-        _pass.track(self, run)
+        it = _add_index(self, ctx.open(self.source_datapipe), run)
+        ctx.track(self, run)
         return it
 
     def __len__(self) -> int:
@@ -220,10 +220,10 @@ class Repeater(IterDataPipe[T]):
         self.source_datapipe = source_datapipe
         self.times = times
 
-    def __iter__(self) -> Iterator[T]:
-        it = iter(self.source_datapipe)
+    def _open(self, ctx: Pass) -> Iterator[T]:
+        it = ctx.open(self.source_datapipe)
         run = _RepeatRun()
-        _pass.track(self, run)
+        ctx.track(self, run)
         return _repeat(it, self.times, run)
 
     def __len__(self) -> int:
@@ -387,8 +387,8 @@ class Slicer(IterDataPipe[T]):
         self.stop = stop
         self.step = step
 
-    def __iter__(self) -> Iterator[T]:
-        return _each(self, _slicer_fn(self), iter(self.datapipe))
+    def _open(self, ctx: Pass) -> Iterator[T]:
+        return _each(self, _slicer_fn(self), ctx.open(self.datapipe))
 
     def __len__(self) -> int:
         return source_len(self, self.datapipe)
@@ -487,8 +487,8 @@ class Flattener(IterDataPipe[T]):
         self.datapipe = datapipe
         self.indices = indices
 
-    def __iter__(self) -> Iterator[T]:
-        return _each(self, _flattener_fn(self), iter(self.datapipe))
+    def _open(self, ctx: Pass) -> Iterator[T]:
+        return _each(self, _flattener_fn(self), ctx.open(self.datapipe))
 
     def __len__(self) -> int:
         return source_len(self, self.datapipe)
@@ -556,8 +556,8 @@ class Dropper(IterDataPipe[T]):
         self.datapipe = datapipe
         self.indices = indices
 
-    def __iter__(self) -> Iterator[T]:
-        return _each(self, _dropper_fn(self), iter(self.datapipe))
+    def _open(self, ctx: Pass) -> Iterator[T]:
+        return _each(self, _dropper_fn(self), ctx.open(self.datapipe))
 
     def __len__(self) -> int:
         return source_len(self, self.datapipe)
@@ -601,8 +601,8 @@ class LengthSetter(IterDataPipe[T]):
         self.source_datapipe = source_datapipe
         self.length = length
 
-    def __iter__(self) -> Iterator[T]:
-        return iter(self.source_datapipe)
+    def _open(self, ctx: Pass) -> Iterator[T]:
+        return ctx.open(self.source_datapipe)
 
     def __len__(self) -> int:
         return self.length
@@ -705,8 +705,8 @@ class Rows2Columnar(IterDataPipe[dict[Any, list[Any]]]):
         self.column_names: list[Any] = [] if column_names is None else list(column_names)
         self._ordered = not isinstance(column_names, (set, frozenset))
 
-    def __iter__(self) -> Iterator[dict[Any, list[Any]]]:
-        return _rows_to_columns(self, iter(self.source_datapipe))
+    def _open(self, ctx: Pass) -> Iterator[dict[Any, list[Any]]]:
+        return _rows_to_columns(self, ctx.open(self.source_datapipe))
 
     def __len__(self) -> int:
         return source_len(self, self.source_datapipe, "source_datapipe")

@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from .._checks import require_bool
 from .._redact import redact
+from .._runtime.passes import Pass
 from ..datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, stage_label
 from ..errors import WARN_FAILURES, _OnError
 from .fileio import StreamWrapper, _check_masks, _ListRun, _open_pass, _paths_pipe, _roots_pipe
@@ -212,9 +213,9 @@ class S3FileLister(FSSpecFileLister):
         self.region = region
         self._run = _s3_list
 
-    def __iter__(self) -> Iterator[str]:
+    def _open(self, ctx: Pass) -> Iterator[str]:
         _require_s3fs(stage_label(self))
-        return super().__iter__()
+        return super()._open(ctx)
 
     def __len__(self) -> int:
         if self.length == -1:
@@ -326,9 +327,9 @@ class S3FileLoader(FSSpecFileOpener):
         self.buffer_size = buffer_size
         self.multi_part_download = multi_part_download
 
-    def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
+    def _open(self, ctx: Pass) -> Iterator[tuple[str, StreamWrapper]]:
         _require_s3fs(stage_label(self))
-        return _open_pass(self, self.source_datapipe, _s3_opener(self))
+        return _open_pass(self, ctx, self.source_datapipe, _s3_opener(self))
 
     def _reopener(self) -> Callable[[Any, int], StreamWrapper]:
         open_s3 = _s3_opener(self)

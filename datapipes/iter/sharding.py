@@ -25,9 +25,10 @@ import itertools
 from itertools import islice
 from typing import Any, Iterator, TypeVar, cast
 
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._runtime.validate import check_dict, check_int, check_list, invalid
 from .._engine import close_iterator as _close
+from .._engine.lifecycle import STARTED
 from .._runtime.worker import capture_rank, is_sharding_stage, placement
 from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, source_len, sources_of, stage_label
 
@@ -133,7 +134,7 @@ class _ShardRun:
 
     def restore(self, state: dict[str, Any]) -> None:
         if self.started:
-            raise RuntimeError(_pass.STARTED)
+            raise RuntimeError(STARTED)
         check_dict(state)
         if "closed" in state:
             if state["closed"] is not True:
@@ -364,11 +365,11 @@ class ShardingFilter(IterDataPipe[T]):
         """The shard a pass starting now reads."""
         return self._shard()[1]
 
-    def __iter__(self) -> Iterator[T]:
-        shard = _pass.current().shard_for(self)  # type: ignore[union-attr]  # built in a pass
-        it = iter(self.source_datapipe)
+    def _open(self, ctx: Pass) -> Iterator[T]:
+        shard = ctx.shard_for(self)
+        it = ctx.open(self.source_datapipe)
         run = _ShardRun(stage_label(self), shard)
-        _pass.track(self, run)
+        ctx.track(self, run)
         # from_iterable builds the subclass it is called on (typeshed types it as a plain chain)
         chosen = cast(_ShardIterator, _ShardIterator.from_iterable(_decide(it, run)))
         chosen.source = it

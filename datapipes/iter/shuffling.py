@@ -4,8 +4,9 @@ a buffer of iterables). The stream's Shuffler [shuffle] is :mod:`datapipes.iter.
 they are seeded as it is.
 
 Names, parameters, defaults and outputs follow torchdata 0.9; the differences are listed in each
-docstring. Every ``__iter__`` reads its pass seed and creates its source's iterator at once, as part of
-the pass being built (:mod:`datapipes._runtime.passes`), and hands it to the generator that does the work.
+docstring. Every ``_open(ctx)`` reads its pass seed and creates its source's iterator (``ctx.open``) at
+once, as part of the pass it is handed (:mod:`datapipes._runtime.passes`), and hands it to the
+generator that does the work.
 
 Checkpoint and resume (docs/howto/checkpoint.rst): ``in_batch_shuffle`` keeps its generator's state,
 at no cost per item; ``shuffled_flatmap`` its generator's state and its buffer: its run holds the
@@ -20,12 +21,12 @@ import random
 from itertools import chain
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar, overload
 
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._runtime.validate import check_bool, check_dict, check_int, check_list, check_loop_state, check_rng, invalid
 from .._chunk import DataChunk
 from .._engine import abandon, close_iterator
 from .._engine.lifecycle import Resumable
-from .._positions import Counted, skip
+from .._positions import Counted, remaining, skip
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_root, len_unknown, require_callable, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
 from ._shared import _RELIES, _check_started
@@ -138,14 +139,16 @@ class InBatchShuffler(IterDataPipe[list[T]]):
         self._stateless = not self._enabled
         return self
 
-    def __iter__(self) -> Iterator[list[T]]:
+    def _open(self, ctx: Pass) -> Iterator[list[T]]:
         if not self._enabled:
-            batches: Iterator[Any] = iter(self.datapipe)
+            batches: Iterator[Any] = ctx.open(self.datapipe)
             return batches
         # The seed first, then the source: unseeded passes draw from torch's generator in this order.
+        # _pass_seed() is ctx.seed_for(self) here (ctx is the pass building this stage); kept as the
+        # hook tests/compat/test_shuffling.py patches
         run = _RngRun(random.Random(self._pass_seed()))
-        it = _in_batch_shuffle(self, iter(self.datapipe), run)
-        _pass.track(self, run)
+        it = _in_batch_shuffle(self, ctx.open(self.datapipe), run)
+        ctx.track(self, run)
         return it
 
     def __len__(self) -> int:
@@ -182,7 +185,7 @@ def _reopened(call: Callable[[Any], Any] | None, slot: dict[str, Any]) -> tuple[
 def _slot_state(slot: tuple[Any, Any, Any, int]) -> dict[str, Any]:
     it, x, counter, n = slot
     if counter is None:
-        return {"item": n, "rest": _pass.remaining(it)}
+        return {"item": n, "rest": remaining(it)}
     return {"item": n, "input": x, "done": counter.count()}
 
 
@@ -338,9 +341,8 @@ _SFM_NEXT_LINES = call_lines(_shuffled_flatmap, "slot")
 def _count_outputs(pipe: Any, source: IterDataPipe[Any]) -> int:
     """The sum of ``len(item)`` over a pass of ``source``, run as a pass of its own: a pass that
     is live and contains ``source`` is not joined (its position stays its own)."""
-    pass_ = _pass.Pass(source)
-    with pass_.building():
-        it = iter(source)
+    pass_ = Pass(source)
+    it = pass_.open(source)
     try:
         return sum(map(len, it))
     except TypeError as e:
@@ -459,7 +461,7 @@ class ShuffledFlatMapper(IterDataPipe[Any]):
         self._enabled = bool(shuffle)
         return self
 
-    def __iter__(self) -> Iterator[Any]:
+    def _open(self, ctx: Pass) -> Iterator[Any]:
         call: Callable[[Any], Any] | None
         if self.input_col is None:
             call = self.fn
@@ -467,12 +469,13 @@ class ShuffledFlatMapper(IterDataPipe[Any]):
             call = _selected_fn(_no_op if self.fn is None else self.fn, self.input_col)
         if self._enabled:
             # The seed first, then the source: unseeded passes draw from torch's generator in this order.
+            # _pass_seed() is ctx.seed_for(self) here; kept as the hook tests/compat/test_shuffling.py patches
             rng, size = random.Random(self._pass_seed()), self.buffer_size
         else:  # one iterable at a time: flatmap's order (the draws are all 0)
             rng, size = random.Random(0), 1
-        it = iter(self.datapipe)
+        it = ctx.open(self.datapipe)
         run = _ShuffledFlatMapRun(rng, size)
-        _pass.track(self, run)
+        ctx.track(self, run)
         return _shuffled_flatmap(self, it, run, call)
 
     def __len__(self) -> int:

@@ -2,8 +2,8 @@
 into paragraphs; ShardExpander [shard_expand] expands the brace ranges of shard names.
 
 Names, parameters, defaults and outputs follow torchdata 0.9; the differences are listed in each
-docstring. Every ``__iter__`` creates its source's iterator at once, as part of the pass being built
-(:mod:`datapipes._runtime.passes`), and hands it to the generator that does the work.
+docstring. Every ``_open(ctx)`` creates its source's iterator at once (``ctx.open``), as part of the
+pass it is handed (:mod:`datapipes._runtime.passes`), and hands it to the generator that does the work.
 
 Checkpoint and resume (docs/howto/checkpoint.rst): each pass records a run that its loop writes
 to, never once per line read: ``lines_to_paragraphs`` writes the paragraph being gathered before it
@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, TypeVar, overload
 from .._engine import abandon
 from .._engine.lifecycle import Resumable
 from .._positions import remaining
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._runtime.validate import check_dict, check_int, check_list, invalid
 from ..datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_callable, require_pipe, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
@@ -177,10 +177,10 @@ class ParagraphAggregator(IterDataPipe[tuple[Any, Any]]):
         self.source_datapipe = source_datapipe
         self.joiner = joiner
 
-    def __iter__(self) -> Iterator[tuple[Any, Any]]:
-        it = iter(self.source_datapipe)
+    def _open(self, ctx: Pass) -> Iterator[tuple[Any, Any]]:
+        it = ctx.open(self.source_datapipe)
         run = _ParagraphRun()
-        _pass.track(self, run)
+        ctx.track(self, run)
         return _paragraphs(self, it, run)
 
     def __len__(self) -> int:
@@ -326,10 +326,10 @@ class ShardExpander(IterDataPipe[str]):
         require_pipe(source_datapipe, "ShardExpander", "source_datapipe")
         self.source_datapipe = source_datapipe
 
-    def __iter__(self) -> Iterator[str]:
-        it = iter(self.source_datapipe)
+    def _open(self, ctx: Pass) -> Iterator[str]:
+        it = ctx.open(self.source_datapipe)
         run = _ExpandRun()
-        _pass.track(self, run)
+        ctx.track(self, run)
         return _shard_expand(self, it, run)
 
     def __len__(self) -> int:

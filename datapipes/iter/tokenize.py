@@ -63,7 +63,8 @@ from numpy import dtype, int32, ndarray
 from .._engine import EngineRun, StageSink, StageSpec, StageStats, abandon, close_iterator, concurrent_map, is_async_callable, new_stats
 from .._engine.lifecycle import Resumable
 from .._positions import remaining
-from .._runtime import passes as _pass, shares
+from .._runtime import shares
+from .._runtime.passes import Pass
 from .._runtime.validate import check_int, check_list
 from ..datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, source_len, stage_label
 from ..errors import add_stage_note
@@ -452,14 +453,14 @@ def _tokenize_serial(pipe: TokenizerStage, it: Iterator[Any], run: _TokenizeRun,
     yield from _documents(pipe, run, map(encode, _batches(pipe, src, run, label)), stats, label)
 
 
-def _tokenize_engine(pipe: TokenizerStage, it: Iterator[Any], run: _TokenizeRun, stats: StageStats,
+def _tokenize_engine(pipe: TokenizerStage, ctx: Pass, it: Iterator[Any], run: _TokenizeRun, stats: StageStats,
                      label: str, encode: Callable[[list[str]], Any], concurrency: int, tune: Any) -> Iterator[Any]:
     src = _source(run, it)
     # One batch per chunk sent to a worker thread or process (a batch is work enough for a hand-over),
     # so that at most 2 * concurrency batches are in flight (the bound a state keeps).
     chunksize = None if isinstance(pipe.executor, Executor) else 1
     spec = StageSpec(label, concurrency, executor=pipe.executor, chunksize=chunksize)
-    sink = StageSink(stats=stats, run=_DocCounts(run), hooks=shares.task_hooks(pipe), tune=tune, owner=pipe)
+    sink = StageSink(stats=stats, run=_DocCounts(run), hooks=shares.task_hooks(pipe, ctx), tune=tune, owner=pipe)
     results = concurrent_map(_batches(pipe, src, run, label), encode, spec, sink)
     yield from _documents(pipe, run, results, stats, label)
 
@@ -660,19 +661,19 @@ class TokenizerStage(IterDataPipe[Any]):
             return None
         return self.concurrency
 
-    def __iter__(self) -> Iterator[Any]:
-        it = iter(self.datapipe)
+    def _open(self, ctx: Pass) -> Iterator[Any]:
+        it = ctx.open(self.datapipe)
         label = stage_label(self)
         encode = _batch_encoder(self._kind, self.tokenizer, self.add_special_tokens, self.eos_id, self._trusted)
         workers = max(_MAX_WORKERS, self.concurrency if isinstance(self.concurrency, int) else 0)
         run = _TokenizeRun(self.batch_size * (2 * workers + 2))
-        _pass.track(self, run)
+        ctx.track(self, run)
         if self.concurrency is None:
-            stats = _pass.stats_for(self, lambda: StageStats(label, "serial", 1, 0))
+            stats = ctx.stats_for(self, lambda: StageStats(label, "serial", 1, 0))
             return _tokenize_serial(self, it, run, stats, label, encode)
-        concurrency, tune = _stage_concurrency(self)
-        stats = _pass.stats_for(self, lambda: new_stats(label, encode, concurrency, self.executor, tune is not None))
-        return _tokenize_engine(self, it, run, stats, label, encode, concurrency, tune)
+        concurrency, tune = _stage_concurrency(self, ctx)
+        stats = ctx.stats_for(self, lambda: new_stats(label, encode, concurrency, self.executor, tune is not None))
+        return _tokenize_engine(self, ctx, it, run, stats, label, encode, concurrency, tune)
 
     def __len__(self) -> int:
         return source_len(self, self.datapipe)

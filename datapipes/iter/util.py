@@ -2,8 +2,8 @@
 Enumerator [enumerate]; the position of a pass over a source (:class:`_SourceRun`), which the
 sources of other modules share. The in-memory cache is :mod:`datapipes.iter.cache.memory`'s.
 
-Every ``__iter__`` creates its source's iterator at once, as part of the pass being built
-(:mod:`datapipes._runtime.passes`), and hands it to the generator that does the work; ``Cycler`` creates
+Every ``_open(ctx)`` opens its source's iterator at once, in the pass it is handed
+(:mod:`datapipes._runtime.passes`), and hands it to the generator that does the work; ``Cycler`` opens
 the iterators of its later rounds in the same pass, which it takes along.
 """
 
@@ -22,6 +22,7 @@ from typing import Any, AsyncIterable, Callable, Generator, Iterable, Iterator, 
 import numpy
 
 from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._runtime.validate import check_dict, check_int, invalid
 from .._positions import INDEXED as _INDEXED, Counted, Enumerated, seek
 from .._engine import abandon, close_iterator, iterate_async
@@ -365,7 +366,7 @@ class IterableWrapper(IterDataPipe[T]):
         # iter() of the iterable waits for the first next() where it may do work (decided once)
         self._defer = not (self._async or self._one_shot) and _runs_code_when_iterated(iterable)
 
-    def __iter__(self) -> Iterator[T]:
+    def _open(self, ctx: Pass) -> Iterator[T]:
         if self._one_shot:
             if self._started:
                 raise RuntimeError(
@@ -374,15 +375,15 @@ class IterableWrapper(IterDataPipe[T]):
                 )
             self._started = True
             if not _protocol(self.iterable):  # one with state_dict()/load_state_dict() is its own run (_pass._tracked)
-                _pass.track(self, _Unresumable(
+                ctx.track(self, _Unresumable(
                     f"{stage_label(self)} cannot save its position: it wraps a one-shot {type(self.iterable).__name__}, "
                     "which a new pass cannot read again; wrap a list, or an object whose __iter__ builds the iterator, "
                     "to resume"))
             if self._async:
                 return iterate_async(self.iterable)  # type: ignore[arg-type]
-            return iter(cast("Iterable[T]", self.iterable))  # not async: a synchronous iterable
+            return ctx.open(cast("Iterable[T]", self.iterable))  # not async: a synchronous iterable
         if self._async:
-            _pass.track(self, _Unresumable(
+            ctx.track(self, _Unresumable(
                 f"{stage_label(self)} cannot save its position: it wraps an async iterable "
                 f"({type(self.iterable).__name__}), read ahead on the event-loop thread, whose passes keep no "
                 "position; wrap a synchronous re-iterable to resume"))
@@ -393,12 +394,12 @@ class IterableWrapper(IterDataPipe[T]):
         if self._defer:
             it: Iterator[T] = _deferred(lambda: iter(iterable), run)
         else:
-            own = iter(iterable)
+            own = ctx.open(iterable)
             # A sequence's own iterator is the pass, at no cost per item; any other is counted.
             it = run.open_now(own) if _indexed(own, run.sized) else _deferred(lambda: own, run)
         if self.deepcopy and _may_change(iterable):
             it = _copies(it, self)
-        _pass.track(self, run)
+        ctx.track(self, run)
         return it
 
     def __len__(self) -> int:
@@ -506,12 +507,12 @@ class Header(IterDataPipe[T]):
         self.limit = limit
         self._stateless = limit is None  # no limit: the items pass through, its position is its source's
 
-    def __iter__(self) -> Iterator[T]:
-        it = iter(self.source_datapipe)
+    def _open(self, ctx: Pass) -> Iterator[T]:
+        it = ctx.open(self.source_datapipe)
         if self.limit is None:
             return _header_all(it)
         run = _HeaderRun(self.limit)
-        _pass.track(self, run)
+        ctx.track(self, run)
         return _header_run(it, run)
 
     def __len__(self) -> int:
@@ -538,7 +539,7 @@ class Header(IterDataPipe[T]):
 
 class _CycleRun(Resumable):
     """The position of a ``cycle`` pass: the round it reads, 1 for the first; where it stands in that
-    round is its source's state (the source's run of the latest round, see :meth:`_pass.Pass.track`).
+    round is its source's state (the source's run of the latest round, see :meth:`Pass.track`).
     Updated once per round. State: one int."""
 
     __slots__ = ("round", "resumed")
@@ -556,10 +557,10 @@ class _CycleRun(Resumable):
         self.resumed = True
 
 
-def _cycle_run(source: IterDataPipe[Any], it: Iterator[Any], count: int | None, pass_: _pass.Pass | None,
+def _cycle_run(source: IterDataPipe[Any], it: Iterator[Any], count: int | None, ctx: Pass,
                run: _CycleRun) -> Iterator[Any]:
-    """Round 1 reads ``it`` (created by ``__iter__``); each later round a new pass of ``source``,
-    created in ``pass_``, the pass this stage belongs to. A resumed pass reads the saved round from
+    """Round 1 reads ``it`` (opened by ``_open``); each later round a new pass of ``source``,
+    opened in ``ctx``, the pass this stage belongs to. A resumed pass reads the saved round from
     ``it``, its source restored to where that round stood."""
     run.started = True
     rounds = itertools.repeat(None) if count is None else itertools.repeat(None, count - run.round)
@@ -580,12 +581,8 @@ def _cycle_run(source: IterDataPipe[Any], it: Iterator[Any], count: int | None, 
         if next(rounds, _END) is _END:
             return
         run.round += 1  # before the new round's iterator replaces the source's run
-        if pass_ is None:  # iterated outside any pass machinery
-            it = iter(source)
-        else:
-            pass_.forget(source)
-            with pass_.building():
-                it = iter(source)
+        ctx.forget(source)
+        it = ctx.open(source)
 
 
 @functional_datapipe("cycle")
@@ -626,13 +623,13 @@ class Cycler(IterDataPipe[T]):
         if count == 0:  # no round: the source is never built, nothing is yielded, there is no position
             self._builds_sources_later = self._stateless = True
 
-    def __iter__(self) -> Iterator[T]:
+    def _open(self, ctx: Pass) -> Iterator[T]:
         if self.count == 0:
             return iter(())  # no round: the source is not iterated at all
         # The first round's iterator now, as part of the pass; later rounds' in the same pass.
         run = _CycleRun()
-        it = _cycle_run(self.source_datapipe, iter(self.source_datapipe), self.count, _pass.current(), run)
-        _pass.track(self, run)
+        it = _cycle_run(self.source_datapipe, ctx.open(self.source_datapipe), self.count, ctx, run)
+        ctx.track(self, run)
         return it
 
     def __len__(self) -> int:
@@ -706,10 +703,10 @@ class Enumerator(IterDataPipe[tuple[int, T]]):
         self.source_datapipe = source_datapipe
         self.starting_index = starting_index
 
-    def __iter__(self) -> Iterator[tuple[int, T]]:
+    def _open(self, ctx: Pass) -> Iterator[tuple[int, T]]:
         run = _EnumerateRun(self.starting_index)
-        it = _enumerate_run(iter(self.source_datapipe), run)
-        _pass.track(self, run)
+        it = _enumerate_run(ctx.open(self.source_datapipe), run)
+        ctx.track(self, run)
         return it
 
     def __len__(self) -> int:

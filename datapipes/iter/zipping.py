@@ -2,8 +2,8 @@
 Zipper [zip], ZipperLongest [zip_longest], IterKeyZipper [zip_with_iter],
 MapKeyZipper [zip_with_map], UnZipper [unzip].
 
-Every ``__iter__`` creates its sources' iterators at once, as part of the pass being built
-(:mod:`datapipes._runtime.passes`), and hands them to a module-level generator that does the work: every pass
+Every ``_open(ctx)`` creates its sources' iterators at once (``ctx.open``), as part of the pass it
+is handed (:mod:`datapipes._runtime.passes`), and hands them to a module-level generator that does the work: every pass
 iterates each input afresh, errors pass through as the same object, and ``len()`` is computed from
 the inputs' lengths at call time.
 
@@ -25,7 +25,7 @@ import sys
 from collections import OrderedDict
 from typing import Any, Callable, Hashable, Iterator, Literal, Sequence, TypeVar, overload
 
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._runtime.validate import check_bool, check_list, invalid
 from .._checks import phrased
 from .._engine import abandon, close_iterator
@@ -148,8 +148,8 @@ class Zipper(IterDataPipe[tuple[Any, ...]]):
         self.datapipes = datapipes
         self._run = _zip
 
-    def __iter__(self) -> Iterator[tuple[Any, ...]]:
-        return self._run([iter(dp) for dp in self.datapipes])
+    def _open(self, ctx: Pass) -> Iterator[tuple[Any, ...]]:
+        return self._run([ctx.open(dp) for dp in self.datapipes])
 
     def __len__(self) -> int:
         return min(_input_lengths(self))
@@ -203,8 +203,8 @@ class ZipperLongest(IterDataPipe[tuple[Any, ...]]):
         self.datapipes = datapipes
         self.fill_value = fill_value
 
-    def __iter__(self) -> Iterator[tuple[Any, ...]]:
-        return _zip_longest([iter(dp) for dp in self.datapipes], self.fill_value)
+    def _open(self, ctx: Pass) -> Iterator[tuple[Any, ...]]:
+        return _zip_longest([ctx.open(dp) for dp in self.datapipes], self.fill_value)
 
     def __len__(self) -> int:
         return max(_input_lengths(self))
@@ -415,10 +415,10 @@ class IterKeyZipper(IterDataPipe[Any]):
         self.buffer_size = buffer_size
         self.merge_fn = merge_fn
 
-    def __iter__(self) -> Iterator[Any]:
-        it, ref_it = iter(self.source_datapipe), iter(self.ref_datapipe)
+    def _open(self, ctx: Pass) -> Iterator[Any]:
+        it, ref_it = ctx.open(self.source_datapipe), ctx.open(self.ref_datapipe)
         run = _KeyZipRun(self.buffer_size)
-        _pass.track(self, run)
+        ctx.track(self, run)
         return _key_zip(self, it, ref_it, run)
 
     def __len__(self) -> int:
@@ -549,8 +549,8 @@ class MapKeyZipper(IterDataPipe[Any]):
         self.merge_fn = merge_fn
         self.keep_key = keep_key
 
-    def __iter__(self) -> Iterator[Any]:
-        return _map_key_zip(self, iter(self.source_iterdatapipe))
+    def _open(self, ctx: Pass) -> Iterator[Any]:
+        return _map_key_zip(self, ctx.open(self.source_iterdatapipe))
 
     def __len__(self) -> int:
         return source_len(self, self.source_iterdatapipe, "source_iterdatapipe")
@@ -574,7 +574,7 @@ class _UnzipHub(_ForkHub):
         self.label = f"UnZipper(sequence_length={sequence_length}, buffer_size={buffer_size})"
 
 
-def _unzip_child(hub: _UnzipHub, i: int, pass_: _pass.Pass | None, run: Any) -> Iterator[Any]:
+def _unzip_child(hub: _UnzipHub, i: int, pass_: Pass | None, run: Any) -> Iterator[Any]:
     col = hub.columns[i]
     items = _fork_child(hub, i, pass_, run)
     n = 0

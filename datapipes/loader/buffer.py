@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._engine import StageStats
 from .._engine.background import background_iter
 from ..datapipe import IterDataPipe, source_len
@@ -35,11 +35,11 @@ class LoaderTimeoutError(RuntimeError, TimeoutError):
         return type(self), (str(self), self.timeout, self.batch)
 
 
-def _timed_buffer(stage: TimedBuffer) -> Iterator[Any]:
+def _timed_buffer(stage: TimedBuffer, ctx: Pass) -> Iterator[Any]:
     label = stage_label(stage)
-    stats = _pass.stats_for(stage, lambda: StageStats(label, "prefetch", 1, stage.buffer_size))
+    stats = ctx.stats_for(stage, lambda: StageStats(label, "prefetch", 1, stage.buffer_size))
     source, timeout = stage.source_datapipe, stage.timeout
-    it = iter(source)  # created here, as part of the pass; pulled on the buffer's thread
+    it = ctx.open(source)  # created here, as part of the pass; pulled on the buffer's thread
     seconds = int(timeout) if float(timeout).is_integer() else timeout  # as torch says it: 5, not 5.0
 
     def late(n: int) -> LoaderTimeoutError:
@@ -68,8 +68,8 @@ class TimedBuffer(IterDataPipe[Any]):
         self.timeout = timeout
         self.owner = owner
 
-    def __iter__(self) -> Iterator[Any]:
-        return _timed_buffer(self)
+    def _open(self, ctx: Pass) -> Iterator[Any]:
+        return _timed_buffer(self, ctx)
 
     def __len__(self) -> int:
         return source_len(self, self.source_datapipe, "source_datapipe")

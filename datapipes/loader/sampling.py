@@ -27,7 +27,7 @@ from torch.utils.data import IterDataPipe as TorchIterDataPipe
 from torch.utils.data import Sampler as TorchSampler
 from torch.utils.data import graph_settings as _torch_settings
 
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._runtime.seeds import derive_seed
 from .._runtime.worker import capture_rank, placement
 from ..datapipe import IterDataPipe
@@ -134,17 +134,16 @@ def shards_itself(sampler: Any) -> bool:
     return isinstance(sampler, DistributedSampler)
 
 
-def _sample_drawn(pipe: DrawnSampler) -> Iterator[Any]:
-    run = _SamplerRun(seed=pipe._pass_seed())
-    owner = _pass.current() or _pass.owner(pipe)
-    config = None if owner is None else owner.config
+def _sample_drawn(pipe: DrawnSampler, ctx: Pass) -> Iterator[Any]:
+    run = _SamplerRun(seed=ctx.seed_for(pipe))
+    config = ctx.config
     epoch = pipe._epoch if config is None else config.epoch
 
     def open_() -> Iterator[Any]:
         # the pass seed, or the saved pass's: the same indices as the pass that was saved
         return iter(draw_indices(pipe.sampler, run.seed, epoch))  # type: ignore[arg-type]
 
-    _pass.track(pipe, run)
+    ctx.track(pipe, run)
     return _deferred(open_, run.source)
 
 
@@ -158,8 +157,8 @@ class DrawnSampler(Sampler):
         super().__init__(datapipe, sampler)
         self._is_random = True  # its seed comes from the loader, every pass, whatever the sampler holds
 
-    def __iter__(self) -> Iterator[Any]:
-        return _sample_drawn(self)
+    def _open(self, ctx: Pass) -> Iterator[Any]:
+        return _sample_drawn(self, ctx)
 
 
 def foreign(data: Any) -> bool:
@@ -199,14 +198,13 @@ class TorchGraph(IterDataPipe[Any]):
         self.datapipe = datapipe  # torch's: not a stage our graph walks (sources_of)
         self.source_datapipe: IterDataPipe[Any] = IterableWrapper(datapipe, deepcopy=False)
 
-    def __iter__(self) -> Iterator[Any]:
-        pass_ = _pass.current() or _pass.owner(self)
-        config = None if pass_ is None else pass_.config
+    def _open(self, ctx: Pass) -> Iterator[Any]:
+        config = ctx.config
         if config is not None:
             seed = derive_seed(config.seed, "torch datapipes", config.epoch)
             _torch_settings.apply_random_seed(self.datapipe, torch.Generator().manual_seed(seed % 2**63))
-        self._shard_graph(pass_)
-        return iter(self.source_datapipe)
+        self._shard_graph(ctx)
+        return ctx.open(self.source_datapipe)
 
     def _shard_graph(self, pass_: Any) -> None:
         """A graph without a sharding stage is sharded by no one here."""

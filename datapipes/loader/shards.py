@@ -43,7 +43,7 @@ from itertools import islice
 from typing import Any, Callable, Generator, Iterator, NoReturn, cast
 
 from .._runtime import passes as _pass, shares
-from .._runtime.passes import PassConfig, check_state, configured, stage_keys
+from .._runtime.passes import Pass, PassConfig, check_state, configured, stage_keys
 from ..datapipe import IterDataPipe, source_len
 from ..graph import sources_of, stage_label, walk
 from ..iter.sharding import is_sharding_stage
@@ -332,12 +332,12 @@ class InProcess(IterDataPipe[Any]):
         """Run the next pass as ``run`` says (seeds, resumed state) and keep its position there."""
         self._next_run = run
 
-    def __iter__(self) -> Iterator[Any]:
+    def _open(self, ctx: Pass) -> Iterator[Any]:
         run, self._next_run = self._next_run, None
         if run is None:  # iterated by itself, not by the loader: a plain pass
-            return iter(self.datapipe)
+            return ctx.open(self.datapipe)
         stream = ShardStream(self.datapipe, run.config, None if run.resume is None else run.resume[0])
-        stream.inherit = shares.inherited(self)  # the loader's hooks and budget reach the shard's pass
+        stream.inherit = shares.inherited(self, ctx)  # the loader's hooks and budget reach the shard's pass
         if not self.eager:
             run.stream = stream
             return stream.items()

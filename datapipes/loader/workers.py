@@ -41,7 +41,7 @@ from ..graph import sources_of, traverse
 from ..iter.mapping import Mapper
 from ..iter.sharding import SHARDING_PRIORITIES, ShardingFilter
 from .._runtime import shares
-from .._runtime.passes import PassConfig
+from .._runtime.passes import Pass, PassConfig
 from .._runtime.seeds import derive_seed, draw_seed
 from . import fdpass
 from .distributed import _WHERE, _shard_id
@@ -497,12 +497,12 @@ class WorkerProcesses(IterDataPipe[Any]):
         if channel is not None:
             channel.close()
 
-    def __iter__(self) -> Iterator[Any]:
+    def _open(self, ctx: Pass) -> Iterator[Any]:
         run, self._next_run = self._next_run, None
         epoch = self._next_epoch
         # The loader's thread budget reaches the workers' passes; an observed pass (profile, the
         # loader's reports) has its workers keep statistics and send them back (worker_stats).
-        hooks, budget = shares.inherited(self)
+        hooks, budget = shares.inherited(self, ctx)
         self._inherit = (hooks is not None, budget)
         self._worker_stats = {}
         workers = _PassWorkers(self, run, epoch)

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 from .._engine.lifecycle import Resumable
 from .._positions import handed_out
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._runtime.validate import check_dict, check_int, invalid
 from ..datapipe import IterDataPipe, MapDataPipe, functional_datapipe, require_pipe, source_len
 from ._bijection import BLOCK, MAX_LENGTH, Permutation
@@ -159,7 +159,7 @@ class Shuffler(IterDataPipe[T]):
         self._enabled = bool(shuffle)
         return self
 
-    def __iter__(self) -> Iterator[T]:
+    def _open(self, ctx: Pass) -> Iterator[T]:
         dp = self.datapipe
         indices = self.indices
         keys: Sequence[Any] | None = None if indices is None else indices if type(indices) is range else list(indices)
@@ -167,8 +167,8 @@ class Shuffler(IterDataPipe[T]):
         if n > MAX_LENGTH:
             raise ValueError(f"Shuffler: at most 2**62 ({MAX_LENGTH}) indices can be shuffled, got {n}")
         # The seed when the pass starts: unseeded passes draw from torch's generator in iter() order.
-        run = _ShuffleRun(n, self._pass_seed() & _SEED_MASK if self._enabled else None)
-        _pass.track(self, run)
+        run = _ShuffleRun(n, ctx.seed_for(self) & _SEED_MASK if self._enabled else None)
+        ctx.track(self, run)
         return map(dp.__getitem__, chain.from_iterable(_blocks(run, keys)))
 
     def __len__(self) -> int:

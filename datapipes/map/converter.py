@@ -7,7 +7,7 @@ import threading
 import warnings
 from typing import Any, Callable, Hashable, Iterator, Sequence, TypeVar, overload
 
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from ..datapipe import IterDataPipe, MapDataPipe, functional_datapipe, lacks_len, require_callable, source_len, stage_label
 from ..errors import add_stage_note, call_lines, raised_at
 from ..iter.util import _deferred, _SourceRun
@@ -229,25 +229,25 @@ class IterToMapConverter(MapDataPipe[V]):
 # -- MapToIterConverter ----------------------------------------------------------------------------
 
 
-def _iter_all(pipe: MapToIterConverter[Any]) -> Iterator[Any]:
+def _iter_all(pipe: MapToIterConverter[Any], ctx: Pass) -> Iterator[Any]:
     source = pipe.datapipe
     if type(source).__iter__ is MapDataPipe.__iter__:  # reads source[0 .. len - 1]: resumes by index
-        return _positioned(pipe, lambda: iter(range(len(source))), source.__getitem__)
-    return _positioned(pipe, lambda: iter(source), None)  # its own order: a resumed pass replays it
+        return _positioned(pipe, ctx, lambda: iter(range(len(source))), source.__getitem__)
+    return _positioned(pipe, ctx, lambda: iter(source), None)  # its own order: a resumed pass replays it
 
 
-def _iter_indices(pipe: MapToIterConverter[Any]) -> Iterator[Any]:
-    return _positioned(pipe, lambda: iter(pipe.indices), pipe.datapipe.__getitem__)  # type: ignore[arg-type]
+def _iter_indices(pipe: MapToIterConverter[Any], ctx: Pass) -> Iterator[Any]:
+    return _positioned(pipe, ctx, lambda: iter(pipe.indices), pipe.datapipe.__getitem__)  # type: ignore[arg-type]
 
 
-def _positioned(pipe: MapToIterConverter[Any], open_: Callable[[], Iterator[Any]],
+def _positioned(pipe: MapToIterConverter[Any], ctx: Pass, open_: Callable[[], Iterator[Any]],
                 get: Callable[[Any], Any] | None) -> Iterator[Any]:
     """A pass yielding ``get(i)`` for the ``i`` of ``open_()`` (``get`` None: its items), opened at
     the first ``next()``; its position is how far ``open_()`` was read (an index into a list or a
     range: a resumed pass starts there, nothing read again; another iterable is read again and the
     items already yielded skipped), saved as :class:`~datapipes.iter.IterableWrapper` saves its own."""
     run = _SourceRun(True)
-    _pass.track(pipe, run)
+    ctx.track(pipe, run)
     it = _deferred(open_, run)
     return it if get is None else map(get, it)
 
@@ -300,8 +300,8 @@ class MapToIterConverter(IterDataPipe[T]):
         self.indices = indices
         self._run = _iter_all if indices is None else _iter_indices
 
-    def __iter__(self) -> Iterator[T]:
-        return self._run(self)
+    def _open(self, ctx: Pass) -> Iterator[T]:
+        return self._run(self, ctx)
 
     def __len__(self) -> int:
         return source_len(self, self.datapipe) if self.indices is None else len(self.indices)

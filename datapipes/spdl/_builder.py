@@ -34,7 +34,7 @@ from concurrent.futures import Executor
 from fractions import Fraction
 from typing import Any, AsyncIterable, Callable, Generic, Iterable, Iterator, NamedTuple, TypeVar
 
-from .._runtime import passes as _pass
+from .._runtime.passes import Pass
 from .._runtime.validate import check_loop_state
 from .._engine import abandon, close_iterator, is_async_callable, is_async_gen_callable
 from .._engine.lifecycle import Resumable
@@ -322,10 +322,10 @@ class Aggregated(IterDataPipe[Any]):
         self.accumulate = aggregator.accumulate  # names the stage: Aggregated(MyAggregator.accumulate)
         self.drop_last = drop_last
 
-    def __iter__(self) -> Iterator[Any]:
-        it = iter(self.datapipe)
+    def _open(self, ctx: Pass) -> Iterator[Any]:
+        it = ctx.open(self.datapipe)
         run = _AggregatedRun()
-        _pass.track(self, run)
+        ctx.track(self, run)
         return _aggregate(self, it, run)
 
     def __len__(self) -> int:

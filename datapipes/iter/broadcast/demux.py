@@ -10,7 +10,7 @@ import operator
 from collections import deque
 from typing import Any, Callable, Iterator, TypeVar
 
-from ..._runtime import passes as _pass
+from ..._runtime.passes import Pass
 from ..._engine import close_iterator as _close_iterator
 from ...datapipe import (
     NO_LEN,
@@ -199,7 +199,7 @@ class _DemuxHub(_Hub):
         )
 
 
-def _demux_child(hub: _DemuxHub, i: int, pass_: _pass.Pass | None, run: _ChildRun | None) -> Iterator[Any]:
+def _demux_child(hub: _DemuxHub, i: int, pass_: Pass | None, run: _ChildRun | None) -> Iterator[Any]:
     if _ended(run):
         return
     p = hub.join(i, pass_)
@@ -348,7 +348,7 @@ class _RoundRobinHub(_DemuxHub):
         self.label = f"RoundRobinDemultiplexer(num_instances={num_instances}, buffer_size={buffer_size})"
 
 
-def _round_robin_child(hub: _RoundRobinHub, i: int, pass_: _pass.Pass | None, run: Any) -> Iterator[Any]:
+def _round_robin_child(hub: _RoundRobinHub, i: int, pass_: Pass | None, run: Any) -> Iterator[Any]:
     pairs = _demux_child(hub, i, pass_, run)
     try:
         for _, x in pairs:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy as _copy
 from typing import Any, Callable, Iterator, Literal, TypeVar, overload
 
-from ..._runtime import passes as _pass
+from ..._runtime.passes import Pass
 from ..._engine import close_iterator as _close_iterator
 from ...datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, source_len
 from .hub import _END, _FAR, _MISS, _check_buffer_size, _ChildRun, _ended, _Hub, _HubChild, _Raising
@@ -165,7 +165,7 @@ class _ForkHub(_Hub):
         )
 
 
-def _fork_child(hub: _ForkHub, i: int, pass_: _pass.Pass | None, run: _ChildRun | None) -> Iterator[Any]:
+def _fork_child(hub: _ForkHub, i: int, pass_: Pass | None, run: _ChildRun | None) -> Iterator[Any]:
     if _ended(run):
         return
     p = hub.join(i, pass_)
@@ -188,7 +188,7 @@ def _fork_child(hub: _ForkHub, i: int, pass_: _pass.Pass | None, run: _ChildRun 
         hub.leave(p, i)
 
 
-def _fork_child_copy(hub: _ForkHub, i: int, pass_: _pass.Pass | None, run: _ChildRun | None) -> Iterator[Any]:
+def _fork_child_copy(hub: _ForkHub, i: int, pass_: Pass | None, run: _ChildRun | None) -> Iterator[Any]:
     copy_fn = hub.copy_fn
     for item in _fork_child(hub, i, pass_, run):
         yield copy_fn(item)

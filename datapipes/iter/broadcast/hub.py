@@ -59,9 +59,9 @@ import threading
 import weakref
 from typing import Any, Callable, Iterator, NoReturn, TypeVar
 
-from ..._runtime import passes as _pass
+from ..._runtime.passes import Pass
 from ...datapipe import IterDataPipe, _ByValue, _by_reference, _new_instance, _portable, require_int
-from .._shared import _build, _warn, _weak
+from .._shared import _warn, _weak
 from ..._engine.lifecycle import Resumable
 
 T = TypeVar("T")
@@ -219,9 +219,9 @@ class _Hub(ABC):
         new._configure(*_copy.deepcopy(self._config(), memo))
         return new
 
-    def join(self, i: int, pass_: _pass.Pass | None) -> Any:
+    def join(self, i: int, pass_: Pass | None) -> Any:
         """The pass child ``i`` reads from: the current one, or a new one if ``i`` already read it.
-        A new one's source iterator is created in ``pass_``, the pass that built child ``i``'s
+        A new one's source iterator is opened in ``pass_``, the pass that opened child ``i``'s
         iterator; a pipe pass resumed from a state (:meth:`plan`) starts with the saved shared pass."""
         with self._lock:
             p = self._pass
@@ -230,7 +230,8 @@ class _Hub(ABC):
                 p.joined[i] = True
                 p.joiners[i] = _weak(pass_)
                 return p
-            it = _build(self.datapipe, pass_)
+            # opened now, at the child's first next(), in the pass handed to the child's _open
+            it = iter(self.datapipe) if pass_ is None else pass_.open(self.datapipe)
             if p is not None:
                 busy = [j for j in range(self.num_instances) if j != i and self._busy(p, j) and not _closed(p, j)]
                 if busy:
@@ -253,7 +254,7 @@ class _Hub(ABC):
             p.joiners[i] = _weak(pass_)
             return p
 
-    def snapshot(self, i: int, pass_: _pass.Pass, joined: Any) -> dict[str, Any] | None:
+    def snapshot(self, i: int, pass_: Pass | None, joined: Any) -> dict[str, Any] | None:
         """The state of the shared pass that pipe pass ``pass_`` reads (``None``: it has not started
         one), for child ``i`` (``joined``: the shared pass it joined, if any). Raises ``TypeError``
         where that would not resume exactly: the shared pass was started by another pipe pass, a
@@ -302,7 +303,7 @@ class _Hub(ABC):
     def _unsaveable(self, why: str) -> NoReturn:
         raise TypeError(f"{self.label} cannot save its position: {why}")
 
-    def plan(self, pass_: _pass.Pass, state: dict[str, Any]) -> None:
+    def plan(self, pass_: Pass, state: dict[str, Any]) -> None:
         """Resume pipe pass ``pass_`` from ``state`` (:meth:`snapshot`): its first child to read
         starts the shared pass from it."""
         slots = state.get("pos", state.get("queues"))
@@ -312,7 +313,7 @@ class _Hub(ABC):
             if pass_ not in self._built:  # a child built after the shared pass started: planned already
                 self._plans[pass_] = state
 
-    def forget(self, pass_: _pass.Pass) -> None:
+    def forget(self, pass_: Pass) -> None:
         """Pipe pass ``pass_`` reads its source anew (``cycle``'s next round): the shared pass it
         started and a saved one not started yet belong to the previous round."""
         with self._lock:
@@ -356,7 +357,7 @@ class _ChildRun(Resumable):
 
     __slots__ = ("hub", "i", "pass_", "p", "finished")
 
-    def __init__(self, hub: _Hub, i: int, pass_: _pass.Pass) -> None:
+    def __init__(self, hub: _Hub, i: int, pass_: Pass) -> None:
         self.hub = hub
         self.i = i
         self.pass_ = weakref.ref(pass_)
@@ -390,9 +391,9 @@ class _HubChild(IterDataPipe[T]):
     """One child of a fork or demux: reads through the pass it shares with its siblings on ``hub``.
 
     A subclass picks, once at construction, the loop ``_loop(hub)`` that its passes run, and
-    defines ``__len__``. Its source in the pipe graph is the hub's source. ``iter()`` takes the pass
-    being built along: the child joins the hub at its first ``next()`` (see the module docstring),
-    and a shared pass it starts then creates the source's iterator in that pass.
+    defines ``__len__``. Its source in the pipe graph is the hub's source. ``_open(ctx)`` takes the
+    pass it is handed along: the child joins the hub at its first ``next()`` (see the module
+    docstring), and a shared pass it starts then opens the source's iterator in that pass.
     """
 
     #: the shared source is built under the pass when a child first pulls (the hub's join)
@@ -426,18 +427,15 @@ class _HubChild(IterDataPipe[T]):
     def buffer_size(self) -> int:
         return self._hub.buffer_size
 
-    def __iter__(self) -> Iterator[T]:
-        pass_ = _pass.current()
-        run = None
-        if pass_ is not None:
-            run = _ChildRun(self._hub, self.instance_id, pass_)
-            _pass.track(self, run)
-        return self._run(self._hub, self.instance_id, pass_, run)
+    def _open(self, ctx: Pass) -> Iterator[T]:
+        run = _ChildRun(self._hub, self.instance_id, ctx)
+        ctx.track(self, run)
+        return self._run(self._hub, self.instance_id, ctx, run)
 
     def _sources(self) -> list[Any]:
         return [self._hub.datapipe]
 
-    def _pass_forgotten(self, pass_: _pass.Pass) -> None:
+    def _pass_forgotten(self, pass_: Pass) -> None:
         """See :meth:`datapipes._runtime.passes.Pass.forget`."""
         self._hub.forget(pass_)
 

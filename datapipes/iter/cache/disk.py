@@ -75,7 +75,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: no inter-process lock (see the module docstring)
     fcntl = None  # type: ignore[assignment]
 
-from ..._runtime import passes as _pass
+from ..._runtime.passes import Pass
 from ..._checks import require_bool
 from ..._engine import abandon
 from ..._engine import close_iterator as _close
@@ -487,12 +487,10 @@ class _CacheSession(Resumable):
             self.last = _Entry(last[0], None, list(last[1]), bool(last[2]))
 
 
-def _session_of(holder: OnDiskCacheHolder) -> _CacheSession | None:
-    pass_ = _pass.current() or _pass.owner(holder)
-    if pass_ is None:
-        return None
+def _session_of(holder: OnDiskCacheHolder, ctx: Pass) -> _CacheSession | None:
+    """The session ``end_caching`` opened for ``holder`` in pass ``ctx`` (None: none did)."""
     with _SESSIONS_LOCK:
-        return _SESSIONS.get(pass_, {}).get(id(holder))
+        return _SESSIONS.get(ctx, {}).get(id(holder))
 
 
 def _hold(pipe: OnDiskCacheHolder, it: Iterator[Any], session: _CacheSession) -> Iterator[Any]:
@@ -576,12 +574,12 @@ class OnDiskCacheHolder(IterDataPipe[Any]):
         self.extra_check_fn = extra_check_fn
         self._ended = False  # set by the end_caching stage built over it
 
-    def __iter__(self) -> Iterator[Any]:
-        session = _session_of(self)
+    def _open(self, ctx: Pass) -> Iterator[Any]:
+        session = _session_of(self, ctx)
         if session is None:
             why = "it is iterated only by its end_caching stage; " if self._ended else ""
             raise RuntimeError(f"{stage_label(self)}: {why}Please call `end_caching()` before iteration.")
-        return _hold(self, iter(self.source_datapipe), session)
+        return _hold(self, ctx.open(self.source_datapipe), session)
 
     def __len__(self) -> int:
         raise len_unknown(self, "which items are cached is known only when they are looked up", NO_LEN)
@@ -746,14 +744,12 @@ class EndOnDiskCacheHolder(IterDataPipe[str]):
     def _sources(self) -> list[Any]:
         return [self.datapipe]  # the holder is upstream of it, not a source of its own
 
-    def __iter__(self) -> Iterator[str]:
+    def _open(self, ctx: Pass) -> Iterator[str]:
         session = _CacheSession(self._holder, self)
-        pass_ = _pass.current() or _pass.owner(self)
-        if pass_ is not None:  # always, through IterDataPipe.__iter__
-            with _SESSIONS_LOCK:
-                _SESSIONS.setdefault(pass_, {})[id(self._holder)] = session
-        it = iter(self.datapipe)  # on_disk_cache's __iter__ finds the session of this pass
-        _pass.track(self, session)
+        with _SESSIONS_LOCK:
+            _SESSIONS.setdefault(ctx, {})[id(self._holder)] = session
+        it = ctx.open(self.datapipe)  # on_disk_cache's _open finds the session of this pass
+        ctx.track(self, session)
         return _end_caching(self, it, session)
 
     def __len__(self) -> int:

@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator, Mapping
 from ..._checks import phrased, require_bool
 from ..._engine import abandon
 from ..._engine import close_iterator as _close
+from ..._runtime.passes import Pass
 from ...datapipe import IterDataPipe, functional_datapipe, require_pipe, source_len, stage_label
 from ...errors import add_stage_note
 from ..fileio import StreamWrapper
@@ -183,8 +184,8 @@ class HashChecker(IterDataPipe[tuple[Any, Any]]):
         self.hash_type = hash_type
         self.rewind = rewind
 
-    def __iter__(self) -> Iterator[tuple[Any, Any]]:
-        return _check_hashes(self, iter(self.source_datapipe))
+    def _open(self, ctx: Pass) -> Iterator[tuple[Any, Any]]:
+        return _check_hashes(self, ctx.open(self.source_datapipe))
 
     def _reopener(self) -> Callable[[Any, int], Any] | None:
         """A reader downstream opens a file again through the source's opener (the same file)."""

@@ -1,7 +1,7 @@
 """The in-memory cache: InMemoryCacheHolder [in_memory_cache], which keeps the items of the first
 complete pass over its source (within a memory budget) and yields them again on later passes.
 
-Every ``__iter__`` creates its source's iterator at once, as part of the pass being built
+Every ``_open`` creates its source's iterator at once, in the pass it is handed
 (:mod:`datapipes._runtime.passes`), and hands it to the generator that does the work.
 """
 
@@ -12,7 +12,7 @@ import sys
 from operator import length_hint
 from typing import Any, Callable, Iterator, TypeVar
 
-from ..._runtime import passes as _pass
+from ..._runtime.passes import Pass
 from ..._runtime.validate import check_bool, check_int
 from ..._positions import Counted, seek
 from ..._engine import abandon, close_iterator
@@ -103,7 +103,7 @@ class _CacheRun:
 
 
 def _fill_start(pipe: InMemoryCacheHolder, it: Iterator[Any], run: _CacheRun,
-                pass_: _pass.Pass | None) -> tuple[Iterator[Any], list[Any] | None]:
+                ctx: Pass) -> tuple[Iterator[Any], list[Any] | None]:
     """The source a filling pass reads and the items it has kept (``None``: it streams, counted)."""
     resume = run.resume
     if resume is None:
@@ -116,19 +116,15 @@ def _fill_start(pipe: InMemoryCacheHolder, it: Iterator[Any], run: _CacheRun,
         return it, None
     if resume["stale"]:  # the source's restored states are of an earlier round: read it afresh
         close_iterator(it)
-        if pass_ is None:
-            it = iter(pipe.source_dp)
-        else:
-            with pass_.building():
-                it = iter(pipe.source_dp)
+        it = ctx.open(pipe.source_dp)
     run.items = list(itertools.islice(it, index))  # replayed into the cache, not yielded again
     return it, run.items
 
 
-def _cache_fill(pipe: InMemoryCacheHolder, it: Iterator[Any], run: _CacheRun, pass_: _pass.Pass | None) -> Iterator[Any]:
+def _cache_fill(pipe: InMemoryCacheHolder, it: Iterator[Any], run: _CacheRun, ctx: Pass) -> Iterator[Any]:
     run.started = True
     try:
-        it, items = _fill_start(pipe, it, run, pass_)
+        it, items = _fill_start(pipe, it, run, ctx)
         if items is None:
             yield from run.counter
             return
@@ -146,11 +142,11 @@ def _cache_fill(pipe: InMemoryCacheHolder, it: Iterator[Any], run: _CacheRun, pa
 
 
 def _cache_fill_bounded(pipe: InMemoryCacheHolder, it: Iterator[Any], run: _CacheRun,
-                        pass_: _pass.Pass | None) -> Iterator[Any]:
+                        ctx: Pass) -> Iterator[Any]:
     budget = pipe.size * 1024 * 1024  # type: ignore[operator]
     run.started = True
     try:
-        it, items = _fill_start(pipe, it, run, pass_)
+        it, items = _fill_start(pipe, it, run, ctx)
         if items is not None:
             used = sum(map(_nbytes, items))  # the items a resumed pass replayed
             if used <= budget:
@@ -234,23 +230,22 @@ class InMemoryCacheHolder(IterDataPipe[T]):
                 raise ValueError(f"InMemoryCacheHolder: size must be a finite number of megabytes > 0, got {size!r}")
         self.source_dp = source_dp
         self.size = size
-        self._fill: Callable[[InMemoryCacheHolder[T], Iterator[T], _CacheRun, _pass.Pass | None], Iterator[T]] = (
+        self._fill: Callable[[InMemoryCacheHolder[T], Iterator[T], _CacheRun, Pass], Iterator[T]] = (
             _cache_fill if size is None else _cache_fill_bounded
         )
         self._cache = None
 
-    def __iter__(self) -> Iterator[T]:
+    def _open(self, ctx: Pass) -> Iterator[T]:
         cache = self._cache
-        pass_ = _pass.current()
         run = _CacheRun()
         if cache is not None:
             it = run.it = iter(cache)  # the source is not read again
             run.total = len(cache)
             # A source built earlier in this pass (an earlier round of a cycle) left stale states.
-            run.stale = pass_ is not None and id(self.source_dp) in pass_.built
+            run.stale = id(self.source_dp) in ctx.built
         else:
-            it = self._fill(self, iter(self.source_dp), run, pass_)
-        _pass.track(self, run)
+            it = self._fill(self, ctx.open(self.source_dp), run, ctx)
+        ctx.track(self, run)
         return it
 
     def __len__(self) -> int:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator
 
 from ..._engine import abandon
 from ..._engine import close_iterator as _close
+from ..._runtime.passes import Pass
 from ...datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, source_len, stage_label
 from ...errors import add_stage_note, policy_and_log
 from ..archive import MAX_MEMBER_SIZE, _check_limit, _tar, _zip
@@ -305,8 +306,8 @@ class Decompressor(IterDataPipe[tuple[Any, Any]]):
         self.file_type = file_type
         self._format = fmt
 
-    def __iter__(self) -> Iterator[tuple[Any, Any]]:
-        return _decompress(self, iter(self.source_datapipe))
+    def _open(self, ctx: Pass) -> Iterator[tuple[Any, Any]]:
+        return _decompress(self, ctx.open(self.source_datapipe))
 
     def _reopener(self) -> Callable[[Any, int], Any] | None:
         """How a reader of this stage's items opens one again by its path: through the source's own
@@ -363,8 +364,8 @@ class _CompressedLoader(IterDataPipe[tuple[str, StreamWrapper]]):
         self.datapipe = datapipe
         self.length = length
 
-    def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
-        return _load_compressed(self, iter(self.datapipe))
+    def _open(self, ctx: Pass) -> Iterator[tuple[str, StreamWrapper]]:
+        return _load_compressed(self, ctx.open(self.datapipe))
 
     def _origin_reopener(self) -> Callable[[Any, int], Any] | None:
         """How a pass state holding one of this stage's readers opens it again by the compressed
@@ -584,10 +585,10 @@ class Extractor(IterDataPipe[tuple[Any, Any]]):
         # A compression for every item: one lazy reader per item, the position is the source's.
         self._stateless = kind not in (None, "tar", "zip")
 
-    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+    def _open(self, ctx: Pass) -> Iterator[tuple[Any, Any]]:
         # The archive being read and its entries read (_readers._ReadRun), as the archive loaders keep.
-        run = _read_run(self, self.source_datapipe) if not self._stateless else _NoRun()
-        return _extract(self, iter(self.source_datapipe), run)
+        run = _read_run(self, ctx, self.source_datapipe) if not self._stateless else _NoRun()
+        return _extract(self, ctx.open(self.source_datapipe), run)
 
     def _reopener(self) -> Callable[[Any, int], Any] | None:
         """With a compression for every item: the source's opener, decompressed again (readers of

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Literal, Sequence, overload
 from ..._checks import require_bool
 from ..._engine import abandon
 from ..._engine import close_iterator as _close
+from ..._runtime.passes import Pass
 from ...datapipe import NO_LEN, IterDataPipe, functional_datapipe, len_unknown, require_pipe, stage_label
 from ...errors import WARN_FAILURES, _OnError, call_lines, policy_and_log, raised_at
 from .._readers import (
@@ -282,9 +283,9 @@ class CSVParser(IterDataPipe[Any]):
         self._text = _Text(skip_lines, decode, encoding, errors, "", max_line_length)
         self._policy, self.failures = policy_and_log(self, on_error, max_failures, warn_failures)
 
-    def __iter__(self) -> Iterator[Any]:
+    def _open(self, ctx: Pass) -> Iterator[Any]:
         # The file being read and the lines of it consumed (see _ReadRun).
-        return _csv(self, iter(self.source_datapipe), _read_run(self, self.source_datapipe))
+        return _csv(self, ctx.open(self.source_datapipe), _read_run(self, ctx, self.source_datapipe))
 
     def __len__(self) -> int:
         raise len_unknown(self, "the number of rows is known only after reading the files", NO_LEN)

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator
 
 from ..._checks import require_bool
 from ..._redact import redact
+from ..._runtime.passes import Pass
 from ...datapipe import IterDataPipe, functional_datapipe, stage_label
 from ...errors import SizeLimitError, policy_and_log
 from ..fileio import StreamWrapper, _open_pass, _opened_len, _paths_pipe
@@ -201,8 +202,8 @@ class _HttpBase(IterDataPipe[tuple[str, StreamWrapper]]):
         self._policy, self.failures = policy_and_log(self, "skip" if skip_on_error else "raise", None)
         self._stateless = True  # one stream per URL: its position is its source's
 
-    def __iter__(self) -> Iterator[tuple[str, StreamWrapper]]:
-        return _open_pass(self, self.source_datapipe, _http_opener(self))
+    def _open(self, ctx: Pass) -> Iterator[tuple[str, StreamWrapper]]:
+        return _open_pass(self, ctx, self.source_datapipe, _http_opener(self))
 
     def _reopener(self) -> Callable[[Any, int], StreamWrapper]:
         """How a reader of this stage's items opens one again by its URL: a new GET."""

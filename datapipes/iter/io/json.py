@@ -17,6 +17,7 @@ from typing import Any, Iterator
 
 from ..._engine import abandon
 from ..._engine import close_iterator as _close
+from ..._runtime.passes import Pass
 from ..._redact import redact
 from ...datapipe import IterDataPipe, functional_datapipe, require_int, require_pipe, source_len, stage_label
 from ...errors import WARN_FAILURES, SizeLimitError, _OnError, policy_and_log
@@ -164,8 +165,8 @@ class JsonParser(IterDataPipe[tuple[str, Any]]):
         # one object per file, each read whole: its position is its source's (but a failure budget's count)
         self._stateless = _budget_stateless(self)
 
-    def __iter__(self) -> Iterator[tuple[str, Any]]:
-        return _json(self, iter(self.source_datapipe), _count_run(self))
+    def _open(self, ctx: Pass) -> Iterator[tuple[str, Any]]:
+        return _json(self, ctx.open(self.source_datapipe), _count_run(self, ctx))
 
     def __len__(self) -> int:
         return source_len(self, self.source_datapipe, "source_datapipe")

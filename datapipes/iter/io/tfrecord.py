@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # the aliases below name torch types; importing torch here at
 from ..._checks import require_bool
 from ..._engine import abandon
 from ..._engine import close_iterator as _close
+from ..._runtime.passes import Pass
 from ..._positions import Enumerated
 from ..._redact import redact
 from ...datapipe import IterDataPipe, functional_datapipe, len_unknown, require_int, require_pipe, stage_label
@@ -495,9 +496,9 @@ class TFRecordLoader(IterDataPipe[dict[str, Any]]):
         self.length_check = length_check
         self.max_record_size = max_record_size
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
+    def _open(self, ctx: Pass) -> Iterator[dict[str, Any]]:
         # The file being read and the records of it read (see _readers._ReadRun).
-        return _tfrecords(self, iter(self.datapipe), _read_run(self, self.datapipe))
+        return _tfrecords(self, ctx.open(self.datapipe), _read_run(self, ctx, self.datapipe))
 
     def __len__(self) -> int:
         if self.length == -1:

@@ -31,7 +31,7 @@ from ._shared import (
     taken_reader,
 )
 
-__all__ = ["open_raising", "open_seeded", "open_skipping"]
+__all__: list[str] = []  # the forms are the package's own: map.py imports them by name
 
 
 def open_raising(pipe: Any, ctx: Pass, it: Iterator[Any]) -> Iterator[Any]:
