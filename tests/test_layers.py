@@ -324,3 +324,47 @@ def test_the_loop_check_sees_a_loop_that_forgets():
     assert _loops_over_a_parameter(forgets) and not _closes(forgets)
     assert _loops_over_a_parameter(closes) and _closes(closes)
     assert _loops_over_a_parameter(pulls) and not _loops_over_a_parameter(local)
+
+
+# -- the pass is handed to each stage ----------------------------------------------------------------
+#: modules that find a pass without being handed it (passes.current / passes.owner), and why
+AMBIENT_OK = {
+    "datapipes._runtime.passes": "the adapter for torch-style stages lives here (adapted, start)",
+    "datapipes.datapipe": "_pass_seed(): how a torch-style stage asks for its seed from inside its __iter__",
+    "datapipes.loader.dataloader": "iter(loader) inside a stage being built defers its worker start (a fork "
+                                   "would copy that state)",
+    "datapipes.iter._readers": "a stream held in a saved item is reopened by the held-stream codec, which is "
+                               "not handed the pass yet",
+}
+
+
+def test_every_iterable_stage_of_the_package_is_opened_with_its_pass():
+    """No IterDataPipe of the package defines its own ``__iter__``: each defines ``_open(ctx)`` and
+    gets the base class's (docs/architecture.rst, "The stage protocol")."""
+    from datapipes import IterDataPipe
+    from datapipes._runtime.passes import OPEN_ITER
+
+    own = []
+    for name in MODULES:
+        module = importlib.import_module(name)
+        for cls in vars(module).values():
+            if (inspect.isclass(cls) and issubclass(cls, IterDataPipe) and cls is not IterDataPipe
+                    and cls.__module__ == name and "__iter__" in cls.__dict__ and cls.__dict__["__iter__"] is not OPEN_ITER):
+                own.append(f"{name}.{cls.__qualname__}")
+    assert not own, f"these stages define __iter__ instead of _open(ctx): {own}"
+
+
+def test_only_the_adapter_finds_a_pass_it_was_not_handed():
+    found = set()
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                func = node.func
+                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+                base = getattr(getattr(func, "value", None), "id", None)
+                if called in ("current", "owner") and (base in ("_pass", "passes") or name.endswith("passes")):
+                    found.add(name)
+                if called == "pass_being_built":
+                    found.add(name)
+    assert found <= set(AMBIENT_OK), f"these modules look the pass up instead of being handed it: {sorted(found - set(AMBIENT_OK))}"
+    assert set(AMBIENT_OK) <= found, f"stale AMBIENT_OK entries: {sorted(set(AMBIENT_OK) - found)}"

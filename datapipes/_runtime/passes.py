@@ -10,15 +10,18 @@ that moment :class:`Pass` decides, in one place and without writing anything ont
   the graph and the placement (:meth:`Pass.seed_for`);
 - the statistics sink of every stage that keeps statistics (:meth:`Pass.stats_for`).
 
-The iterators of the stages are created while the pass is being *built* (:meth:`Pass.building`):
-``iter(pipe)`` on the root calls its ``__iter__``, which creates its upstream iterators at once, and
-so on down to the sources, every one of them reading what it needs from :func:`current`. A stage
-that creates an upstream iterator later (a new cycle, a thread that starts at the first ``next()``)
-takes the pass with it (``with pass_.building(): iter(source)``).
+The iterators of the stages are created while the pass is being *built*: ``iter(pipe)`` on the root
+calls its ``_open(ctx)`` with the pass (``ctx``), which opens its sources with ``ctx.open(source)``,
+and so on down to the sources, every one of them reading what it needs from the pass it is handed
+(its seed, shard, statistics sink, threads and hooks). A stage that opens a source later (a new
+cycle, a thread that starts at the first ``next()``) keeps ``ctx`` and calls ``ctx.open`` then.
 
 A stage written elsewhere (a torch-style ``__iter__`` generator that iterates its source in its
-body) creates its upstream iterators after the building has ended: they join the live pass that
-contains the stage, found through :func:`owner` (the pass that built it most recently).
+body) is opened by :func:`adapted`: its ``__iter__`` runs while the pass is the one being built on
+that thread (:func:`current`), and a stage of ours it iterates later, after the building has ended,
+joins the live pass that contains it, found through :func:`owner` (the pass that built it most
+recently). These two lookups serve such stages only (and ``_pass_seed()``, their way to ask for a
+seed); the stages of the package are handed their pass.
 
 Seeds, for random stage ``i`` (in graph order, as :func:`datapipes.graph.traverse` walks it):
 
@@ -61,8 +64,8 @@ from .worker import base_seed, unseeded_across_ranks
 from ..graph import sources_of, stage_label, walk
 
 __all__ = ["OPEN_ITER", "observing", "adapted", "budgeted", "opener_of", "Pass", "PassConfig", "PassIterator", "STARTED", "check_state",
-           "check_yields", "configured", "current", "remaining", "replayed", "stage_keys", "state_of", "track",
-           "no_position", "latest_stats", "owner", "start", "stats_for"]
+           "check_yields", "configured", "current", "remaining", "replayed", "stage_keys", "state_of",
+           "latest_stats", "owner", "start"]
 
 _local = threading.local()
 
@@ -123,25 +126,6 @@ def owner(stage: Any) -> Pass | None:
     return found if found is not None and not found.ended else None
 
 
-def stats_for(stage: Any, make: Callable[[], StageStats]) -> StageStats:
-    """The statistics sink of ``stage`` in the pass that is building it (see :meth:`Pass.stats_for`);
-    outside any pass, a new one (then only ``stage.stats`` shows it)."""
-    pass_ = current() or owner(stage)
-    if pass_ is not None:
-        return pass_.stats_for(stage, make)
-    stats = make()
-    _latest[stage] = stats
-    return stats
-
-
-def track(stage: Any, run: Any) -> None:
-    """Record the run of ``stage`` in the pass building it (see :meth:`Pass.track`); outside any
-    pass there is nothing to save it for."""
-    pass_ = current() or owner(stage)
-    if pass_ is not None:
-        pass_.track(stage, run)
-
-
 
 
 class _NoPosition:
@@ -157,12 +141,6 @@ class _NoPosition:
 
 
 _NO_POSITION = _NoPosition()
-
-
-def no_position(stage: Any) -> None:
-    """Record that this pass of ``stage`` keeps no position of its own (a stage that only sometimes
-    does, such as a mover on the CPU, where it would on a GPU): its state is its sources'."""
-    track(stage, _NO_POSITION)
 
 
 def latest_stats(stage: Any) -> StageStats | None:
