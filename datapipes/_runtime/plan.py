@@ -41,7 +41,7 @@ def _elsewhere(stage: Any) -> bool:
 class Plan:
     """One walk of ``root``'s graph (see the module's docstring)."""
 
-    __slots__ = ("root", "graph", "keys", "random", "sharding", "below_sharding", "replayed", "_sources")
+    __slots__ = ("root", "graph", "random", "sharding", "_sources", "_keys", "_below", "_replayed")
 
     def __init__(self, root: Any) -> None:
         self.root = root
@@ -57,11 +57,33 @@ class Plan:
             found = self._sources[id(stage)] = list(sources_of(stage))
             stack.extend(found)
         self.graph: list[Any] = list(self.walk(root))
-        self.keys: dict[int, str] = {id(stage): stage_key(i, stage) for i, stage in enumerate(self.graph)}
         self.random: list[Any] = [s for s in self.graph if s._is_random]
         self.sharding: list[Any] = [s for s in self.graph if is_sharding_stage(s)]
-        self.below_sharding: frozenset[int] = self._below_sharding(root)
-        self.replayed: frozenset[int] = self._replayed()
+        # read by some passes only (a loader's, a saved or restored one): made at the first reading
+        self._keys: dict[int, str] | None = None
+        self._below: frozenset[int] | None = None
+        self._replayed: frozenset[int] | None = None
+
+    @property
+    def keys(self) -> dict[int, str]:
+        """``id(stage) -> its key`` in a pass state, for every stage of the graph."""
+        if self._keys is None:
+            self._keys = {id(stage): stage_key(i, stage) for i, stage in enumerate(self.graph)}
+        return self._keys
+
+    @property
+    def below_sharding(self) -> frozenset[int]:
+        """The ids of the stages at or downstream of a sharding stage."""
+        if self._below is None:
+            self._below = self._find_below_sharding() if self.sharding or self._elsewhere_below() else frozenset()
+        return self._below
+
+    @property
+    def replayed(self) -> frozenset[int]:
+        """The ids of the stages upstream of one that replays its sources when it resumes."""
+        if self._replayed is None:
+            self._replayed = self._find_replayed()
+        return self._replayed
 
     def sources(self, stage: Any) -> list[Any]:
         """The sources of ``stage`` (a stage of the plan), as the walk found them."""
@@ -83,7 +105,13 @@ class Plan:
             if not _elsewhere(stage):
                 stack.extend(reversed(self.sources(stage)))
 
-    def _below_sharding(self, root: Any) -> frozenset[int]:
+    def _elsewhere_below(self) -> bool:
+        """Whether the walk saw stages the pass does not run (behind a stage that runs its sources
+        elsewhere): a sharding stage there makes the stages downstream of it count too."""
+        return len(self._sources) > len(self.graph)
+
+    def _find_below_sharding(self) -> frozenset[int]:
+        root = self.root
         below: set[int] = set()
         done: set[int] = set()
         # data-flow order (sources first), as datapipes.graph.stages gives it, without recursion
@@ -101,7 +129,7 @@ class Plan:
             stack.extend((s, False) for s in reversed(self.sources(stage)))
         return frozenset(below)
 
-    def _replayed(self) -> frozenset[int]:
+    def _find_replayed(self) -> frozenset[int]:
         out: set[int] = set()
         for stage in self.graph:
             if stage._replays_sources:
