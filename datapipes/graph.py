@@ -108,10 +108,13 @@ def _parameter_ranks(cls: type) -> dict[str, int]:
     return ranks
 
 
-def walk(pipe: Any, stop: Callable[[Any], bool] | None = None) -> Iterator[Any]:
+def walk(pipe: Any, stop: Callable[[Any], bool] | None = None,
+         sources: Callable[[Any], list[Any]] | None = None) -> Iterator[Any]:
     """Every stage of ``pipe``'s graph once, the pipe first, then depth-first through its sources;
     the sources of a stage for which ``stop(stage)`` is true are not visited (unless another path
-    reaches them)."""
+    reaches them). ``sources``: how a stage's sources are found (default :func:`sources_of`; a
+    pass's plan reads the ones it found once)."""
+    found = sources_of if sources is None else sources
     seen: set[int] = set()
     stack = [pipe]
     while stack:
@@ -121,7 +124,7 @@ def walk(pipe: Any, stop: Callable[[Any], bool] | None = None) -> Iterator[Any]:
         seen.add(id(stage))
         yield stage
         if stop is None or not stop(stage):
-            stack.extend(reversed(sources_of(stage)))
+            stack.extend(reversed(found(stage)))
 
 
 def traverse(pipe: Any) -> Iterator[Any]:

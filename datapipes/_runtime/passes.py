@@ -816,9 +816,14 @@ def adapted(pass_: Pass, source: Any) -> Iterator[Any]:
         return iter(source)
 
 
-def _enter(pass_: Pass, pipe: Any, opener: Opener) -> Iterator[Any]:
+def _enter(pass_: Pass, pipe: Any, opener: Opener, watched: bool = True) -> Iterator[Any]:
     """``pipe``'s iterator in ``pass_``, opened by ``opener``: recorded as built by the pass, its
-    run saved with the pass if its iterator keeps a state of its own, watched if the pass is."""
+    run saved with the pass if its iterator keeps a state of its own, and (``watched``) wrapped by
+    the pass's observer if it has one (the root is wrapped by :func:`start`).
+
+    The outermost opening of ``pipe`` in progress on this thread marks the iterators it builds as
+    one (a token in :func:`_starting`): a stage's ``__iter__`` calling its base class's builds one
+    iterator, not two, while ``zip(p, p)`` builds two (:meth:`Pass.track`)."""
     starting = _starting()
     key = id(pipe)
     outer = key not in starting
@@ -830,7 +835,7 @@ def _enter(pass_: Pass, pipe: Any, opener: Opener) -> Iterator[Any]:
     finally:
         if outer:
             del starting[key]
-    return it if pass_.observer is None else pass_.observer.wrap(pipe, it)
+    return it if pass_.observer is None or not watched else pass_.observer.wrap(pipe, it)
 
 
 def start(pipe: Any, opener: Opener, config: PassConfig | None = None) -> Iterator[Any]:
@@ -849,24 +854,12 @@ def start(pipe: Any, opener: Opener, config: PassConfig | None = None) -> Iterat
             within = owner(pipe)
             if within is not None and within.root is pipe:
                 within = None  # the root of a pass iterated again: a new pass
-    # the outermost iter(pipe) in progress on this thread marks the iterators it builds as one: a
-    # stage's __iter__ calling its base class's builds one iterator, not two (Pass.track)
-    starting = _starting()
-    key = id(pipe)
-    outer = key not in starting
-    if outer:
-        starting[key] = object()
-    try:
-        if within is not None:
-            with within.building():
-                return _enter(within, pipe, opener)
-        pass_ = Pass(pipe, config, pending_observation(), _pending_budget())
-        with pass_.building():
-            pass_.claim(pipe)
-            it = _tracked(pass_, pipe, opener(pipe, pass_))
-    finally:
-        if outer:
-            del starting[key]
+    if within is not None:
+        with within.building():
+            return _enter(within, pipe, opener)
+    pass_ = Pass(pipe, config, pending_observation(), _pending_budget())
+    with pass_.building():
+        it = _enter(pass_, pipe, opener, watched=False)
     if pass_hooked(getattr(type(it), "__iter__", None)):
         # A pipe that is its own iterator (``__iter__`` returns ``self``, items from ``__next__``, as
         # torch DataPipes allow): read it through ``__next__``; iter() of it would start a new pass.

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from ..graph import sources_of
+from ..graph import sources_of, walk
 from .worker import is_sharding_stage
 
 __all__ = ["Plan", "stage_key"]
@@ -94,16 +94,7 @@ class Plan:
         """The stages a pass of ``start`` runs, in graph order: ``start`` first, then depth-first
         through the sources, not past a stage that runs its sources elsewhere (what
         :func:`datapipes.graph.walk` with that stop gives, read from the plan)."""
-        seen: set[int] = set()
-        stack = [start]
-        while stack:
-            stage = stack.pop()
-            if id(stage) in seen:
-                continue
-            seen.add(id(stage))
-            yield stage
-            if not _elsewhere(stage):
-                stack.extend(reversed(self.sources(stage)))
+        return walk(start, stop=_elsewhere, sources=self.sources)
 
     def _elsewhere_below(self) -> bool:
         """Whether the walk saw stages the pass does not run (behind a stage that runs its sources
