@@ -346,7 +346,12 @@ def test_every_iterable_stage_of_the_package_is_opened_with_its_pass():
 
     own = []
     for name in MODULES:
-        module = importlib.import_module(name)
+        try:
+            module = importlib.import_module(name)
+        except ImportError as e:
+            if "datapipes[" in str(e):  # an optional extra not installed here (ray on 3.13t): checked where it is
+                continue
+            raise
         for cls in vars(module).values():
             if (inspect.isclass(cls) and issubclass(cls, IterDataPipe) and cls is not IterDataPipe
                     and cls.__module__ == name and "__iter__" in cls.__dict__ and cls.__dict__["__iter__"] is not OPEN_ITER):
