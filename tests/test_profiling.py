@@ -150,12 +150,19 @@ def gil(monkeypatch):
 @pytest.mark.usefixtures("no_thread_leak")
 class TestBottleneck:
     def test_names_the_saturated_stage(self):
-        out = io.StringIO()
-        report = profile(IterableWrapper(range(10_000)).map(nap, concurrency=2).map(abs, concurrency=2).prefetch(4),
-                         num_items=100, file=out)
+        def run():
+            out = io.StringIO()
+            pipe = IterableWrapper(range(10_000)).map(nap, concurrency=2).map(abs, concurrency=2).prefetch(4)
+            return profile(pipe, num_items=100, file=out), out
+
+        report, out = run()
+        if report.bottleneck != "Mapper(nap)" and report.stages[1]["busy_fraction"] < 0.5:
+            # A machine loaded by a parallel test run (the 3.13t CI leg) can leave nap's workers idle
+            # for a whole short profile while they wait for a CPU: profile once more.
+            report, out = run()
         assert isinstance(report, ProfileReport) and report.items == 100
         assert labels(report) == ["IterableWrapper", "Mapper(nap)", "Mapper(abs)", "Prefetcher(4)"]
-        assert report.bottleneck == "Mapper(nap)" and report.bottleneck_index == 1
+        assert report.bottleneck == "Mapper(nap)" and report.bottleneck_index == 1, report.table()
         text = out.getvalue()
         assert "bottleneck: Mapper(nap)" in text and "items/s" in text and "queue fill" in text
         assert "\n* Mapper(nap) " in text
